@@ -1,0 +1,1 @@
+"""Eviction: signals, thresholds, ranking and the eviction manager. Lands with the eviction issue."""

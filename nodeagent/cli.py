@@ -1,0 +1,102 @@
+"""The `nodeagent` command line: `up` (the embedded default) and `testbed install|up|down`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from nodeagent.testbed import install as installer
+from nodeagent.testbed.layout import Layout
+from nodeagent.testbed.processes import ComponentFailed
+from nodeagent.testbed.testbed import Testbed, TestbedError
+from nodeagent.testbed.versions import kubernetes_bin_dir
+
+DEFAULT_DIR = Path("/var/lib/nodeagent/testbed")
+
+
+def _setup_logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def _usage(layout: Layout) -> str:
+    kubectl = kubernetes_bin_dir() / "kubectl"
+    return (
+        f"testbed up in {layout.root}\n  . {layout.env_file}\n  {kubectl} get nodes,pods -A\n  logs: {layout.logs}/\n"
+    )
+
+
+async def _up(args: argparse.Namespace) -> int:
+    installer.install()
+    bed = Testbed(args.dir)
+    await bed.up(node_name=args.node_name)
+    print(_usage(bed.layout), flush=True)
+    if args.detach:
+        print(f"detached; stop it with: nodeagent testbed down --dir {bed.layout.root}", flush=True)
+        return 0
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    print("running; Ctrl-C stops the testbed", flush=True)
+    await stop.wait()
+    await bed.down()
+    return 0
+
+
+async def _testbed(args: argparse.Namespace) -> int:
+    if args.action == "install":
+        installer.install()
+        return 0
+    bed = Testbed(args.dir)
+    if args.action == "up":
+        await bed.up(node_name=args.node_name)
+        print(_usage(bed.layout), flush=True)
+    else:
+        await bed.down()
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="nodeagent", description="A kubelet written in Python.")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    up = sub.add_parser("up", help="install what is missing, start a local testbed and print how to use it")
+    up.add_argument("--dir", type=Path, default=DEFAULT_DIR)
+    up.add_argument("--node-name", default=None)
+    up.add_argument("--detach", action="store_true", help="leave the testbed running and return")
+    up.set_defaults(handler=_up)
+
+    testbed = sub.add_parser("testbed", help="the hermetic set of real parts")
+    actions = testbed.add_subparsers(dest="action", required=True)
+    actions.add_parser("install", help="install containerd, etcd, registry; build the control plane (idempotent)")
+    for name in ("up", "down"):
+        action = actions.add_parser(name)
+        action.add_argument("--dir", type=Path, required=True)
+        if name == "up":
+            action.add_argument("--node-name", default=None)
+    testbed.set_defaults(handler=_testbed)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    _setup_logging(args.verbose)
+    try:
+        code: int = asyncio.run(args.handler(args))
+    except (installer.InstallError, TestbedError, ComponentFailed) as exc:
+        print(f"nodeagent: {exc}", file=sys.stderr)
+        return 1
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The testbed: a hermetic set of real parts (containerd, etcd, apiserver, scheduler, controller-manager, registry)."""

@@ -1,0 +1,146 @@
+"""The text of the config files one testbed writes: containerd, CNI, registry hosts, the agent config, `env`."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import yaml
+
+from nodeagent.testbed.layout import Layout, Settings
+
+PAUSE_IMAGE_REPOSITORY = "pause"
+PAUSE_IMAGE_TAG = "3.10"
+BUSYBOX_IMAGE_REPOSITORY = "busybox"
+BUSYBOX_IMAGE_TAG = "1.35"
+CNI_BIN_DIR = "/usr/lib/cni"
+
+
+def pause_image(settings: Settings) -> str:
+    return f"{settings.registry}/{PAUSE_IMAGE_REPOSITORY}:{PAUSE_IMAGE_TAG}"
+
+
+def busybox_image(settings: Settings) -> str:
+    return f"{settings.registry}/{BUSYBOX_IMAGE_REPOSITORY}:{BUSYBOX_IMAGE_TAG}"
+
+
+def containerd_config(layout: Layout, settings: Settings) -> str:
+    """containerd 1.7 (config version 2): own root, state and sockets, cgroupfs, CNI and registry from the testbed.
+
+    `restrict_oom_score_adj` is required on these machines: lowering oom_score_adj is refused even for root, and
+    without it every sandbox fails.
+    """
+    cri = 'plugins."io.containerd.grpc.v1.cri"'
+    c = layout.containerd
+    return f"""version = 2
+root = "{c / "root"}"
+state = "{c / "state"}"
+disabled_plugins = [
+  "io.containerd.snapshotter.v1.aufs",
+  "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.devmapper",
+  "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.tracing.processor.v1.otlp",
+]
+
+[grpc]
+  address = "{layout.containerd_socket}"
+
+[ttrpc]
+  address = "{c / "containerd.sock.ttrpc"}"
+
+[debug]
+  level = "info"
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{c / "opt"}"
+
+[{cri}]
+  sandbox_image = "{pause_image(settings)}"
+  restrict_oom_score_adj = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "{settings.stream_port}"
+  enable_cdi = false
+
+[{cri}.containerd]
+  snapshotter = "overlayfs"
+  default_runtime_name = "runc"
+
+[{cri}.containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+
+[{cri}.containerd.runtimes.runc.options]
+  SystemdCgroup = false
+
+[{cri}.cni]
+  bin_dir = "{CNI_BIN_DIR}"
+  conf_dir = "{layout.cni_conf_dir}"
+  max_conf_num = 1
+
+[{cri}.registry]
+  config_path = "{layout.registry_hosts}"
+"""
+
+
+def registry_hosts_toml(settings: Settings) -> str:
+    """containerd's hosts.toml for the local registry: plain HTTP on loopback."""
+    url = f"http://{settings.registry}"
+    return f'server = "{url}"\n\n[host."{url}"]\n  capabilities = ["pull", "resolve", "push"]\n  skip_verify = true\n'
+
+
+def cni_conflist(layout: Layout, settings: Settings) -> str:
+    """The reference bridge + host-local plugins, until the project's own CNI plugin lands."""
+    doc = {
+        "cniVersion": "1.0.0",
+        "name": f"nodeagent-{settings.bridge}",
+        "plugins": [
+            {
+                "type": "bridge",
+                "bridge": settings.bridge,
+                "isGateway": True,
+                "ipMasq": False,
+                "hairpinMode": True,
+                "ipam": {
+                    "type": "host-local",
+                    "ranges": [[{"subnet": settings.pod_cidr}]],
+                    "routes": [{"dst": "0.0.0.0/0"}],
+                    "dataDir": str(layout.cni_data_dir),
+                },
+            },
+        ],
+    }
+    return json.dumps(doc, indent=2) + "\n"
+
+
+def agent_config(layout: Layout, settings: Settings) -> str:
+    """A KubeletConfiguration (kubelet.config.k8s.io/v1beta1) pointing into this testbed."""
+    doc = {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "containerRuntimeEndpoint": f"unix://{layout.containerd_socket}",
+        "staticPodPath": str(layout.manifests),
+        "cgroupDriver": "cgroupfs",
+        # Its own cgroup root, so two agents on one machine never share a kubepods hierarchy.
+        "cgroupRoot": f"/nodeagent-{settings.bridge}",
+        "podCIDR": settings.pod_cidr,
+        "clusterDomain": "cluster.local",
+        "address": "127.0.0.1",
+    }
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+def env_file(layout: Layout, settings: Settings) -> str:
+    values = {
+        "KUBECONFIG": str(layout.admin_kubeconfig),
+        "NODEAGENT_KUBECONFIG": str(layout.node_kubeconfig),
+        "NODEAGENT_CONFIG": str(layout.agent_config),
+        "NODEAGENT_NODE_NAME": settings.node_name,
+        "CONTAINERD_ADDRESS": str(layout.containerd_socket),
+        "CONTAINER_RUNTIME_ENDPOINT": f"unix://{layout.containerd_socket}",
+        "REGISTRY": settings.registry,
+        "PAUSE_IMAGE": pause_image(settings),
+        "BUSYBOX_IMAGE": busybox_image(settings),
+    }
+    lines = ["# Written by `nodeagent testbed up`. Source it: . " + shlex.quote(str(layout.env_file))]
+    lines += [f"export {k}={shlex.quote(v)}" for k, v in values.items()]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,106 @@
+"""Host network bits of one testbed: choosing its bridge name and pod range, and removing what CNI left behind.
+
+Pod ranges come from 198.18.0.0/15 (reserved for network testing): a /24 per testbed, chosen so it overlaps no
+route on the machine, so that two testbeds side by side never collide.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+import logging
+import subprocess
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+POD_SUPERNET = ipaddress.IPv4Network("198.18.0.0/16")
+SERVICE_CIDR = "198.19.0.0/16"
+
+
+def _ip_json(*args: str) -> list[dict[str, object]]:
+    proc = subprocess.run(["ip", "-j", *args], capture_output=True, text=True, check=False)
+    if proc.returncode != 0 or not proc.stdout.strip():
+        return []
+    data = json.loads(proc.stdout)
+    return data if isinstance(data, list) else []
+
+
+def bridge_name(root: Path) -> str:
+    """A stable, short (<= 15 chars) bridge name derived from the testbed directory."""
+    return "na" + hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:10]
+
+
+def _used_networks() -> list[ipaddress.IPv4Network]:
+    used: list[ipaddress.IPv4Network] = []
+    for route in _ip_json("-4", "route", "show", "table", "all"):
+        dst = str(route.get("dst", ""))
+        if dst in ("", "default") or ":" in dst:
+            continue
+        try:
+            used.append(ipaddress.IPv4Network(dst if "/" in dst else dst + "/32", strict=False))
+        except ValueError:
+            continue
+    return used
+
+
+def choose_pod_cidr(root: Path, taken: set[str]) -> str:
+    """A /24 of 198.18.0.0/16 that no route on the machine and no other testbed uses; stable per directory."""
+    subnets = list(POD_SUPERNET.subnets(new_prefix=24))
+    start = int(hashlib.sha256(str(root.resolve()).encode()).hexdigest(), 16) % len(subnets)
+    used = _used_networks()
+    for i in range(len(subnets)):
+        candidate = subnets[(start + i) % len(subnets)]
+        if str(candidate) in taken or any(candidate.overlaps(n) for n in used):
+            continue
+        return str(candidate)
+    raise RuntimeError("no free /24 left in 198.18.0.0/16 for a testbed pod range")
+
+
+def link_exists(name: str) -> bool:
+    return bool(_ip_json("link", "show", "dev", name))
+
+
+def remove_bridge_leftovers(bridge: str) -> list[str]:
+    """Delete veths still attached to the bridge, the netns at their other end, then the bridge itself.
+
+    containerd removes these itself when a sandbox is removed; this is for a testbed whose containerd died first.
+    Returns what was removed, for the log.
+    """
+    removed: list[str] = []
+    if not link_exists(bridge):
+        return removed
+    netns_by_id = {
+        int(str(ns["id"])): str(ns["name"]) for ns in _ip_json("netns", "list-id") if "name" in ns and "id" in ns
+    }
+    if not netns_by_id:
+        netns_by_id = {int(str(ns["id"])): str(ns["name"]) for ns in _ip_json("netns", "list") if "id" in ns}
+    for link in _ip_json("link", "show", "master", bridge):
+        name = str(link["ifname"])
+        ns_id = link.get("link_netnsid")
+        subprocess.run(["ip", "link", "del", name], capture_output=True, check=False)
+        removed.append(f"veth {name}")
+        if isinstance(ns_id, int) and ns_id in netns_by_id:
+            netns = netns_by_id[ns_id]
+            subprocess.run(["ip", "netns", "del", netns], capture_output=True, check=False)
+            removed.append(f"netns {netns}")
+    subprocess.run(["ip", "link", "del", bridge], capture_output=True, check=False)
+    removed.append(f"bridge {bridge}")
+    return removed
+
+
+def unmount_under(root: Path) -> list[str]:
+    """Unmount every mount point below `root` (deepest first), e.g. overlay rootfs and sandbox shm of containerd."""
+    prefix = str(root.resolve()) + "/"
+    points = []
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        fields = line.split()
+        point = fields[1].replace("\\040", " ")
+        if point.startswith(prefix):
+            points.append(point)
+    for point in sorted(set(points), key=len, reverse=True):
+        proc = subprocess.run(["umount", point], capture_output=True, check=False)
+        if proc.returncode != 0:
+            subprocess.run(["umount", "-l", point], capture_output=True, check=False)
+    return points

@@ -1,0 +1,289 @@
+"""`nodeagent testbed install`: put every real part of the testbed on a fresh Debian 12 machine.
+
+Idempotent: each step checks what is already there and does nothing when it is. Everything comes from package
+registries only (Debian, the Go module proxy), because these machines reach nothing else:
+
+- containerd 1.7, etcd 3.5 and docker-registry from Debian trixie, with the trixie suite pinned low (priority 100)
+  so that nothing else on the machine moves to trixie;
+- runc, iproute2, busybox-static and the reference CNI plugins from bookworm;
+- kube-apiserver, kube-controller-manager, kube-scheduler and kubectl built from one pinned release of the
+  `k8s.io/kubernetes` Go module, and crictl from `sigs.k8s.io/cri-tools`, into a versioned cache outside the repo.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from nodeagent.testbed.versions import (
+    CRI_TOOLS_VERSION,
+    KUBERNETES_VERSION,
+    cache_root,
+    crictl_path,
+    kubernetes_bin_dir,
+)
+
+log = logging.getLogger(__name__)
+
+TRIXIE_SOURCES = Path("/etc/apt/sources.list.d/nodeagent-trixie.sources")
+TRIXIE_PIN = Path("/etc/apt/preferences.d/nodeagent-trixie")
+POLICY_RC = Path("/usr/sbin/policy-rc.d")
+
+# package -> the version prefix we need (checked with dpkg-query).
+BOOKWORM_PACKAGES: dict[str, str] = {
+    "runc": "",
+    "iproute2": "",
+    "busybox-static": "",
+    "containernetworking-plugins": "",
+    "ca-certificates": "",
+}
+TRIXIE_PACKAGES: dict[str, str] = {
+    "containerd": "1.7.",
+    "etcd-server": "3.5.",
+    "docker-registry": "2.8.",
+}
+KUBERNETES_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+
+
+class InstallError(RuntimeError):
+    """A step of the install failed; the message names the step and carries the tail of its output."""
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Prints one line per step, so a user watching a cold install (tens of minutes) sees where it is."""
+
+    write: Callable[[str], None]
+
+    def step(self, message: str) -> None:
+        self.write(f"[nodeagent install] {message}")
+
+
+def _run(cmd: Sequence[str], *, env: dict[str, str] | None = None, cwd: Path | None = None, step: str) -> str:
+    merged = dict(os.environ)
+    if env:
+        merged.update(env)
+    proc = subprocess.run(
+        list(cmd), env=merged, cwd=cwd, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL
+    )
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-40:])
+        raise InstallError(f"{step} failed (exit {proc.returncode}): {' '.join(cmd)}\n{tail}")
+    return proc.stdout
+
+
+def installed_version(package: str) -> str | None:
+    """The installed version of a Debian package, or None when it is not installed."""
+    proc = subprocess.run(
+        ["dpkg-query", "-W", "-f", "${Status}\t${Version}", package],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        return None
+    status, _, version = proc.stdout.partition("\t")
+    return version if status.endswith(" installed") else None
+
+
+def missing_packages(wanted: dict[str, str]) -> list[str]:
+    missing = []
+    for package, prefix in wanted.items():
+        version = installed_version(package)
+        if version is None or not version.split(":")[-1].startswith(prefix):
+            missing.append(package)
+    return missing
+
+
+def _write_if_changed(path: Path, text: str) -> bool:
+    if path.exists() and path.read_text() == text:
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return True
+
+
+def configure_trixie() -> bool:
+    """Add the trixie suite, pinned at 100: only packages asked for as `pkg/trixie` come from it."""
+    sources = (
+        "Types: deb\n"
+        "URIs: http://deb.debian.org/debian\n"
+        "Suites: trixie\n"
+        "Components: main\n"
+        "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n"
+    )
+    pin = "Package: *\nPin: release n=trixie\nPin-Priority: 100\n"
+    changed = _write_if_changed(TRIXIE_SOURCES, sources)
+    return _write_if_changed(TRIXIE_PIN, pin) or changed
+
+
+def install_debian_packages(progress: Progress) -> None:
+    bookworm = missing_packages(BOOKWORM_PACKAGES)
+    trixie = missing_packages(TRIXIE_PACKAGES)
+    sources_changed = configure_trixie()
+    if not bookworm and not trixie:
+        progress.step("debian packages: all present")
+        return
+    progress.step(f"apt-get update (trixie pinned at 100; missing: {', '.join(bookworm + trixie)})")
+    _run(["apt-get", "update"], step="apt-get update")
+    env = {"DEBIAN_FRONTEND": "noninteractive"}
+    # Debian's packages start their daemons on install; the testbed runs its own, so forbid that for the install.
+    own_policy = not POLICY_RC.exists()
+    if own_policy:
+        POLICY_RC.write_text("#!/bin/sh\nexit 101\n")
+        POLICY_RC.chmod(0o755)
+    try:
+        args = ["apt-get", "install", "-y", "--no-install-recommends"]
+        if bookworm:
+            progress.step(f"apt-get install {' '.join(bookworm)}")
+            _run([*args, *bookworm], env=env, step="apt-get install (bookworm)")
+        if trixie:
+            progress.step(f"apt-get install {' '.join(p + '/trixie' for p in trixie)}")
+            _run([*args, *(p + "/trixie" for p in trixie)], env=env, step="apt-get install (trixie)")
+    finally:
+        if own_policy:
+            POLICY_RC.unlink(missing_ok=True)
+    del sources_changed
+    still = missing_packages({**BOOKWORM_PACKAGES, **TRIXIE_PACKAGES})
+    if still:
+        raise InstallError(f"packages still missing after apt-get install: {still}")
+
+
+def _staging_modules(kubernetes_gomod: str) -> list[str]:
+    """The k8s.io/* staging modules that k8s.io/kubernetes replaces with ./staging paths."""
+    modules = []
+    for line in kubernetes_gomod.splitlines():
+        parts = line.split()
+        if "=>" in parts and parts[0].startswith("k8s.io/") and parts[-1].startswith("./staging/"):
+            modules.append(parts[0])
+    return sorted(set(modules))
+
+
+def _go_env(cache: Path) -> dict[str, str]:
+    return {"GOFLAGS": "-mod=mod -buildvcs=false", "CGO_ENABLED": "0", "GOTOOLCHAIN": "local", "HOME": str(Path.home())}
+
+
+def build_kubernetes(progress: Progress) -> Path:
+    """Build the control plane binaries and kubectl of KUBERNETES_VERSION into the versioned cache."""
+    bin_dir = kubernetes_bin_dir()
+    stamp = bin_dir / ".complete"
+    if stamp.exists() and all((bin_dir / c).exists() for c in KUBERNETES_COMMANDS):
+        progress.step(f"kubernetes {KUBERNETES_VERSION}: cached in {bin_dir}")
+        return bin_dir
+    if shutil.which("go") is None and not Path("/usr/local/go/bin/go").exists():
+        raise InstallError("go is not installed: the control plane is built from Go modules")
+    go = shutil.which("go") or "/usr/local/go/bin/go"
+    work = bin_dir.parent / "build"
+    work.mkdir(parents=True, exist_ok=True)
+    env = _go_env(cache_root())
+    progress.step(f"kubernetes {KUBERNETES_VERSION}: go mod download k8s.io/kubernetes")
+    info = json.loads(
+        _run(
+            [go, "mod", "download", "-json", f"k8s.io/kubernetes@{KUBERNETES_VERSION}"],
+            env=env,
+            step="go mod download k8s.io/kubernetes",
+        )
+    )
+    gomod = Path(info["GoMod"]).read_text()
+    staging_version = "v0." + KUBERNETES_VERSION.removeprefix("v1.")
+    replaces = "\n".join(f"\t{m} => {m} {staging_version}" for m in _staging_modules(gomod))
+    (work / "go.mod").write_text(
+        "module nodeagent.local/kubernetes-build\n\ngo 1.24.0\n\n"
+        f"require k8s.io/kubernetes {KUBERNETES_VERSION}\n\nreplace (\n{replaces}\n)\n"
+    )
+    packages = [f"k8s.io/kubernetes/cmd/{c}" for c in KUBERNETES_COMMANDS]
+    progress.step("kubernetes: resolving modules (go get)")
+    # A package path without @version would mean @upgrade, i.e. the newest Kubernetes, not the pinned one.
+    _run([go, "get", *(f"{p}@{KUBERNETES_VERSION}" for p in packages)], env=env, cwd=work, step="go get kubernetes")
+    major, minor = KUBERNETES_VERSION.removeprefix("v").split(".")[:2]
+    ldflags = " ".join(
+        f"-X {pkg}.{key}={value}"
+        for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version")
+        for key, value in (
+            ("gitVersion", KUBERNETES_VERSION),
+            ("gitMajor", major),
+            ("gitMinor", minor),
+            ("gitTreeState", "clean"),
+            ("buildDate", "1970-01-01T00:00:00Z"),
+        )
+    )
+    tmp_bin = bin_dir.with_name(bin_dir.name + ".tmp")
+    tmp_bin.mkdir(parents=True, exist_ok=True)
+    for command in KUBERNETES_COMMANDS:
+        if (tmp_bin / command).exists():
+            continue
+        progress.step(f"kubernetes: go build {command} (several minutes on a cold cache)")
+        started = time.monotonic()
+        _run(
+            [
+                go,
+                "build",
+                "-trimpath",
+                "-ldflags",
+                f"-s -w {ldflags}",
+                "-o",
+                str(tmp_bin / command),
+                f"k8s.io/kubernetes/cmd/{command}",
+            ],
+            env=env,
+            cwd=work,
+            step=f"go build {command}",
+        )
+        progress.step(f"kubernetes: built {command} in {time.monotonic() - started:.0f}s")
+    if bin_dir.exists():
+        shutil.rmtree(bin_dir)
+    tmp_bin.rename(bin_dir)
+    stamp.write_text(KUBERNETES_VERSION + "\n")
+    return bin_dir
+
+
+def build_crictl(progress: Progress) -> Path:
+    bin_dir = kubernetes_bin_dir()
+    crictl = crictl_path()
+    if crictl.exists():
+        progress.step(f"crictl {CRI_TOOLS_VERSION}: cached")
+        return crictl
+    go = shutil.which("go") or "/usr/local/go/bin/go"
+    work = bin_dir.parent / "build-crictl"
+    work.mkdir(parents=True, exist_ok=True)
+    env = _go_env(cache_root())
+    (work / "go.mod").write_text(
+        f"module nodeagent.local/crictl-build\n\ngo 1.24.0\n\nrequire sigs.k8s.io/cri-tools {CRI_TOOLS_VERSION}\n"
+    )
+    progress.step(f"crictl {CRI_TOOLS_VERSION}: go build")
+    _run([go, "get", f"sigs.k8s.io/cri-tools/cmd/crictl@{CRI_TOOLS_VERSION}"], env=env, cwd=work, step="go get crictl")
+    _run(
+        [
+            go,
+            "build",
+            "-trimpath",
+            "-ldflags",
+            f"-s -w -X sigs.k8s.io/cri-tools/pkg/version.Version={CRI_TOOLS_VERSION}",
+            "-o",
+            str(crictl),
+            "sigs.k8s.io/cri-tools/cmd/crictl",
+        ],
+        env=env,
+        cwd=work,
+        step="go build crictl",
+    )
+    return crictl
+
+
+def install(progress: Progress | None = None) -> None:
+    progress = progress or Progress(write=lambda line: print(line, file=sys.stderr, flush=True))
+    if os.geteuid() != 0:
+        raise InstallError("nodeagent testbed install must run as root (it installs Debian packages)")
+    started = time.monotonic()
+    install_debian_packages(progress)
+    build_kubernetes(progress)
+    build_crictl(progress)
+    progress.step(f"done in {time.monotonic() - started:.0f}s")

@@ -1,0 +1,116 @@
+"""Where everything of one testbed lives under its directory, and the settings chosen when it came up."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Layout:
+    root: Path
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def pids(self) -> Path:
+        return self.root / "pids"
+
+    @property
+    def pki(self) -> Path:
+        return self.root / "pki"
+
+    @property
+    def etcd_data(self) -> Path:
+        return self.root / "etcd"
+
+    @property
+    def containerd(self) -> Path:
+        return self.root / "containerd"
+
+    @property
+    def containerd_socket(self) -> Path:
+        return self.containerd / "containerd.sock"
+
+    @property
+    def containerd_config(self) -> Path:
+        return self.containerd / "config.toml"
+
+    @property
+    def registry_hosts(self) -> Path:
+        return self.containerd / "certs.d"
+
+    @property
+    def cni_conf_dir(self) -> Path:
+        return self.root / "cni" / "net.d"
+
+    @property
+    def cni_data_dir(self) -> Path:
+        return self.root / "cni" / "ipam"
+
+    @property
+    def registry_data(self) -> Path:
+        return self.root / "registry"
+
+    @property
+    def images(self) -> Path:
+        return self.root / "images"
+
+    @property
+    def manifests(self) -> Path:
+        return self.root / "manifests"
+
+    @property
+    def env_file(self) -> Path:
+        return self.root / "env"
+
+    @property
+    def agent_config(self) -> Path:
+        return self.root / "nodeagent.yaml"
+
+    @property
+    def admin_kubeconfig(self) -> Path:
+        return self.root / "admin.kubeconfig"
+
+    @property
+    def node_kubeconfig(self) -> Path:
+        return self.root / "node.kubeconfig"
+
+    @property
+    def settings_file(self) -> Path:
+        return self.root / "testbed.json"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What `up` chose for this testbed: ports, names and ranges. `down` and the fixtures read it back."""
+
+    node_name: str
+    etcd_client_port: int
+    etcd_peer_port: int
+    apiserver_port: int
+    controller_manager_port: int
+    scheduler_port: int
+    registry_port: int
+    stream_port: int
+    bridge: str
+    pod_cidr: str
+    service_cidr: str
+
+    @property
+    def apiserver_url(self) -> str:
+        return f"https://127.0.0.1:{self.apiserver_port}"
+
+    @property
+    def registry(self) -> str:
+        return f"127.0.0.1:{self.registry_port}"
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(asdict(self), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: Path) -> Settings:
+        return cls(**json.loads(path.read_text()))

@@ -1,0 +1,473 @@
+"""`nodeagent testbed up|down --dir DIR`: one hermetic set of real parts on this machine.
+
+`up` starts, each with its own directory, ports, sockets and bridge so that two testbeds can run side by side:
+etcd and kube-apiserver (TLS, Node+RBAC authorization, NodeRestriction), kube-controller-manager and kube-scheduler,
+a docker-registry on loopback holding locally built pause and busybox images, and a containerd with its own root,
+state, socket and CNI config. It writes `DIR/env` and `DIR/nodeagent.yaml`. The daemons outlive the command.
+
+`down` removes every sandbox through CRI (so CNI tears down veths and network namespaces), stops the daemons and
+containerd's shims by PID, unmounts what containerd mounted below DIR and deletes the bridge. A component that does
+not come up fails `up` with the tail of its log, after tearing down what had started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import socket
+import ssl
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from nodeagent.testbed import configs, hostnet, images, processes, registry
+from nodeagent.testbed.kubeconfig import write_kubeconfig
+from nodeagent.testbed.layout import Layout, Settings
+from nodeagent.testbed.pki import CertificateAuthority, CertPair, service_account_keys
+from nodeagent.testbed.versions import cache_root, kubernetes_bin_dir
+
+log = logging.getLogger(__name__)
+
+# Stopped in this order by `down`: clients of the apiserver first, containerd after its sandboxes are gone.
+COMPONENTS = (
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kube-apiserver",
+    "etcd",
+    "registry",
+    "containerd",
+)
+READY_TIMEOUT = 90.0
+
+
+class TestbedError(RuntimeError):
+    """The testbed cannot be brought up or down (besides a component failing, which is ComponentFailed)."""
+
+
+def default_node_name() -> str:
+    return socket.gethostname().lower()
+
+
+def _free_ports(count: int) -> list[int]:
+    socks = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _binary(name: str) -> str:
+    candidate = kubernetes_bin_dir() / name
+    if candidate.exists():
+        return str(candidate)
+    found = shutil.which(name)
+    if found is None:
+        raise TestbedError(f"{name} is not installed: run `nodeagent testbed install` first")
+    return found
+
+
+@dataclass(frozen=True)
+class Pki:
+    ca: CertPair
+    apiserver: CertPair
+    etcd_server: CertPair
+    etcd_client: CertPair
+    admin: CertPair
+    node: CertPair
+    controller_manager: CertPair
+    scheduler: CertPair
+    kubelet_client: CertPair
+    service_account: CertPair
+
+
+def _make_pki(layout: Layout, node_name: str) -> Pki:
+    d = layout.pki
+    ca = CertificateAuthority.create(d, "nodeagent-testbed-ca")
+    loopback = ("127.0.0.1",)
+    return Pki(
+        ca=ca.pair,
+        apiserver=ca.issue(
+            d,
+            "apiserver",
+            common_name="kube-apiserver",
+            server=True,
+            dns_names=("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"),
+            ip_addresses=(*loopback, "198.19.0.1"),
+        ),
+        etcd_server=ca.issue(
+            d,
+            "etcd-server",
+            common_name="etcd",
+            server=True,
+            client=True,
+            dns_names=("localhost",),
+            ip_addresses=loopback,
+        ),
+        etcd_client=ca.issue(d, "etcd-client", common_name="kube-apiserver-etcd-client", client=True),
+        admin=ca.issue(d, "admin", common_name="kubernetes-admin", organizations=("system:masters",), client=True),
+        node=ca.issue(d, "node", common_name=f"system:node:{node_name}", organizations=("system:nodes",), client=True),
+        controller_manager=ca.issue(d, "controller-manager", common_name="system:kube-controller-manager", client=True),
+        scheduler=ca.issue(d, "scheduler", common_name="system:kube-scheduler", client=True),
+        kubelet_client=ca.issue(
+            d,
+            "apiserver-kubelet-client",
+            common_name="kube-apiserver-kubelet-client",
+            organizations=("system:masters",),
+            client=True,
+        ),
+        service_account=service_account_keys(d),
+    )
+
+
+async def _wait(name: str, log_path: Path, check: Callable[[], Awaitable[bool]], proc: processes.Process) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT
+    last_error = ""
+    while time.monotonic() < deadline:
+        if not proc.alive():
+            raise processes.ComponentFailed(name, "exited during start-up", log_path)
+        try:
+            if await check():
+                log.info("testbed component ready name=%s", name)
+                return
+        except (httpx.HTTPError, OSError, ssl.SSLError) as exc:
+            last_error = str(exc)
+        await asyncio.sleep(0.2)
+    raise processes.ComponentFailed(name, f"not ready after {READY_TIMEOUT:.0f}s ({last_error})", log_path)
+
+
+def _https_check(
+    url: str, *, ca: Path | None, client: CertPair | None, expect: str = "ok"
+) -> Callable[[], Awaitable[bool]]:
+    context = ssl.create_default_context(cafile=str(ca)) if ca else ssl._create_unverified_context()
+    if client is not None:
+        context.load_cert_chain(str(client.cert), str(client.key))
+
+    async def check() -> bool:
+        async with httpx.AsyncClient(verify=context, timeout=2.0) as http:
+            resp = await http.get(url)
+            return resp.status_code == 200 and expect in resp.text
+
+    return check
+
+
+class Testbed:
+    """One testbed, addressed by its directory. `up` and `down` may run in different processes."""
+
+    def __init__(self, root: Path) -> None:
+        self.layout = Layout(root.resolve())
+
+    @property
+    def settings(self) -> Settings:
+        return Settings.load(self.layout.settings_file)
+
+    def running(self) -> list[str]:
+        return [n for n in COMPONENTS if (p := processes.load(self.layout.pids, n)) is not None and p.alive()]
+
+    async def up(self, *, node_name: str | None = None) -> Settings:
+        if self.running():
+            raise TestbedError(f"a testbed already runs in {self.layout.root}: {', '.join(self.running())}")
+        self._reset_dir()
+        try:
+            return await self._up(node_name or default_node_name())
+        except BaseException:
+            await self.down()
+            raise
+
+    def _reset_dir(self) -> None:
+        lay = self.layout
+        lay.root.mkdir(parents=True, exist_ok=True)
+        # A stopped testbed in the same directory: start from clean state, as a hermetic set must.
+        hostnet.unmount_under(lay.root)
+        for sub in (lay.pki, lay.etcd_data, lay.containerd, lay.cni_conf_dir.parent, lay.registry_data, lay.pids):
+            shutil.rmtree(sub, ignore_errors=True)
+        lay.logs.mkdir(exist_ok=True)
+        lay.manifests.mkdir(exist_ok=True)
+
+    async def _up(self, node_name: str) -> Settings:
+        lay = self.layout
+        ports = _free_ports(7)
+        bridge = hostnet.bridge_name(lay.root)
+        settings = Settings(
+            node_name=node_name,
+            etcd_client_port=ports[0],
+            etcd_peer_port=ports[1],
+            apiserver_port=ports[2],
+            controller_manager_port=ports[3],
+            scheduler_port=ports[4],
+            registry_port=ports[5],
+            stream_port=ports[6],
+            bridge=bridge,
+            pod_cidr=hostnet.choose_pod_cidr(lay.root, taken=set()),
+            service_cidr=hostnet.SERVICE_CIDR,
+        )
+        settings.save(lay.settings_file)
+        pki = _make_pki(lay, node_name)
+        self._write_configs(settings, pki)
+
+        etcd = self._start_etcd(settings, pki)
+        reg = self._start(
+            "registry",
+            ["/usr/bin/docker-registry", "serve", str(lay.registry_data / "config.yml")],
+        )
+        containerd = self._start("containerd", ["/usr/bin/containerd", "--config", str(lay.containerd_config)])
+
+        await _wait(
+            "etcd",
+            etcd.log_path,
+            _https_check(
+                f"https://127.0.0.1:{settings.etcd_client_port}/health",
+                ca=pki.ca.cert,
+                client=pki.etcd_client,
+                expect="true",
+            ),
+            etcd,
+        )
+        apiserver = self._start_apiserver(settings, pki)
+        await _wait("registry", reg.log_path, lambda: _registry_ready(settings), reg)
+        await self._push_images(settings)
+        await _wait("containerd", containerd.log_path, lambda: _containerd_ready(lay), containerd)
+        await _wait(
+            "kube-apiserver",
+            apiserver.log_path,
+            _https_check(f"{settings.apiserver_url}/readyz", ca=pki.ca.cert, client=pki.admin),
+            apiserver,
+        )
+        kcm = self._start_controller_manager(settings, pki)
+        sched = self._start_scheduler(settings)
+        for proc, port in ((kcm, settings.controller_manager_port), (sched, settings.scheduler_port)):
+            await _wait(
+                proc.name, proc.log_path, _https_check(f"https://127.0.0.1:{port}/healthz", ca=None, client=None), proc
+            )
+        lay.env_file.write_text(configs.env_file(lay, settings))
+        return settings
+
+    def _start(self, name: str, argv: list[str]) -> processes.Process:
+        return processes.start(name, argv, pid_dir=self.layout.pids, log_dir=self.layout.logs)
+
+    def _write_configs(self, settings: Settings, pki: Pki) -> None:
+        lay = self.layout
+        lay.containerd.mkdir(parents=True, exist_ok=True)
+        lay.containerd_config.write_text(configs.containerd_config(lay, settings))
+        hosts = lay.registry_hosts / settings.registry
+        hosts.mkdir(parents=True, exist_ok=True)
+        (hosts / "hosts.toml").write_text(configs.registry_hosts_toml(settings))
+        lay.cni_conf_dir.mkdir(parents=True, exist_ok=True)
+        (lay.cni_conf_dir / "10-nodeagent.conflist").write_text(configs.cni_conflist(lay, settings))
+        lay.registry_data.mkdir(parents=True, exist_ok=True)
+        (lay.registry_data / "config.yml").write_text(
+            registry.registry_config(lay.registry_data / "storage", settings.registry)
+        )
+        server = settings.apiserver_url
+        write_kubeconfig(lay.admin_kubeconfig, server=server, ca=pki.ca.cert, client=pki.admin, user="admin")
+        write_kubeconfig(
+            lay.node_kubeconfig,
+            server=server,
+            ca=pki.ca.cert,
+            client=pki.node,
+            user=f"system:node:{settings.node_name}",
+        )
+        write_kubeconfig(
+            lay.root / "controller-manager.kubeconfig",
+            server=server,
+            ca=pki.ca.cert,
+            client=pki.controller_manager,
+            user="system:kube-controller-manager",
+        )
+        write_kubeconfig(
+            lay.root / "scheduler.kubeconfig",
+            server=server,
+            ca=pki.ca.cert,
+            client=pki.scheduler,
+            user="system:kube-scheduler",
+        )
+        lay.agent_config.write_text(configs.agent_config(lay, settings))
+
+    def _start_etcd(self, settings: Settings, pki: Pki) -> processes.Process:
+        client = f"https://127.0.0.1:{settings.etcd_client_port}"
+        peer = f"http://127.0.0.1:{settings.etcd_peer_port}"
+        return self._start(
+            "etcd",
+            [
+                "/usr/bin/etcd",
+                "--name=testbed",
+                f"--data-dir={self.layout.etcd_data}",
+                f"--listen-client-urls={client}",
+                f"--advertise-client-urls={client}",
+                f"--listen-peer-urls={peer}",
+                f"--initial-advertise-peer-urls={peer}",
+                f"--initial-cluster=testbed={peer}",
+                f"--cert-file={pki.etcd_server.cert}",
+                f"--key-file={pki.etcd_server.key}",
+                f"--trusted-ca-file={pki.ca.cert}",
+                "--client-cert-auth=true",
+                # A test set: durability across power loss buys nothing and fsync costs every write.
+                "--unsafe-no-fsync=true",
+                "--log-level=warn",
+            ],
+        )
+
+    def _start_apiserver(self, settings: Settings, pki: Pki) -> processes.Process:
+        d = self.layout.pki
+        return self._start(
+            "kube-apiserver",
+            [
+                _binary("kube-apiserver"),
+                f"--etcd-servers=https://127.0.0.1:{settings.etcd_client_port}",
+                f"--etcd-cafile={pki.ca.cert}",
+                f"--etcd-certfile={pki.etcd_client.cert}",
+                f"--etcd-keyfile={pki.etcd_client.key}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={settings.apiserver_port}",
+                f"--tls-cert-file={pki.apiserver.cert}",
+                f"--tls-private-key-file={pki.apiserver.key}",
+                f"--client-ca-file={pki.ca.cert}",
+                f"--cert-dir={d / 'apiserver'}",
+                "--authorization-mode=Node,RBAC",
+                "--enable-admission-plugins=NodeRestriction",
+                f"--service-cluster-ip-range={settings.service_cidr}",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-account-key-file={pki.service_account.cert}",
+                f"--service-account-signing-key-file={pki.service_account.key}",
+                f"--kubelet-client-certificate={pki.kubelet_client.cert}",
+                f"--kubelet-client-key={pki.kubelet_client.key}",
+                "--kubelet-preferred-address-types=InternalIP,Hostname",
+                "--allow-privileged=true",
+                # The loopback advertise address may not be written into the kubernetes Service's endpoints.
+                "--endpoint-reconciler-type=none",
+                "--profiling=false",
+                "--v=1",
+            ],
+        )
+
+    def _start_controller_manager(self, settings: Settings, pki: Pki) -> processes.Process:
+        kubeconfig = self.layout.root / "controller-manager.kubeconfig"
+        return self._start(
+            "kube-controller-manager",
+            [
+                _binary("kube-controller-manager"),
+                f"--kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={settings.controller_manager_port}",
+                f"--cert-dir={self.layout.pki / 'controller-manager'}",
+                f"--service-account-private-key-file={pki.service_account.key}",
+                f"--root-ca-file={pki.ca.cert}",
+                f"--cluster-signing-cert-file={pki.ca.cert}",
+                f"--cluster-signing-key-file={pki.ca.key}",
+                "--use-service-account-credentials=true",
+                "--leader-elect=false",
+                # Short, so that a stopped agent shows NotReady in seconds rather than after the 50 s default.
+                "--node-monitor-period=2s",
+                "--node-monitor-grace-period=16s",
+                "--profiling=false",
+                "--v=1",
+            ],
+        )
+
+    def _start_scheduler(self, settings: Settings) -> processes.Process:
+        kubeconfig = self.layout.root / "scheduler.kubeconfig"
+        return self._start(
+            "kube-scheduler",
+            [
+                _binary("kube-scheduler"),
+                f"--kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={settings.scheduler_port}",
+                f"--cert-dir={self.layout.pki / 'scheduler'}",
+                "--leader-elect=false",
+                "--profiling=false",
+                "--v=1",
+            ],
+        )
+
+    async def _push_images(self, settings: Settings) -> None:
+        # Image layouts are deterministic; build once per machine into the cache and push into each testbed.
+        cache = cache_root() / "images"
+        built = (
+            (configs.PAUSE_IMAGE_REPOSITORY, configs.PAUSE_IMAGE_TAG, images.build_pause_image(cache / "pause")),
+            (
+                configs.BUSYBOX_IMAGE_REPOSITORY,
+                configs.BUSYBOX_IMAGE_TAG,
+                images.build_busybox_image(cache / "busybox"),
+            ),
+        )
+        for repository, tag, image in built:
+            await registry.push_image(settings.registry, repository, tag, image)
+            log.info("testbed image pushed image=%s/%s:%s", settings.registry, repository, tag)
+
+    async def down(self) -> None:
+        lay = self.layout
+        settings = Settings.load(lay.settings_file) if lay.settings_file.exists() else None
+        containerd = processes.load(lay.pids, "containerd")
+        if containerd is not None and containerd.alive():
+            try:
+                await _remove_all_sandboxes(lay)
+            except Exception as exc:  # the leftovers are removed below all the same
+                log.warning("testbed down: could not remove sandboxes through CRI error=%r", exc)
+        for name in COMPONENTS:
+            proc = processes.load(lay.pids, name)
+            if proc is not None:
+                processes.stop(proc, pid_dir=lay.pids)
+        for pid in processes.pids_with_arg("containerd-shim-runc-v2", str(lay.containerd_socket)):
+            log.warning("testbed down: killing leftover shim pid=%d", pid)
+            _kill_tree(pid)
+        points = hostnet.unmount_under(lay.root)
+        if points:
+            log.info("testbed down: unmounted count=%d", len(points))
+        if settings is not None:
+            removed = hostnet.remove_bridge_leftovers(settings.bridge)
+            if removed:
+                log.info("testbed down: removed %s", ", ".join(removed))
+
+
+def _kill_tree(pid: int) -> None:
+    # A shim whose containerd is gone: kill it and the container processes it parented.
+    children = Path(f"/proc/{pid}/task/{pid}/children")
+    kids = [int(c) for c in children.read_text().split()] if children.exists() else []
+    for target in (pid, *kids):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(target, signal.SIGKILL)
+
+
+async def _registry_ready(settings: Settings) -> bool:
+    try:
+        await registry.wait_ready(settings.registry, timeout=0.5)
+    except Exception:
+        return False
+    return True
+
+
+async def _containerd_ready(layout: Layout) -> bool:
+    if not layout.containerd_socket.exists():
+        return False
+    from cri.client import connect
+
+    async with connect(f"unix://{layout.containerd_socket}", timeout=2.0) as client:
+        await client.runtime.version("v1")
+        status = await client.runtime.status()
+        return any(c.type == "RuntimeReady" and c.status for c in status.status.conditions)
+
+
+async def _remove_all_sandboxes(layout: Layout) -> None:
+    from cri.client import connect
+
+    async with connect(f"unix://{layout.containerd_socket}", timeout=30.0) as client:
+        for sandbox in await client.runtime.list_pod_sandbox():
+            await client.runtime.stop_pod_sandbox(sandbox.id)
+            await client.runtime.remove_pod_sandbox(sandbox.id)

@@ -1,0 +1,87 @@
+"""The config files a testbed writes point into its own directory, ports and ranges."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import tomllib
+from pathlib import Path
+
+import yaml
+
+from nodeagent.testbed import configs, hostnet
+from nodeagent.testbed.layout import Layout, Settings
+
+
+def _settings(**over: object) -> Settings:
+    base: dict[str, object] = {
+        "node_name": "worker-1",
+        "etcd_client_port": 20001,
+        "etcd_peer_port": 20002,
+        "apiserver_port": 20003,
+        "controller_manager_port": 20004,
+        "scheduler_port": 20005,
+        "registry_port": 20006,
+        "stream_port": 20007,
+        "bridge": "na0123456789",
+        "pod_cidr": "198.18.7.0/24",
+        "service_cidr": "198.19.0.0/16",
+    }
+    base.update(over)
+    return Settings(**base)  # type: ignore[arg-type]
+
+
+def test_containerd_config_is_private_to_the_testbed(tmp_path: Path) -> None:
+    layout = Layout(tmp_path)
+    doc = tomllib.loads(configs.containerd_config(layout, _settings()))
+    assert doc["root"].startswith(str(tmp_path))
+    assert doc["state"].startswith(str(tmp_path))
+    assert doc["grpc"]["address"] == str(layout.containerd_socket)
+    cri = doc["plugins"]["io.containerd.grpc.v1.cri"]
+    assert cri["restrict_oom_score_adj"] is True
+    assert cri["sandbox_image"] == "127.0.0.1:20006/pause:3.10"
+    assert cri["stream_server_port"] == "20007"
+    assert cri["cni"]["conf_dir"] == str(layout.cni_conf_dir)
+    assert cri["containerd"]["runtimes"]["runc"]["options"]["SystemdCgroup"] is False
+
+
+def test_cni_conflist_uses_the_testbed_bridge_and_range(tmp_path: Path) -> None:
+    doc = json.loads(configs.cni_conflist(Layout(tmp_path), _settings()))
+    bridge = doc["plugins"][0]
+    assert bridge["bridge"] == "na0123456789"
+    subnet = ipaddress.ip_network(bridge["ipam"]["ranges"][0][0]["subnet"])
+    assert subnet.subnet_of(ipaddress.ip_network("198.18.0.0/15"))
+    assert bridge["ipMasq"] is False
+
+
+def test_agent_config_is_a_kubelet_configuration(tmp_path: Path) -> None:
+    layout = Layout(tmp_path)
+    doc = yaml.safe_load(configs.agent_config(layout, _settings()))
+    assert doc["apiVersion"] == "kubelet.config.k8s.io/v1beta1"
+    assert doc["kind"] == "KubeletConfiguration"
+    assert doc["containerRuntimeEndpoint"] == f"unix://{layout.containerd_socket}"
+    assert doc["staticPodPath"] == str(tmp_path / "manifests")
+
+
+def test_env_file_defines_what_users_and_tests_source(tmp_path: Path) -> None:
+    text = configs.env_file(Layout(tmp_path), _settings())
+    exported = dict(
+        line.removeprefix("export ").split("=", 1) for line in text.splitlines() if line.startswith("export ")
+    )
+    for key in ("KUBECONFIG", "NODEAGENT_KUBECONFIG", "CONTAINERD_ADDRESS", "REGISTRY"):
+        assert key in exported
+    assert exported["REGISTRY"] == "127.0.0.1:20006"
+
+
+def test_bridge_names_fit_linux_and_differ_per_directory(tmp_path: Path) -> None:
+    one, two = hostnet.bridge_name(tmp_path / "a"), hostnet.bridge_name(tmp_path / "b")
+    assert one != two
+    assert len(one) <= 15 and len(two) <= 15
+
+
+def test_pod_cidr_avoids_taken_ranges(tmp_path: Path) -> None:
+    first = hostnet.choose_pod_cidr(tmp_path, taken=set())
+    second = hostnet.choose_pod_cidr(tmp_path, taken={first})
+    assert first != second
+    for cidr in (first, second):
+        assert ipaddress.ip_network(cidr).subnet_of(ipaddress.ip_network("198.18.0.0/15"))
