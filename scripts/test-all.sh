@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs everything nodeagent needs on a fresh Debian 12 machine (as root), then runs every check and test:
+# ruff (lint + format), mypy --strict, the import rules, and pytest (unit + integration on a real testbed).
+# .ci/run calls this script; the README names it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n== %s ==\n' "$*"; }
+
+step "python packages"
+python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore -e '.[dev]'
+
+step "testbed install (Debian packages, control plane build; cached after the first run)"
+python3 -m nodeagent testbed install
+
+step "ruff check";        python3 -m ruff check .
+step "ruff format";       python3 -m ruff format --check .
+step "mypy --strict";     python3 -m mypy
+step "import rules";      python3 -c "import sys; from importlinter.cli import lint_imports; sys.exit(lint_imports())"
+step "pytest";            python3 -m pytest "$@"
