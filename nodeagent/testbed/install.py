@@ -44,6 +44,9 @@ BOOKWORM_PACKAGES: dict[str, str] = {
     "busybox-static": "",
     "containernetworking-plugins": "",
     "ca-certificates": "",
+    # The pause image's binary is compiled from nodeagent/testbed/pause.c, statically.
+    "gcc": "",
+    "libc6-dev": "",
 }
 TRIXIE_PACKAGES: dict[str, str] = {
     "containerd": "1.7.",

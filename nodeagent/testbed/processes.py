@@ -86,6 +86,11 @@ def start(
             start_new_session=True,
         )
     proc = Process(name=name, pid=popen.pid, argv=tuple(argv), log_path=log_path)
+    # Right after the spawn /proc/PID/cmdline can still read empty (seen under load); `alive()` compares it, so
+    # wait until the kernel shows the new command line (or the process has already exited).
+    deadline = time.monotonic() + 2.0
+    while _cmdline(proc.pid) == () and popen.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
     (pid_dir / f"{name}.json").write_text(json.dumps({"pid": proc.pid, "argv": list(proc.argv), "log": str(log_path)}))
     # The Popen object is dropped on purpose: the daemon belongs to the testbed, not to this Python process.
     popen.returncode = 0

@@ -165,6 +165,8 @@ def _https_check(
 class Testbed:
     """One testbed, addressed by its directory. `up` and `down` may run in different processes."""
 
+    __test__ = False  # not a pytest test class, despite the name
+
     def __init__(self, root: Path) -> None:
         self.layout = Layout(root.resolve())
 

@@ -1,0 +1,339 @@
+"""`KubeClient`: the one thin layer that sends `request.ApiRequest`s to the apiserver through httpx.
+
+Everything about a verb (path, query, body, content type) is decided in `request`; here a request is sent, the
+answer decoded, and failures mapped once: HTTP failures through `errors.error_from_response`, transport failures
+to `ApiUnavailable`, both with `raise ... from`. The httpx transport is the seam: unit tests pass an
+`httpx.MockTransport`, production builds a TLS context from the kubeconfig.
+
+Objects are JSON dicts (`Obj`). The client does not retry: the callers (the reflector, the node-status loop, the
+status manager) each own their retry policy, as the kubelet's managers do.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import AsyncGenerator, Callable, Generator
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import httpx
+
+from nodeagent import __version__
+from nodeagent.kube.errors import ApiUnavailable, KubeconfigError, error_from_response, error_from_status
+from nodeagent.kube.kubeconfig import ClusterCredentials, load_kubeconfig, read_token, ssl_context
+from nodeagent.kube.request import (
+    ApiRequest,
+    Obj,
+    PatchBody,
+    PatchType,
+    PropagationPolicy,
+    create_request,
+    delete_request,
+    get_request,
+    list_request,
+    patch_request,
+    replace_request,
+    watch_request,
+)
+from nodeagent.kube.watch import WatchDecoder, WatchEvent
+
+log = logging.getLogger(__name__)
+
+USER_AGENT = f"nodeagent/{__version__}"
+DEFAULT_TIMEOUT = 30.0
+# A watch asks the server to end it after timeoutSeconds; the read timeout leaves the server room to do so first.
+WATCH_READ_GRACE = 30.0
+TOKEN_FILE_REFRESH = 60.0
+
+
+class BearerToken(httpx.Auth):
+    """`Authorization: Bearer ...` from an inline token or a token file re-read every minute (as client-go does)."""
+
+    def __init__(
+        self,
+        token: str | None,
+        token_file: Path | None,
+        *,
+        refresh: float = TOKEN_FILE_REFRESH,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._token = token
+        self._file = token_file
+        self._refresh = refresh
+        self._clock = clock
+        self._read_at: float | None = None
+
+    def current(self) -> str | None:
+        if self._file is not None and (self._read_at is None or self._clock() - self._read_at >= self._refresh):
+            try:
+                self._token = read_token(self._file)
+            except KubeconfigError as exc:
+                # Keep the last good token: the file may be mid-rotation.
+                log.warning("token file unreadable path=%s error=%s", self._file, exc)
+            self._read_at = self._clock()
+        return self._token
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        token = self.current()
+        if token:
+            request.headers["Authorization"] = f"Bearer {token}"
+        yield request
+
+
+def _encode(body: PatchBody) -> bytes:
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def _decode(response: httpx.Response) -> Obj:
+    if not response.content:
+        return {}
+    try:
+        doc = json.loads(response.content)
+    except ValueError as exc:
+        raise ApiUnavailable(
+            f"malformed response to {response.request.method} {response.request.url.path}: not JSON"
+        ) from exc
+    if not isinstance(doc, dict):
+        raise ApiUnavailable(
+            f"malformed response to {response.request.method} {response.request.url.path}: not an object"
+        )
+    return doc
+
+
+def _unavailable(request: ApiRequest, exc: httpx.RequestError) -> ApiUnavailable:
+    detail = str(exc) or type(exc).__name__
+    return ApiUnavailable(f"{request.method} {request.path}: {type(exc).__name__}: {detail}")
+
+
+class KubeClient:
+    """An async client of one apiserver. Use as `async with KubeClient.from_kubeconfig(path) as client:`."""
+
+    def __init__(
+        self,
+        credentials: ClusterCredentials,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        user_agent: str = USER_AGENT,
+    ) -> None:
+        self.credentials = credentials
+        self._timeout = timeout
+        self._extensions: dict[str, Any] = (
+            {"sni_hostname": credentials.tls_server_name} if credentials.tls_server_name else {}
+        )
+        auth = (
+            BearerToken(credentials.token, credentials.token_file)
+            if credentials.token or credentials.token_file
+            else None
+        )
+        self._http = httpx.AsyncClient(
+            base_url=credentials.server,
+            # With a transport given (tests), httpx ignores verify; do not build a context nobody uses.
+            verify=ssl_context(credentials) if transport is None else True,
+            transport=transport,
+            auth=auth,
+            headers={"User-Agent": user_agent, "Accept": "application/json"},
+            timeout=timeout,
+        )
+
+    @classmethod
+    def from_kubeconfig(
+        cls,
+        path: Path,
+        *,
+        context: str | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> KubeClient:
+        return cls(load_kubeconfig(path, context=context), transport=transport, timeout=timeout)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    def _build(self, request: ApiRequest, timeout: httpx.Timeout) -> httpx.Request:
+        headers = {"Content-Type": request.content_type} if request.content_type else {}
+        return self._http.build_request(
+            request.method,
+            request.path,
+            params=request.params,
+            content=_encode(request.body) if request.body is not None else None,
+            headers=headers,
+            timeout=timeout,
+            extensions=self._extensions,
+        )
+
+    async def send(self, request: ApiRequest, *, request_timeout: float | None = None) -> Obj:
+        """Send one request and return the object the apiserver answered with; the single exit for errors."""
+        started = time.monotonic()
+        try:
+            response = await self._http.send(self._build(request, httpx.Timeout(request_timeout or self._timeout)))
+        except httpx.RequestError as exc:
+            log.debug("api request failed method=%s path=%s error=%r", request.method, request.path, exc)
+            raise _unavailable(request, exc) from exc
+        log.debug(
+            "api request method=%s path=%s status=%d duration=%.3f",
+            request.method,
+            request.path,
+            response.status_code,
+            time.monotonic() - started,
+        )
+        if not response.is_success:
+            raise error_from_response(
+                response.status_code, response.content, retry_after=response.headers.get("Retry-After")
+            )
+        return _decode(response)
+
+    async def get(self, path: str, *, request_timeout: float | None = None) -> Obj:
+        return await self.send(get_request(path), request_timeout=request_timeout)
+
+    async def list(
+        self,
+        path: str,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        resource_version: str | None = None,
+        limit: int | None = None,
+        request_timeout: float | None = None,
+    ) -> Obj:
+        """All items of a collection, following `continue` tokens page by page (each page its own request).
+
+        The result is the first page's list object with every page's items; all pages share its resourceVersion,
+        since a continue token pins the snapshot. An expired token raises Gone, as it does in client-go's pager.
+        """
+        first = await self.send(
+            list_request(
+                path,
+                label_selector=label_selector,
+                field_selector=field_selector,
+                resource_version=resource_version,
+                limit=limit,
+            ),
+            request_timeout=request_timeout,
+        )
+        items = [*(first.get("items") or [])]
+        page = first
+        while token := (page.get("metadata") or {}).get("continue"):
+            page = await self.send(
+                list_request(
+                    path,
+                    label_selector=label_selector,
+                    field_selector=field_selector,
+                    limit=limit,
+                    continue_token=token,
+                ),
+                request_timeout=request_timeout,
+            )
+            items.extend(page.get("items") or [])
+        metadata = {
+            k: v for k, v in (first.get("metadata") or {}).items() if k not in ("continue", "remainingItemCount")
+        }
+        return {**first, "metadata": metadata, "items": items}
+
+    async def create(
+        self, path: str, body: Obj, *, field_manager: str | None = None, request_timeout: float | None = None
+    ) -> Obj:
+        return await self.send(create_request(path, body, field_manager=field_manager), request_timeout=request_timeout)
+
+    async def replace(
+        self, path: str, body: Obj, *, field_manager: str | None = None, request_timeout: float | None = None
+    ) -> Obj:
+        return await self.send(
+            replace_request(path, body, field_manager=field_manager), request_timeout=request_timeout
+        )
+
+    async def patch(
+        self,
+        path: str,
+        body: PatchBody,
+        *,
+        patch_type: PatchType = "strategic",
+        field_manager: str | None = None,
+        force: bool | None = None,
+        subresource: str | None = None,
+        request_timeout: float | None = None,
+    ) -> Obj:
+        request = patch_request(
+            path, body, patch_type=patch_type, field_manager=field_manager, force=force, subresource=subresource
+        )
+        return await self.send(request, request_timeout=request_timeout)
+
+    async def delete(
+        self,
+        path: str,
+        *,
+        grace_period_seconds: int | None = None,
+        preconditions_uid: str | None = None,
+        preconditions_resource_version: str | None = None,
+        propagation_policy: PropagationPolicy | None = None,
+        request_timeout: float | None = None,
+    ) -> Obj:
+        """Returns the deleted object, the object marked for deletion (graceful), or a Success Status."""
+        request = delete_request(
+            path,
+            grace_period_seconds=grace_period_seconds,
+            preconditions_uid=preconditions_uid,
+            preconditions_resource_version=preconditions_resource_version,
+            propagation_policy=propagation_policy,
+        )
+        return await self.send(request, request_timeout=request_timeout)
+
+    async def watch(
+        self,
+        path: str,
+        *,
+        resource_version: str,
+        field_selector: str | None = None,
+        label_selector: str | None = None,
+        timeout_seconds: int | None = None,
+        allow_bookmarks: bool = True,
+    ) -> AsyncGenerator[WatchEvent, None]:
+        """The events of a collection after `resource_version`, until the server ends the stream.
+
+        An ERROR event raises its mapped error (code 410, "Expired", raises Gone: list again). A consumer that stops
+        early closes the stream with `contextlib.aclosing(client.watch(...))`.
+        """
+        request = watch_request(
+            path,
+            resource_version=resource_version,
+            field_selector=field_selector,
+            label_selector=label_selector,
+            timeout_seconds=timeout_seconds,
+            allow_bookmarks=allow_bookmarks,
+        )
+        read = timeout_seconds + WATCH_READ_GRACE if timeout_seconds is not None else None
+        built = self._build(request, httpx.Timeout(self._timeout, read=read))
+        try:
+            response = await self._http.send(built, stream=True)
+        except httpx.RequestError as exc:
+            raise _unavailable(request, exc) from exc
+        try:
+            if not response.is_success:
+                body = await response.aread()
+                raise error_from_response(response.status_code, body, retry_after=response.headers.get("Retry-After"))
+            log.debug("watch started path=%s resource_version=%s", path, resource_version)
+            decoder = WatchDecoder()
+            async for chunk in response.aiter_bytes():
+                for event in decoder.feed(chunk):
+                    if event.type == "ERROR":
+                        raise error_from_status(event.object)
+                    yield event
+            for event in decoder.close():
+                if event.type == "ERROR":
+                    raise error_from_status(event.object)
+                yield event
+        except httpx.RequestError as exc:
+            raise _unavailable(request, exc) from exc
+        finally:
+            await response.aclose()

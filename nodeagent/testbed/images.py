@@ -1,0 +1,513 @@
+"""Build the testbed's container images (pause, busybox) as OCI image layouts, from files on this machine only.
+
+These machines reach no registry but the package registries, so every image a test runs is built here: the pause
+image from `pause.c` (compiled with `gcc -static`), the busybox image from Debian's busybox-static. The result is an
+OCI image layout (https://github.com/opencontainers/image-spec/blob/main/image-layout.md): `oci-layout`,
+`index.json` and content-addressed `blobs/sha256/...`, one manifest, one config, one gzip layer.
+
+Builds are deterministic (fixed mtimes and owners, sorted entries, gzip mtime 0, canonical JSON), so the same inputs
+give the same manifest digest on every run. That is what makes the cache work: a layout records the digest of its
+inputs, and a build whose inputs match reuses the layout after checking every blob against its digest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import hashlib
+import io
+import json
+import os
+import platform
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+MEDIA_TYPE_INDEX = "application/vnd.oci.image.index.v1+json"
+MEDIA_TYPE_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+MEDIA_TYPE_CONFIG = "application/vnd.oci.image.config.v1+json"
+MEDIA_TYPE_LAYER_GZIP = "application/vnd.oci.image.layer.v1.tar+gzip"
+ANNOTATION_REF_NAME = "org.opencontainers.image.ref.name"
+# containerd's `ctr images import` names an image after this annotation when it is present.
+ANNOTATION_CONTAINERD_NAME = "io.containerd.image.name"
+
+PAUSE_SOURCE = Path(__file__).with_name("pause.c")
+PAUSE_CFLAGS = ("-static", "-Os", "-s", "-Wall", "-Wextra", "-Werror")
+BUSYBOX_BINARY = Path("/bin/busybox")
+# The applets the tests rely on. The image links every applet the binary has; a binary that lacks one of these
+# fails the build instead of failing some test later with "not found".
+BUSYBOX_REQUIRED_APPLETS = (
+    "[",
+    "cat",
+    "date",
+    "echo",
+    "env",
+    "false",
+    "grep",
+    "hostname",
+    "httpd",
+    "id",
+    "kill",
+    "ls",
+    "mkdir",
+    "nc",
+    "printf",
+    "ps",
+    "sh",
+    "sleep",
+    "test",
+    "touch",
+    "true",
+    "wget",
+)
+DEFAULT_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# The upstream pause image runs as 65535:65535; it needs no privilege to sleep and reap.
+PAUSE_USER = "65535:65535"
+
+# Bump when the way layouts are built changes, so that cached layouts of the old format are rebuilt.
+_FORMAT_VERSION = 1
+_INPUTS_FILE = "nodeagent-inputs.json"
+# 2000-01-01T00:00:00Z: any fixed time would do; 0 makes some tar readers print warnings.
+_EPOCH = 946684800
+
+_GOARCH = {
+    "x86_64": "amd64",
+    "amd64": "amd64",
+    "aarch64": "arm64",
+    "arm64": "arm64",
+    "armv7l": "arm",
+    "i686": "386",
+    "ppc64le": "ppc64le",
+    "s390x": "s390x",
+    "riscv64": "riscv64",
+}
+
+
+class ImageError(RuntimeError):
+    """Base of this module's errors."""
+
+
+class ImageBuildError(ImageError):
+    """An image cannot be built: a tool or an input is missing, or the compiler failed (its output is attached)."""
+
+
+class InvalidLayout(ImageError):
+    """A directory is not a valid OCI image layout, or one of its blobs does not match its digest or size."""
+
+
+@dataclass(frozen=True)
+class Blob:
+    """A content descriptor: what a manifest says about a blob, and what a registry is told when it is pushed."""
+
+    media_type: str
+    digest: str
+    size: int
+
+    def descriptor(self) -> dict[str, Any]:
+        return {"mediaType": self.media_type, "digest": self.digest, "size": self.size}
+
+
+@dataclass(frozen=True)
+class OCIImage:
+    """One image in an OCI image layout on disk: one manifest, its config and its layers."""
+
+    layout: Path
+    manifest_digest: str
+    manifest: bytes = field(repr=False)
+    config: Blob
+    layers: tuple[Blob, ...]
+
+    @property
+    def config_digest(self) -> str:
+        return self.config.digest
+
+    @property
+    def manifest_size(self) -> int:
+        return len(self.manifest)
+
+    def blob_path(self, digest: str) -> Path:
+        return blob_path(self.layout, digest)
+
+    def blobs(self) -> tuple[Blob, ...]:
+        """The blobs the manifest references, in the order a push uploads them (layers, then config)."""
+        return (*self.layers, self.config)
+
+
+def blob_path(layout: Path, digest: str) -> Path:
+    algorithm, _, encoded = digest.partition(":")
+    if algorithm != "sha256" or len(encoded) != 64 or not all(c in "0123456789abcdef" for c in encoded):
+        raise InvalidLayout(f"unsupported or malformed digest {digest!r}")
+    return layout / "blobs" / "sha256" / encoded
+
+
+def sha256_digest(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def canonical_json(obj: object) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def host_architecture() -> str:
+    """The OCI (GOARCH) name of this machine's architecture: the images hold this machine's binaries."""
+    machine = platform.machine()
+    try:
+        return _GOARCH[machine]
+    except KeyError:
+        raise ImageBuildError(f"no OCI architecture name known for machine {machine!r}") from None
+
+
+# --- Building -----------------------------------------------------------------------------------------------------
+
+
+def build_pause_image(dest: Path) -> OCIImage:
+    """The sandbox image: `/pause` compiled from `pause.c` with `gcc -static -Os`, as its entrypoint."""
+    source = PAUSE_SOURCE.read_bytes()
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        raise ImageBuildError("gcc is not installed: the pause image is compiled here (apt-get install gcc libc6-dev)")
+    libc = _gcc_output(gcc, "-print-file-name=libc.a").strip()
+    if not Path(libc).is_file():
+        raise ImageBuildError(f"gcc finds no static libc ({libc!r}): apt-get install libc6-dev")
+    inputs = {
+        "image": "pause",
+        "source": sha256_digest(source),
+        "cflags": list(PAUSE_CFLAGS),
+        "gcc": _gcc_output(gcc, "--version").splitlines()[0],
+        "target": _gcc_output(gcc, "-dumpmachine").strip(),
+        "libc": sha256_digest(Path(libc).read_bytes()),
+        "architecture": host_architecture(),
+    }
+
+    def files() -> list[TarEntry]:
+        return [TarEntry.file("pause", _compile_pause(gcc, source), mode=0o755)]
+
+    config = {"Entrypoint": ["/pause"], "Env": [DEFAULT_PATH], "User": PAUSE_USER, "WorkingDir": "/"}
+    return _build(dest, inputs, files, config)
+
+
+def build_busybox_image(dest: Path) -> OCIImage:
+    """A small shell image: Debian's static busybox in `/bin` with a symlink per applet, `sh` as its command."""
+    if not BUSYBOX_BINARY.is_file():
+        raise ImageBuildError(f"{BUSYBOX_BINARY} is missing: apt-get install busybox-static")
+    binary = BUSYBOX_BINARY.read_bytes()
+    inputs = {"image": "busybox", "busybox": sha256_digest(binary), "architecture": host_architecture()}
+
+    def files() -> list[TarEntry]:
+        return busybox_rootfs(binary, _busybox_applets())
+
+    config = {"Cmd": ["sh"], "Env": [DEFAULT_PATH], "WorkingDir": "/"}
+    return _build(dest, inputs, files, config)
+
+
+def busybox_rootfs(binary: bytes, applets: Iterable[str]) -> list[TarEntry]:
+    """The busybox image's files: the binary, one relative symlink per applet, and the few files a shell expects."""
+    names = sorted(set(applets) - {"busybox"})
+    missing = sorted(set(BUSYBOX_REQUIRED_APPLETS) - set(names))
+    if missing:
+        raise ImageBuildError(f"{BUSYBOX_BINARY} lacks applets the tests need: {', '.join(missing)}")
+    entries = [
+        TarEntry.directory("bin"),
+        TarEntry.directory("etc"),
+        TarEntry.directory("root", mode=0o700),
+        TarEntry.directory("tmp", mode=0o1777),
+        TarEntry.directory("var"),
+        TarEntry.directory("var/www"),
+        TarEntry.file("bin/busybox", binary, mode=0o755),
+        TarEntry.file(
+            "etc/passwd", b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n"
+        ),
+        TarEntry.file("etc/group", b"root:x:0:\nnobody:x:65534:\n"),
+        # So that `httpd -h /var/www` answers 200 on "/" without a setup step (probes in tests).
+        TarEntry.file("var/www/index.html", b"ok\n"),
+    ]
+    entries += [TarEntry.symlink(f"bin/{name}", "busybox") for name in names]
+    return entries
+
+
+def _busybox_applets() -> list[str]:
+    proc = subprocess.run(
+        [str(BUSYBOX_BINARY), "--list"], capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL
+    )
+    if proc.returncode != 0:
+        raise ImageBuildError(f"{BUSYBOX_BINARY} --list failed (exit {proc.returncode}): {proc.stderr.strip()}")
+    return [name for name in proc.stdout.split() if name and "/" not in name]
+
+
+def _gcc_output(gcc: str, *args: str) -> str:
+    proc = subprocess.run([gcc, *args], capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL)
+    if proc.returncode != 0:
+        raise ImageBuildError(f"gcc {' '.join(args)} failed (exit {proc.returncode}): {proc.stderr.strip()}")
+    return proc.stdout
+
+
+def _compile_pause(gcc: str, source: bytes) -> bytes:
+    # Compiled from a copy under a fixed name in a scratch directory, so nothing of the checkout's path reaches the
+    # binary (it is stripped as well): the same source gives the same bytes wherever the repo lives.
+    with tempfile.TemporaryDirectory(prefix="nodeagent-pause-") as scratch:
+        work = Path(scratch)
+        (work / "pause.c").write_bytes(source)
+        proc = subprocess.run(
+            [gcc, *PAUSE_CFLAGS, "-o", "pause", "pause.c"],
+            cwd=work,
+            capture_output=True,
+            text=True,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+        if proc.returncode != 0:
+            raise ImageBuildError(
+                f"compiling pause.c failed (exit {proc.returncode}); a static build needs libc6-dev:\n"
+                + "\n".join((proc.stdout + proc.stderr).splitlines()[-40:])
+            )
+        return (work / "pause").read_bytes()
+
+
+@dataclass(frozen=True)
+class TarEntry:
+    """One entry of a layer. Owners, times and order are fixed when the tar is written, so only these fields vary."""
+
+    path: str
+    kind: bytes  # tarfile.DIRTYPE, REGTYPE or SYMTYPE
+    mode: int
+    data: bytes = b""
+    target: str = ""
+
+    @classmethod
+    def directory(cls, path: str, mode: int = 0o755) -> TarEntry:
+        return cls(path, tarfile.DIRTYPE, mode)
+
+    @classmethod
+    def file(cls, path: str, data: bytes, mode: int = 0o644) -> TarEntry:
+        return cls(path, tarfile.REGTYPE, mode, data=data)
+
+    @classmethod
+    def symlink(cls, path: str, target: str) -> TarEntry:
+        return cls(path, tarfile.SYMTYPE, 0o777, target=target)
+
+
+def layer_tar(entries: Sequence[TarEntry]) -> bytes:
+    """An uncompressed layer: entries sorted by path (a parent before its children), root-owned, fixed mtime."""
+    paths = [e.path for e in entries]
+    if len(set(paths)) != len(paths):
+        raise ImageBuildError(f"duplicate paths in a layer: {sorted(p for p in set(paths) if paths.count(p) > 1)}")
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for entry in sorted(entries, key=lambda e: e.path.split("/")):
+            info = tarfile.TarInfo(entry.path)
+            info.type = entry.kind
+            info.mode = entry.mode
+            info.mtime = _EPOCH
+            info.uid = info.gid = 0
+            info.uname = info.gname = "root"
+            if entry.kind == tarfile.SYMTYPE:
+                info.linkname = entry.target
+                tar.addfile(info)
+            elif entry.kind == tarfile.REGTYPE:
+                info.size = len(entry.data)
+                tar.addfile(info, io.BytesIO(entry.data))
+            else:
+                tar.addfile(info)
+    return buf.getvalue()
+
+
+def gzip_bytes(data: bytes) -> bytes:
+    # mtime=0 and no file name in the header: the compressed bytes depend on the content only.
+    buf = io.BytesIO()
+    with gzip.GzipFile(filename="", mode="wb", fileobj=buf, mtime=0, compresslevel=9) as gz:
+        gz.write(data)
+    return buf.getvalue()
+
+
+def _build(
+    dest: Path,
+    inputs: Mapping[str, object],
+    files: Callable[[], list[TarEntry]],
+    config: Mapping[str, object],
+) -> OCIImage:
+    marker = canonical_json({"format": _FORMAT_VERSION, **inputs, "config": config})
+    cached = _reuse(dest, marker)
+    if cached is not None:
+        return cached
+    tar = layer_tar(files())
+    layer = gzip_bytes(tar)
+    architecture = host_architecture()
+    config_blob = canonical_json(
+        {
+            "architecture": architecture,
+            "os": "linux",
+            "config": dict(config),
+            "rootfs": {"type": "layers", "diff_ids": [sha256_digest(tar)]},
+        }
+    )
+    config_desc = Blob(MEDIA_TYPE_CONFIG, sha256_digest(config_blob), len(config_blob))
+    layer_desc = Blob(MEDIA_TYPE_LAYER_GZIP, sha256_digest(layer), len(layer))
+    manifest = canonical_json(
+        {
+            "schemaVersion": 2,
+            "mediaType": MEDIA_TYPE_MANIFEST,
+            "config": config_desc.descriptor(),
+            "layers": [layer_desc.descriptor()],
+        }
+    )
+    manifest_digest = sha256_digest(manifest)
+    index = canonical_json(
+        {
+            "schemaVersion": 2,
+            "mediaType": MEDIA_TYPE_INDEX,
+            "manifests": [
+                {
+                    "mediaType": MEDIA_TYPE_MANIFEST,
+                    "digest": manifest_digest,
+                    "size": len(manifest),
+                    "platform": {"architecture": architecture, "os": "linux"},
+                }
+            ],
+        }
+    )
+    # Written beside dest and renamed into place, so a reader (another testbed building at the same time) never
+    # sees half a layout.
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    staging = dest.parent / f".{dest.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+    try:
+        blobs = staging / "blobs" / "sha256"
+        blobs.mkdir(parents=True)
+        for data in (layer, config_blob, manifest):
+            (blobs / sha256_digest(data).removeprefix("sha256:")).write_bytes(data)
+        (staging / "oci-layout").write_bytes(canonical_json({"imageLayoutVersion": "1.0.0"}))
+        (staging / "index.json").write_bytes(index)
+        (staging / _INPUTS_FILE).write_bytes(marker)
+        if dest.exists():
+            shutil.rmtree(dest)
+        try:
+            staging.rename(dest)
+        except OSError:
+            # Another build put the same layout there first: use it.
+            raced = _reuse(dest, marker)
+            if raced is None:
+                raise
+            return raced
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return OCIImage(dest, manifest_digest, manifest, config_desc, (layer_desc,))
+
+
+def _reuse(dest: Path, marker: bytes) -> OCIImage | None:
+    try:
+        if (dest / _INPUTS_FILE).read_bytes() != marker:
+            return None
+        return load_image(dest)
+    except (OSError, InvalidLayout):
+        return None
+
+
+# --- Reading ------------------------------------------------------------------------------------------------------
+
+
+def load_image(layout: Path, *, verify: bool = True) -> OCIImage:
+    """The single image of an OCI layout. With `verify`, every blob is checked against its size and digest."""
+    try:
+        version = json.loads((layout / "oci-layout").read_bytes())
+        index = json.loads((layout / "index.json").read_bytes())
+    except (OSError, ValueError) as exc:
+        raise InvalidLayout(f"{layout}: not an OCI image layout: {exc}") from exc
+    if not isinstance(version, dict) or version.get("imageLayoutVersion") != "1.0.0":
+        raise InvalidLayout(f"{layout}: unsupported oci-layout {version!r}")
+    manifests = index.get("manifests") if isinstance(index, dict) else None
+    if not isinstance(manifests, list) or len(manifests) != 1:
+        raise InvalidLayout(f"{layout}: index.json must list exactly one manifest")
+    manifest_desc = _descriptor(layout, manifests[0], MEDIA_TYPE_MANIFEST)
+    manifest = _read_blob(layout, manifest_desc, verify=True)
+    try:
+        doc = json.loads(manifest)
+        config = _descriptor(layout, doc["config"], MEDIA_TYPE_CONFIG)
+        layers = tuple(_descriptor(layout, d, MEDIA_TYPE_LAYER_GZIP) for d in doc["layers"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise InvalidLayout(f"{layout}: malformed manifest {manifest_desc.digest}: {exc!r}") from exc
+    if doc.get("schemaVersion") != 2 or doc.get("mediaType") != MEDIA_TYPE_MANIFEST:
+        raise InvalidLayout(f"{layout}: manifest {manifest_desc.digest} is not an OCI image manifest")
+    for blob in (config, *layers):
+        if verify:
+            _read_blob(layout, blob, verify=True)
+        elif not blob_path(layout, blob.digest).is_file():
+            raise InvalidLayout(f"{layout}: blob {blob.digest} is missing")
+    return OCIImage(layout, manifest_desc.digest, manifest, config, layers)
+
+
+def _descriptor(layout: Path, raw: object, media_type: str) -> Blob:
+    if not isinstance(raw, dict):
+        raise InvalidLayout(f"{layout}: descriptor {raw!r} is not an object")
+    digest, size, kind = raw.get("digest"), raw.get("size"), raw.get("mediaType")
+    if kind != media_type or not isinstance(digest, str) or not isinstance(size, int):
+        raise InvalidLayout(f"{layout}: expected a {media_type} descriptor, got {raw!r}")
+    blob_path(layout, digest)  # validates the digest's form
+    return Blob(media_type, digest, size)
+
+
+def _read_blob(layout: Path, blob: Blob, *, verify: bool) -> bytes:
+    try:
+        data = blob_path(layout, blob.digest).read_bytes()
+    except OSError as exc:
+        raise InvalidLayout(f"{layout}: blob {blob.digest} is missing: {exc}") from exc
+    if verify and (len(data) != blob.size or sha256_digest(data) != blob.digest):
+        raise InvalidLayout(
+            f"{layout}: blob {blob.digest} does not match its descriptor "
+            f"(size {len(data)} for {blob.size}, digest {sha256_digest(data)})"
+        )
+    return data
+
+
+# --- Export -------------------------------------------------------------------------------------------------------
+
+
+def write_oci_archive(image: OCIImage, dest: Path, *, name: str) -> Path:
+    """A tar of the layout for `ctr images import`, its index naming the image `name` (e.g. `example.test/pause:1`).
+
+    The index carries containerd's name annotation and the OCI ref name (the tag), so that the import names the
+    image without `--base-name`. Deterministic, like the layout.
+    """
+    _, _, tag = name.rpartition(":")
+    if "/" in tag or not tag:
+        tag = "latest"
+    index = canonical_json(
+        {
+            "schemaVersion": 2,
+            "mediaType": MEDIA_TYPE_INDEX,
+            "manifests": [
+                {
+                    "mediaType": MEDIA_TYPE_MANIFEST,
+                    "digest": image.manifest_digest,
+                    "size": image.manifest_size,
+                    "annotations": {ANNOTATION_CONTAINERD_NAME: name, ANNOTATION_REF_NAME: tag},
+                }
+            ],
+        }
+    )
+    entries = [
+        TarEntry.file("oci-layout", canonical_json({"imageLayoutVersion": "1.0.0"})),
+        TarEntry.file("index.json", index),
+        TarEntry.directory("blobs"),
+        TarEntry.directory("blobs/sha256"),
+        TarEntry.file(f"blobs/sha256/{image.manifest_digest.removeprefix('sha256:')}", image.manifest),
+    ]
+    for blob in image.blobs():
+        entries.append(
+            TarEntry.file(
+                f"blobs/sha256/{blob.digest.removeprefix('sha256:')}", image.blob_path(blob.digest).read_bytes()
+            )
+        )
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    partial = dest.with_name(dest.name + ".partial")
+    try:
+        partial.write_bytes(layer_tar(entries))
+        partial.replace(dest)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            partial.unlink()
+    return dest
