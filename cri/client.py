@@ -19,13 +19,16 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from types import TracebackType
-from typing import Self, TypeVar
+from typing import TYPE_CHECKING, Self, TypeVar
 
 import grpc
 
 from cri.channel import open_channel
 from cri.errors import InvalidResponseError, from_rpc_error
 from cri.v1 import api_pb2, api_pb2_grpc
+
+if TYPE_CHECKING:
+    from cri.service import ImageService, RuntimeService
 
 logger = logging.getLogger(__name__)
 
@@ -423,3 +426,9 @@ def connect(endpoint: str, *, image_endpoint: str | None = None, timeout: float 
     image_channel = open_channel(image_endpoint) if image_endpoint and image_endpoint != endpoint else None
     logger.debug("CRI client for %s (images: %s), timeout %ss", endpoint, image_endpoint or endpoint, timeout)
     return CRIClient(channel, image_channel=image_channel, timeout=timeout)
+
+
+if TYPE_CHECKING:
+    # mypy proves here that the clients implement the protocols.
+    _runtime_conforms: type[RuntimeService] = RemoteRuntimeService
+    _image_conforms: type[ImageService] = RemoteImageService

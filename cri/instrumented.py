@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
@@ -302,3 +302,9 @@ def instrument(
     return InstrumentedRuntimeService(runtime, metrics, clock=clock), InstrumentedImageService(
         image, metrics, clock=clock
     )
+
+
+if TYPE_CHECKING:
+    # mypy proves here that the wrappers implement the protocols they wrap.
+    _runtime_conforms: type[RuntimeService] = InstrumentedRuntimeService
+    _image_conforms: type[ImageService] = InstrumentedImageService

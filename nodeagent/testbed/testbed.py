@@ -27,6 +27,7 @@ from pathlib import Path
 
 import httpx
 
+from cri.client import connect
 from nodeagent.testbed import configs, hostnet, images, processes, registry
 from nodeagent.testbed.kubeconfig import write_kubeconfig
 from nodeagent.testbed.layout import Layout, Settings
@@ -458,8 +459,6 @@ async def _registry_ready(settings: Settings) -> bool:
 async def _containerd_ready(layout: Layout) -> bool:
     if not layout.containerd_socket.exists():
         return False
-    from cri.client import connect
-
     async with connect(f"unix://{layout.containerd_socket}", timeout=2.0) as client:
         await client.runtime.version("v1")
         status = await client.runtime.status()
@@ -467,8 +466,6 @@ async def _containerd_ready(layout: Layout) -> bool:
 
 
 async def _remove_all_sandboxes(layout: Layout) -> None:
-    from cri.client import connect
-
     async with connect(f"unix://{layout.containerd_socket}", timeout=30.0) as client:
         for sandbox in await client.runtime.list_pod_sandbox():
             await client.runtime.stop_pod_sandbox(sandbox.id)

@@ -241,7 +241,7 @@ class TlsServer:
     url: str
 
 
-@pytest_asyncio.fixture(loop_scope="function")
+@pytest_asyncio.fixture
 async def tls_server(pki: Pki) -> AsyncIterator[TlsServer]:
     """A tiny HTTPS server that demands a client certificate and answers with who the client is."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(pki.ca.pair.cert))

@@ -1,0 +1,45 @@
+"""Fixtures of the cri unit tests: a scripted runtime on a real unix socket, and a client connected to it."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+from pytest_asyncio import is_async_test
+
+from cri.client import CRIClient, connect
+from tests.unit.cri.scripted import ScriptedRuntime
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # The async tests here share the session's event loop with their fixtures (grpc.aio objects belong to one loop).
+    here = Path(__file__).parent
+    for item in items:
+        if is_async_test(item) and here in item.path.parents:
+            item.add_marker(pytest.mark.asyncio(loop_scope="session"), append=False)
+
+
+@pytest.fixture
+def socket_dir() -> Iterator[Path]:
+    # Not tmp_path: a unix socket path must stay under 108 bytes, and test ids make tmp_path long.
+    with tempfile.TemporaryDirectory(prefix="cri-") as path:
+        yield Path(path)
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def runtime(socket_dir: Path) -> AsyncIterator[ScriptedRuntime]:
+    server = ScriptedRuntime(socket_dir / "runtime.sock")
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def client(runtime: ScriptedRuntime) -> AsyncIterator[CRIClient]:
+    async with connect(runtime.endpoint, timeout=5.0) as cri:
+        yield cri

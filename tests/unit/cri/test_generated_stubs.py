@@ -1,0 +1,51 @@
+"""The committed stubs in cri/v1 are exactly what scripts/gen-cri.sh makes of cri/v1/api.proto.
+
+A proto edit without regeneration, or a hand edit of a generated file, fails here. The fix is to run
+scripts/gen-cri.sh (with the pinned grpcio-tools and mypy-protobuf of pyproject.toml).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[3]
+GENERATED = ("__init__.py", "api_pb2.py", "api_pb2.pyi", "api_pb2_grpc.py", "api_pb2_grpc.pyi")
+
+
+def _generate(repo: Path, out: Path) -> Path:
+    subprocess.run(
+        ["bash", str(repo / "scripts" / "gen-cri.sh"), str(out)],
+        check=True,
+        capture_output=True,
+        env={**os.environ, "PYTHON": sys.executable},
+    )
+    return out / "cri" / "v1"
+
+
+def _differing(generated: Path) -> list[str]:
+    committed = REPO / "cri" / "v1"
+    return [name for name in GENERATED if (generated / name).read_bytes() != (committed / name).read_bytes()]
+
+
+def test_committed_stubs_equal_a_fresh_generation(tmp_path: Path) -> None:
+    generated = _generate(REPO, tmp_path)
+    assert sorted(path.name for path in generated.iterdir()) == sorted(GENERATED)
+    differing = _differing(generated)
+    assert not differing, f"cri/v1 stubs are stale or hand-edited: {differing}; run scripts/gen-cri.sh"
+
+
+def test_a_proto_edit_without_regeneration_is_caught(tmp_path: Path) -> None:
+    edited_repo = tmp_path / "repo"
+    (edited_repo / "scripts").mkdir(parents=True)
+    (edited_repo / "cri" / "v1").mkdir(parents=True)
+    shutil.copy(REPO / "scripts" / "gen-cri.sh", edited_repo / "scripts" / "gen-cri.sh")
+    proto = (REPO / "cri" / "v1" / "api.proto").read_text()
+    edited = proto.replace("    string localhost_ref = 2;\n", "    string localhost_ref = 3;\n")
+    assert edited != proto
+    (edited_repo / "cri" / "v1" / "api.proto").write_text(edited)
+    generated = _generate(edited_repo, tmp_path / "out")
+    assert "api_pb2.py" in _differing(generated)
