@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from cri.client import CRIClient, connect
 
+from cri.client import CRIClient, connect
 from nodeagent.testbed.layout import Settings
 from nodeagent.testbed.testbed import Testbed
 

@@ -15,8 +15,11 @@ def sandbox_config(name: str, log_dir: Path) -> api_pb2.PodSandboxConfig:
         metadata=api_pb2.PodSandboxMetadata(name=name, uid=uid, namespace="nodeagent-tests", attempt=0),
         hostname=name,
         log_directory=str(log_dir),
-        labels={"io.kubernetes.pod.name": name, "io.kubernetes.pod.namespace": "nodeagent-tests",
-                "io.kubernetes.pod.uid": uid},
+        labels={
+            "io.kubernetes.pod.name": name,
+            "io.kubernetes.pod.namespace": "nodeagent-tests",
+            "io.kubernetes.pod.uid": uid,
+        },
         linux=api_pb2.LinuxPodSandboxConfig(),
     )
 

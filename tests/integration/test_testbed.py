@@ -1,0 +1,92 @@
+"""Two testbeds run side by side without colliding, and `down` leaves nothing behind, even with pods running."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+import subprocess
+from pathlib import Path
+
+import httpx
+
+from cri.client import connect
+from cri.v1 import api_pb2
+from nodeagent.testbed import configs, processes
+from nodeagent.testbed.testbed import Testbed
+from tests.integration.crifixtures import container_config, sandbox_config
+
+
+def _netns() -> set[str]:
+    out = subprocess.run(["ip", "-j", "netns", "list"], capture_output=True, text=True, check=True).stdout
+    return {str(ns["name"]) for ns in json.loads(out or "[]")}
+
+
+def _links(kind: str) -> set[str]:
+    out = subprocess.run(["ip", "-j", "link", "show", "type", kind], capture_output=True, text=True, check=True)
+    return {str(link["ifname"]) for link in json.loads(out.stdout or "[]")}
+
+
+def _mounts_under(root: Path) -> list[str]:
+    prefix = str(root.resolve()) + "/"
+    return [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines() if prefix in line]
+
+
+async def _run_pod(other: Testbed) -> None:
+    settings = other.settings
+    async with connect(f"unix://{other.layout.containerd_socket}", timeout=60) as cri:
+        image = configs.busybox_image(settings)
+        await cri.image.pull_image(api_pb2.ImageSpec(image=image))
+        config = sandbox_config("hygiene", other.layout.root / "podlogs")
+        sandbox_id = await cri.runtime.run_pod_sandbox(config)
+        container_id = await cri.runtime.create_container(
+            sandbox_id, container_config("sleeper", image, ["sleep", "3600"]), config
+        )
+        await cri.runtime.start_container(container_id)
+
+
+async def _readyz(bed: Testbed) -> int:
+    pki = bed.layout.pki
+    context = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+    context.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+    async with httpx.AsyncClient(verify=context) as http:
+        return (await http.get(f"{bed.settings.apiserver_url}/readyz")).status_code
+
+
+def test_second_testbed_beside_the_first_then_down_leaves_nothing(testbed: Testbed, tmp_path: Path) -> None:
+    netns_before, veths_before = _netns(), _links("veth")
+    other = Testbed(tmp_path / "other")
+    try:
+        asyncio.run(other.up())
+        one, two = testbed.settings, other.settings
+        ports = ("etcd_client_port", "etcd_peer_port", "apiserver_port", "registry_port", "stream_port")
+        assert {getattr(one, p) for p in ports}.isdisjoint({getattr(two, p) for p in ports})
+        assert one.bridge != two.bridge
+        assert one.pod_cidr != two.pod_cidr
+        assert testbed.layout.containerd_socket != other.layout.containerd_socket
+        assert asyncio.run(_readyz(testbed)) == 200
+        assert asyncio.run(_readyz(other)) == 200
+        asyncio.run(_run_pod(other))
+        # The pod really holds host resources that down must release.
+        assert two.bridge in _links("bridge")
+        assert len(_netns() - netns_before) == 1
+        assert len(_links("veth") - veths_before) == 1
+        assert _mounts_under(other.layout.root)
+    finally:
+        asyncio.run(other.down())
+    assert other.running() == []
+    assert processes.pids_with_arg("containerd-shim-runc-v2", str(other.layout.containerd_socket)) == []
+    assert _mounts_under(other.layout.root) == []
+    assert two.bridge not in _links("bridge")
+    assert _netns() == netns_before
+    assert _links("veth") == veths_before
+    # The first testbed is untouched.
+    assert asyncio.run(_readyz(testbed)) == 200
+    assert set(testbed.running()) == {
+        "kube-controller-manager",
+        "kube-scheduler",
+        "kube-apiserver",
+        "etcd",
+        "registry",
+        "containerd",
+    }
