@@ -8,18 +8,9 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from pytest_asyncio import is_async_test
 
 from cri.client import CRIClient, connect
 from tests.unit.cri.scripted import ScriptedRuntime
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # The async tests here share the session's event loop with their fixtures (grpc.aio objects belong to one loop).
-    here = Path(__file__).parent
-    for item in items:
-        if is_async_test(item) and here in item.path.parents:
-            item.add_marker(pytest.mark.asyncio(loop_scope="session"), append=False)
 
 
 @pytest.fixture

@@ -1,0 +1,147 @@
+"""Per-source pod state and the merge that turns a source's report into typed updates.
+
+The merge is a pure function of the stored state and the report, as upstream's podStorage.merge: a pod seen for
+the first time is an ADD; a change to its spec, labels, annotations or deletion fields is an UPDATE, or a DELETE
+when it carries a deletionTimestamp (graceful deletion); a change to its status only is a RECONCILE; a pod that a
+SET no longer lists, or that a REMOVE names, is a REMOVE. Updates come out in upstream's order: removes, adds,
+updates, deletes, reconciles. A source's first SET always produces an update (possibly empty) so that "all
+sources ready" can be known.
+"""
+
+from __future__ import annotations
+
+import copy
+import enum
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+Pod = dict[str, Any]
+
+# Set on a pod the first time any source reports it (upstream: kubernetes.io/config.seen).
+CONFIG_SEEN_ANNOTATION = "kubernetes.io/config.seen"
+CONFIG_SOURCE_ANNOTATION = "kubernetes.io/config.source"
+
+
+class Operation(enum.Enum):
+    SET = "SET"
+    ADD = "ADD"
+    UPDATE = "UPDATE"
+    DELETE = "DELETE"
+    REMOVE = "REMOVE"
+    RECONCILE = "RECONCILE"
+
+
+@dataclass(frozen=True)
+class SourceUpdate:
+    """What a source reports: a full SET of its pods, or an incremental ADD / UPDATE / DELETE / REMOVE."""
+
+    source: str
+    op: Operation
+    pods: tuple[Pod, ...]
+
+
+@dataclass(frozen=True)
+class PodUpdate:
+    """What the syncLoop receives: one operation over some pods of one source."""
+
+    source: str
+    op: Operation
+    pods: tuple[Pod, ...]
+
+
+def pod_uid(pod: Pod) -> str:
+    return str(pod.get("metadata", {}).get("uid", ""))
+
+
+def _semantic_view(pod: Pod) -> tuple[Any, ...]:
+    meta = pod.get("metadata", {})
+    # The annotations this storage adds itself are not part of what the source said.
+    ours = (CONFIG_SEEN_ANNOTATION, CONFIG_SOURCE_ANNOTATION)
+    annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k not in ours}
+    return (
+        pod.get("spec"),
+        meta.get("labels") or {},
+        annotations,
+        meta.get("deletionTimestamp"),
+        meta.get("deletionGracePeriodSeconds"),
+    )
+
+
+@dataclass
+class PodStorage:
+    """Per-source pods by UID, and the set of sources that have reported at least once."""
+
+    now: Callable[[], str] | None = None  # the seen-time stamp (upstream: time.Now().String()); injected
+    _pods: dict[str, dict[str, Pod]] = field(default_factory=dict)
+    _seen_sources: set[str] = field(default_factory=set)
+
+    def seen_all(self, sources: Sequence[str]) -> bool:
+        """Housekeeping may kill unknown pods only once every source has reported (upstream: sourcesReady)."""
+        return all(s in self._seen_sources for s in sources)
+
+    def pods(self) -> list[Pod]:
+        return [copy.deepcopy(p) for by_uid in self._pods.values() for p in by_uid.values()]
+
+    def pods_of(self, source: str) -> Mapping[str, Pod]:
+        return dict(self._pods.get(source, {}))
+
+    def merge(self, update: SourceUpdate) -> list[PodUpdate]:
+        first_report = update.source not in self._seen_sources
+        self._seen_sources.add(update.source)
+        stored = self._pods.setdefault(update.source, {})
+        by_op: dict[Operation, list[Pod]] = {op: [] for op in Operation}
+        removes = by_op[Operation.REMOVE]
+
+        if update.op is Operation.REMOVE:
+            for pod in update.pods:
+                existing = stored.pop(pod_uid(pod), None)
+                if existing is not None:
+                    removes.append(existing)
+        else:
+            reported: dict[str, Pod] = {}
+            for pod in update.pods:
+                uid = pod_uid(pod)
+                if uid and uid not in reported:  # dedup within one report: the first wins, as upstream
+                    reported[uid] = pod
+            for uid, pod in reported.items():
+                merged = self._merge_one(update.source, stored, uid, pod)
+                if merged is not None:
+                    by_op[merged[0]].append(merged[1])
+            if update.op is Operation.SET:
+                for uid in [u for u in stored if u not in reported]:
+                    removes.append(stored.pop(uid))
+
+        order = (Operation.REMOVE, Operation.ADD, Operation.UPDATE, Operation.DELETE)
+        out = [self._update(update.source, op, by_op[op]) for op in order if by_op[op]]
+        if first_report and not any(by_op[op] for op in order[1:]):
+            out.append(PodUpdate(update.source, Operation.ADD, ()))
+        if by_op[Operation.RECONCILE]:
+            out.append(self._update(update.source, Operation.RECONCILE, by_op[Operation.RECONCILE]))
+        return out
+
+    @staticmethod
+    def _update(source: str, op: Operation, pods: list[Pod]) -> PodUpdate:
+        return PodUpdate(source, op, tuple(copy.deepcopy(p) for p in pods))
+
+    def _merge_one(self, source: str, stored: dict[str, Pod], uid: str, pod: Pod) -> tuple[Operation, Pod] | None:
+        """Store one reported pod; say which update it makes (ADD, UPDATE, DELETE, RECONCILE) or None."""
+        existing = stored.get(uid)
+        if existing is not None and _semantic_view(existing) == _semantic_view(pod):
+            if existing.get("status") == pod.get("status"):
+                return None
+            existing["status"] = copy.deepcopy(pod.get("status"))
+            return Operation.RECONCILE, existing
+        fresh = copy.deepcopy(pod)
+        meta = fresh.setdefault("metadata", {})
+        annotations = meta["annotations"] = dict(meta.get("annotations") or {})
+        annotations.setdefault(CONFIG_SOURCE_ANNOTATION, source)
+        seen = None if existing is None else (existing["metadata"].get("annotations") or {}).get(CONFIG_SEEN_ANNOTATION)
+        if seen is not None:
+            annotations[CONFIG_SEEN_ANNOTATION] = seen
+        elif self.now is not None:
+            annotations.setdefault(CONFIG_SEEN_ANNOTATION, self.now())
+        stored[uid] = fresh
+        if existing is None:
+            return Operation.ADD, fresh
+        return (Operation.DELETE if meta.get("deletionTimestamp") else Operation.UPDATE), fresh

@@ -1,0 +1,116 @@
+"""PodStorage.merge: a source's reports become typed, deduplicated updates, as upstream's podStorage does."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from nodeagent.podconfig import Operation, PodStorage, PodUpdate, SourceUpdate
+
+Pod = dict[str, Any]
+
+
+def pod(
+    uid: str,
+    *,
+    image: str = "busybox",
+    labels: dict[str, str] | None = None,
+    phase: str | None = None,
+    deleted: bool = False,
+) -> Pod:
+    meta: dict[str, Any] = {"name": f"p-{uid}", "namespace": "default", "uid": uid, "labels": labels or {}}
+    if deleted:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+        meta["deletionGracePeriodSeconds"] = 30
+    out: Pod = {"metadata": meta, "spec": {"containers": [{"name": "c", "image": image}]}}
+    if phase:
+        out["status"] = {"phase": phase}
+    return out
+
+
+def summary(updates: list[PodUpdate]) -> list[tuple[str, list[str]]]:
+    return [(u.op.value, [p["metadata"]["uid"] for p in u.pods]) for u in updates]
+
+
+def storage_with(*pods: Pod) -> PodStorage:
+    storage = PodStorage(now=lambda: "seen-1")
+    storage.merge(SourceUpdate("api", Operation.SET, pods))
+    return storage
+
+
+@pytest.mark.parametrize(
+    ("before", "report", "expected"),
+    [
+        # new pods are ADDs
+        ((), SourceUpdate("api", Operation.SET, (pod("a"), pod("b"))), [("ADD", ["a", "b"])]),
+        # a spec change is an UPDATE
+        ((pod("a"),), SourceUpdate("api", Operation.SET, (pod("a", image="other"),)), [("UPDATE", ["a"])]),
+        # a label change is an UPDATE too
+        ((pod("a"),), SourceUpdate("api", Operation.UPDATE, (pod("a", labels={"x": "y"}),)), [("UPDATE", ["a"])]),
+        # a deletionTimestamp is a graceful DELETE
+        ((pod("a"),), SourceUpdate("api", Operation.UPDATE, (pod("a", deleted=True),)), [("DELETE", ["a"])]),
+        # a status-only change is a RECONCILE
+        ((pod("a"),), SourceUpdate("api", Operation.UPDATE, (pod("a", phase="Running"),)), [("RECONCILE", ["a"])]),
+        # an identical report is nothing at all
+        ((pod("a"),), SourceUpdate("api", Operation.SET, (pod("a"),)), []),
+        # a SET that no longer lists a pod REMOVEs it
+        ((pod("a"), pod("b")), SourceUpdate("api", Operation.SET, (pod("b"),)), [("REMOVE", ["a"])]),
+        # an explicit REMOVE; unknown pods are ignored
+        ((pod("a"),), SourceUpdate("api", Operation.REMOVE, (pod("a"), pod("zz"))), [("REMOVE", ["a"])]),
+        # duplicates within one report are merged once
+        ((), SourceUpdate("api", Operation.ADD, (pod("a"), pod("a", image="x"))), [("ADD", ["a"])]),
+        # upstream's order: removes, adds, updates, deletes, reconciles
+        (
+            (pod("gone"), pod("upd"), pod("del"), pod("rec")),
+            SourceUpdate(
+                "api",
+                Operation.SET,
+                (pod("rec", phase="Running"), pod("del", deleted=True), pod("upd", image="x"), pod("new")),
+            ),
+            [("REMOVE", ["gone"]), ("ADD", ["new"]), ("UPDATE", ["upd"]), ("DELETE", ["del"]), ("RECONCILE", ["rec"])],
+        ),
+    ],
+)
+def test_merge(before: tuple[Pod, ...], report: SourceUpdate, expected: list[tuple[str, list[str]]]) -> None:
+    storage = storage_with(*before)
+    assert summary(storage.merge(report)) == expected
+
+
+def test_first_empty_report_still_marks_the_source_seen() -> None:
+    storage = PodStorage()
+    assert not storage.seen_all(["api", "file"])
+    assert summary(storage.merge(SourceUpdate("file", Operation.SET, ()))) == [("ADD", [])]
+    assert not storage.seen_all(["api", "file"])
+    storage.merge(SourceUpdate("api", Operation.SET, ()))
+    assert storage.seen_all(["api", "file"])
+    # Later empty reports produce nothing.
+    assert storage.merge(SourceUpdate("api", Operation.SET, ())) == []
+
+
+def test_sources_are_kept_apart() -> None:
+    storage = PodStorage()
+    storage.merge(SourceUpdate("api", Operation.SET, (pod("a"),)))
+    storage.merge(SourceUpdate("file", Operation.SET, (pod("f"),)))
+    # A SET from one source never removes another source's pods.
+    assert summary(storage.merge(SourceUpdate("api", Operation.SET, ()))) == [("REMOVE", ["a"])]
+    assert [p["metadata"]["uid"] for p in storage.pods()] == ["f"]
+
+
+def test_annotations_record_source_and_first_seen_time() -> None:
+    stamps = iter(["t1", "t2"])
+    storage = PodStorage(now=lambda: next(stamps))
+    [added] = storage.merge(SourceUpdate("file", Operation.SET, (pod("a"),)))
+    assert added.pods[0]["metadata"]["annotations"] == {
+        "kubernetes.io/config.source": "file",
+        "kubernetes.io/config.seen": "t1",
+    }
+    [updated] = storage.merge(SourceUpdate("file", Operation.SET, (pod("a", image="x"),)))
+    assert updated.pods[0]["metadata"]["annotations"]["kubernetes.io/config.seen"] == "t1"
+
+
+def test_updates_are_copies_not_views_of_storage() -> None:
+    storage = PodStorage()
+    [added] = storage.merge(SourceUpdate("api", Operation.SET, (pod("a"),)))
+    added.pods[0]["spec"]["containers"][0]["image"] = "mutated"
+    assert storage.pods()[0]["spec"]["containers"][0]["image"] == "busybox"
