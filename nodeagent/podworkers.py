@@ -1,0 +1,206 @@
+"""Pod workers: one asyncio task per pod UID, the latest update wins, and a pod is never synced twice at once.
+
+As upstream's pod_workers.go, each pod moves through an explicit state machine:
+
+    SYNCING ──(deleted, killed, or its phase is final)──► TERMINATING ──► TERMINATED
+
+- SYNCING: `sync_pod` makes the runtime match the spec; it returns True when the pod reached a final phase
+  (Succeeded/Failed), which starts termination.
+- TERMINATING: `sync_terminating_pod` stops every container and the sandbox with the grace period.
+- TERMINATED: `sync_terminated_pod` cleans up what is left (volumes, cgroups, the API object).
+
+`update_pod` never blocks: it stores the update as the worker's pending work (replacing any older pending one,
+since the newest spec is the only one that matters) and wakes the worker. Once a pod is terminating, later updates
+cannot bring it back to syncing; a new pod with the same name gets a new UID and a new worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+log = logging.getLogger(__name__)
+
+Pod = dict[str, Any]
+
+
+class WorkState(enum.Enum):
+    SYNCING = "syncing"
+    TERMINATING = "terminating"
+    TERMINATED = "terminated"
+
+
+class UpdateType(enum.Enum):
+    CREATE = "create"
+    UPDATE = "update"
+    SYNC = "sync"
+    KILL = "kill"
+
+
+@dataclass(frozen=True)
+class UpdatePodOptions:
+    update_type: UpdateType
+    pod: Pod
+    # For KILL: the grace period to use instead of the pod's own (eviction, admission rejection...).
+    grace_period_override: int | None = None
+    # For KILL: the status to report while the pod goes down (e.g. Failed/Evicted), applied by the syncer.
+    kill_reason: str | None = None
+
+
+class PodSyncer(Protocol):
+    """What a worker calls; the kubelet's SyncPod / SyncTerminatingPod / SyncTerminatedPod."""
+
+    async def sync_pod(self, update_type: UpdateType, pod: Pod) -> bool: ...
+
+    async def sync_terminating_pod(self, pod: Pod, grace_period: int, kill_reason: str | None) -> None: ...
+
+    async def sync_terminated_pod(self, pod: Pod) -> None: ...
+
+
+def pod_uid(pod: Pod) -> str:
+    return str(pod["metadata"]["uid"])
+
+
+def _pod_ref(pod: Pod) -> str:
+    meta = pod.get("metadata", {})
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def grace_period(pod: Pod, override: int | None) -> int:
+    """The grace to kill with: an override, else the deletion's, else the spec's, else upstream's default 30."""
+    if override is not None:
+        return max(override, 0)
+    meta_grace = pod.get("metadata", {}).get("deletionGracePeriodSeconds")
+    if meta_grace is not None:
+        return max(int(meta_grace), 0)
+    spec_grace = pod.get("spec", {}).get("terminationGracePeriodSeconds")
+    return 30 if spec_grace is None else max(int(spec_grace), 0)
+
+
+def _wants_termination(options: UpdatePodOptions) -> bool:
+    if options.update_type is UpdateType.KILL:
+        return True
+    return bool(options.pod.get("metadata", {}).get("deletionTimestamp"))
+
+
+@dataclass
+class _Worker:
+    uid: str
+    pod: Pod
+    state: WorkState = WorkState.SYNCING
+    pending: UpdatePodOptions | None = None
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+    grace_override: int | None = None
+    kill_reason: str | None = None
+    syncs: int = 0
+    finished: bool = False  # sync_terminated_pod succeeded: nothing is left to do for this UID
+    busy: bool = False
+
+
+class PodWorkers:
+    """The set of per-pod workers. Decisions live in the syncer; this class only orders and serialises work."""
+
+    def __init__(self, syncer: PodSyncer, *, on_error: Callable[[str, BaseException], None] | None = None) -> None:
+        self._syncer = syncer
+        self._workers: dict[str, _Worker] = {}
+        self._on_error = on_error
+        self._changed = asyncio.Condition()
+
+    def update_pod(self, options: UpdatePodOptions) -> None:
+        uid = pod_uid(options.pod)
+        worker = self._workers.get(uid)
+        if worker is None:
+            worker = _Worker(uid=uid, pod=options.pod)
+            self._workers[uid] = worker
+            worker.task = asyncio.create_task(self._run(worker), name=f"pod-worker-{uid}")
+        if worker.finished:
+            return
+        if _wants_termination(options) and worker.state is WorkState.SYNCING:
+            worker.state = WorkState.TERMINATING
+        if options.update_type is UpdateType.KILL:
+            # The shortest grace asked for wins, as upstream does once a kill is under way.
+            if options.grace_period_override is not None:
+                old = worker.grace_override
+                worker.grace_override = (
+                    options.grace_period_override if old is None else min(old, options.grace_period_override)
+                )
+            worker.kill_reason = worker.kill_reason or options.kill_reason
+        worker.pending = options
+        worker.wake.set()
+
+    def state(self, uid: str) -> WorkState | None:
+        worker = self._workers.get(uid)
+        return None if worker is None else worker.state
+
+    def known_uids(self) -> list[str]:
+        return list(self._workers)
+
+    def forget(self, uid: str) -> None:
+        """Drop a terminated worker's record (housekeeping, once the pod is gone from every source)."""
+        worker = self._workers.get(uid)
+        if worker is not None and worker.finished:
+            del self._workers[uid]
+
+    async def stop(self) -> None:
+        tasks = [w.task for w in self._workers.values() if w.task is not None and not w.task.done()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def wait_idle(self) -> None:
+        """For tests and shutdown: wait until no worker has pending work."""
+        async with self._changed:
+            await self._changed.wait_for(lambda: all(w.pending is None and not w.busy for w in self._workers.values()))
+
+    async def _run(self, worker: _Worker) -> None:
+        while True:
+            await worker.wake.wait()
+            worker.wake.clear()
+            options, worker.pending = worker.pending, None
+            if options is None:
+                continue
+            worker.pod = options.pod
+            worker.busy = True
+            try:
+                await self._step(worker, options)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                # The next sync tick or update retries; one pod's failure never stops the others.
+                log.exception(
+                    "pod worker sync failed pod=%s uid=%s state=%s",
+                    _pod_ref(worker.pod),
+                    worker.uid,
+                    worker.state.value,
+                )
+                if self._on_error is not None:
+                    self._on_error(worker.uid, exc)
+            finally:
+                worker.busy = False
+            async with self._changed:
+                self._changed.notify_all()
+            if worker.finished:
+                return
+
+    async def _step(self, worker: _Worker, options: UpdatePodOptions) -> None:
+        worker.syncs += 1
+        if worker.state is WorkState.SYNCING:
+            finished = await self._syncer.sync_pod(options.update_type, worker.pod)
+            if finished and worker.state is WorkState.SYNCING:
+                worker.state = WorkState.TERMINATING
+                worker.wake.set()
+                worker.pending = worker.pending or UpdatePodOptions(UpdateType.SYNC, worker.pod)
+            return
+        if worker.state is WorkState.TERMINATING:
+            grace = grace_period(worker.pod, worker.grace_override)
+            await self._syncer.sync_terminating_pod(worker.pod, grace, worker.kill_reason)
+            worker.state = WorkState.TERMINATED
+            log.info("pod terminated pod=%s uid=%s", _pod_ref(worker.pod), worker.uid)
+        if worker.state is WorkState.TERMINATED:
+            await self._syncer.sync_terminated_pod(worker.pod)
+            worker.finished = True
