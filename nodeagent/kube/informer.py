@@ -25,8 +25,9 @@ import logging
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import NoReturn, Protocol
+from typing import NoReturn
 
+from nodeagent.clock import Clock, SystemClock
 from nodeagent.kube.client import KubeClient
 from nodeagent.kube.errors import ApiError, ApiUnavailable, Gone
 from nodeagent.kube.request import Obj
@@ -61,20 +62,6 @@ class Deleted:
 
 ReflectorEvent = Synced | Added | Modified | Deleted
 _CHANGES: dict[str, type[Added | Modified | Deleted]] = {"ADDED": Added, "MODIFIED": Modified, "DELETED": Deleted}
-
-
-class Clock(Protocol):
-    def monotonic(self) -> float: ...
-
-    async def sleep(self, seconds: float) -> None: ...
-
-
-class SystemClock:
-    def monotonic(self) -> float:
-        return asyncio.get_running_loop().time()
-
-    async def sleep(self, seconds: float) -> None:
-        await asyncio.sleep(seconds)
 
 
 @dataclass(frozen=True)

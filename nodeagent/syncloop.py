@@ -1,0 +1,159 @@
+"""The syncLoop: one dispatcher over config updates, PLEG events, probe results and two ticks. It only dispatches.
+
+As upstream's syncLoopIteration, each wake-up handles exactly one thing and hands it to a SyncHandler:
+
+- a PodUpdate from PodConfig → handle_pod_additions / _updates / _removes / _reconcile (DELETE is an update:
+  the pod carries its deletionTimestamp, and the worker goes terminating);
+- a PLEG event → handle_pod_syncs for that pod (ContainerRemoved alone needs no sync);
+- a probe result that changed → handle_pod_syncs;
+- the sync tick (1 s) → handle_pod_syncs for the pods whose work is due (`pods_due`);
+- the housekeeping tick (2 s) → handle_pod_cleanups, once every source has reported (`sources_ready`).
+
+The handler is passed in, so tests replace it; time comes from an injected Clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from nodeagent.clock import Clock, SystemClock
+from nodeagent.podconfig import Operation, PodUpdate
+from pleg.events import PodLifecycleEvent, PodLifecycleEventType
+
+log = logging.getLogger(__name__)
+
+Pod = dict[str, Any]
+
+SYNC_PERIOD = 1.0
+HOUSEKEEPING_PERIOD = 2.0
+
+
+class SyncHandler(Protocol):
+    async def handle_pod_additions(self, pods: Sequence[Pod]) -> None: ...
+
+    async def handle_pod_updates(self, pods: Sequence[Pod]) -> None: ...
+
+    async def handle_pod_removes(self, pods: Sequence[Pod]) -> None: ...
+
+    async def handle_pod_reconcile(self, pods: Sequence[Pod]) -> None: ...
+
+    async def handle_pod_syncs(self, pods: Sequence[Pod]) -> None: ...
+
+    async def handle_pod_cleanups(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """A probe result that changed (the prober sends only changes)."""
+
+    pod_uid: str
+    container_id: str
+    kind: str  # liveness | readiness | startup
+    success: bool
+
+
+@dataclass(frozen=True)
+class SyncLoopChannels:
+    config: asyncio.Queue[PodUpdate]
+    pleg: asyncio.Queue[PodLifecycleEvent]
+    probes: asyncio.Queue[ProbeResult]
+
+
+class SyncLoop:
+    def __init__(
+        self,
+        channels: SyncLoopChannels,
+        handler: SyncHandler,
+        *,
+        pod_by_uid: Callable[[str], Pod | None],
+        pods_due: Callable[[], Sequence[Pod]],
+        sources_ready: Callable[[], bool],
+        clock: Clock | None = None,
+        sync_period: float = SYNC_PERIOD,
+        housekeeping_period: float = HOUSEKEEPING_PERIOD,
+    ) -> None:
+        self._channels = channels
+        self._handler = handler
+        self._pod_by_uid = pod_by_uid
+        self._pods_due = pods_due
+        self._sources_ready = sources_ready
+        self._clock = clock or SystemClock()
+        self._sync_period = sync_period
+        self._housekeeping_period = housekeeping_period
+        self.iterations = 0
+
+    async def run(self) -> None:
+        next_sync = self._clock.monotonic() + self._sync_period
+        next_housekeeping = self._clock.monotonic() + self._housekeeping_period
+        getters: dict[str, asyncio.Task[Any]] = {}
+        try:
+            while True:
+                for name, queue in (
+                    ("config", self._channels.config),
+                    ("pleg", self._channels.pleg),
+                    ("probe", self._channels.probes),
+                ):
+                    if name not in getters:
+                        getters[name] = asyncio.create_task(queue.get(), name=f"syncloop-{name}")
+                now = self._clock.monotonic()
+                wait = max(0.0, min(next_sync, next_housekeeping) - now)
+                ticker = asyncio.create_task(self._clock.sleep(wait), name="syncloop-tick")
+                done, _ = await asyncio.wait([*getters.values(), ticker], return_when=asyncio.FIRST_COMPLETED)
+                if ticker not in done:
+                    ticker.cancel()
+                # One event per iteration, in upstream's select order of preference: config, pleg, probes, ticks.
+                for name in ("config", "pleg", "probe"):
+                    task = getters.get(name)
+                    if task is not None and task in done:
+                        del getters[name]
+                        await self._dispatch(name, task.result())
+                        break
+                else:
+                    now = self._clock.monotonic()
+                    if now >= next_sync:
+                        next_sync = now + self._sync_period
+                        await self._handler.handle_pod_syncs(self._pods_due())
+                    if now >= next_housekeeping:
+                        next_housekeeping = now + self._housekeeping_period
+                        if self._sources_ready():
+                            await self._handler.handle_pod_cleanups()
+                        else:
+                            log.debug("syncloop housekeeping skipped reason=sources-not-ready")
+                self.iterations += 1
+        finally:
+            for task in getters.values():
+                task.cancel()
+
+    async def _dispatch(self, name: str, item: Any) -> None:
+        if name == "config":
+            await self._dispatch_config(item)
+        elif name == "pleg":
+            event: PodLifecycleEvent = item
+            if event.type is PodLifecycleEventType.CONTAINER_REMOVED:
+                return
+            pod = self._pod_by_uid(event.pod_uid)
+            if pod is not None:
+                await self._handler.handle_pod_syncs([pod])
+        else:
+            result: ProbeResult = item
+            pod = self._pod_by_uid(result.pod_uid)
+            if pod is not None:
+                await self._handler.handle_pod_syncs([pod])
+
+    async def _dispatch_config(self, update: PodUpdate) -> None:
+        log.debug("syncloop config update source=%s op=%s pods=%d", update.source, update.op.value, len(update.pods))
+        if update.op is Operation.ADD:
+            if update.pods:
+                await self._handler.handle_pod_additions(update.pods)
+        elif update.op in (Operation.UPDATE, Operation.DELETE):
+            await self._handler.handle_pod_updates(update.pods)
+        elif update.op is Operation.REMOVE:
+            await self._handler.handle_pod_removes(update.pods)
+        elif update.op is Operation.RECONCILE:
+            await self._handler.handle_pod_reconcile(update.pods)
+        else:
+            log.error("syncloop unexpected config operation op=%s", update.op.value)

@@ -1,0 +1,138 @@
+"""The syncLoop dispatches each kind of event to the right SyncHandler call, and ticks on an injected clock."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from nodeagent.podconfig import Operation, PodUpdate
+from nodeagent.syncloop import ProbeResult, SyncLoop, SyncLoopChannels
+from pleg.events import PodLifecycleEvent, PodLifecycleEventType
+from tests.unit.fakeclock import FakeClock
+
+Pod = dict[str, Any]
+
+
+def pod(uid: str) -> Pod:
+    return {"metadata": {"uid": uid, "name": uid, "namespace": "default"}, "spec": {}}
+
+
+class RecordingHandler:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, list[str]]] = []
+
+    def _record(self, name: str, pods: Sequence[Pod]) -> None:
+        self.calls.append((name, [p["metadata"]["uid"] for p in pods]))
+
+    async def handle_pod_additions(self, pods: Sequence[Pod]) -> None:
+        self._record("add", pods)
+
+    async def handle_pod_updates(self, pods: Sequence[Pod]) -> None:
+        self._record("update", pods)
+
+    async def handle_pod_removes(self, pods: Sequence[Pod]) -> None:
+        self._record("remove", pods)
+
+    async def handle_pod_reconcile(self, pods: Sequence[Pod]) -> None:
+        self._record("reconcile", pods)
+
+    async def handle_pod_syncs(self, pods: Sequence[Pod]) -> None:
+        self._record("sync", pods)
+
+    async def handle_pod_cleanups(self) -> None:
+        self.calls.append(("cleanup", []))
+
+
+@dataclass
+class Harness:
+    channels: SyncLoopChannels
+    handler: RecordingHandler
+    clock: FakeClock
+    known: dict[str, Pod] = field(default_factory=dict)
+    due: list[Pod] = field(default_factory=list)
+    ready: bool = True
+
+
+@pytest.fixture
+async def harness() -> AsyncIterator[Harness]:
+    h = Harness(
+        SyncLoopChannels(asyncio.Queue(), asyncio.Queue(maxsize=10), asyncio.Queue()), RecordingHandler(), FakeClock()
+    )
+    loop = SyncLoop(
+        h.channels,
+        h.handler,
+        pod_by_uid=h.known.get,
+        pods_due=lambda: h.due,
+        sources_ready=lambda: h.ready,
+        clock=h.clock,
+    )
+    task = asyncio.create_task(loop.run())
+    await asyncio.sleep(0)
+    yield h
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def settle() -> None:
+    for _ in range(10):
+        await asyncio.sleep(0)
+
+
+@pytest.mark.parametrize(
+    ("op", "pods", "expected"),
+    [
+        (Operation.ADD, ("a", "b"), [("add", ["a", "b"])]),
+        (Operation.ADD, (), []),  # a source's first empty report: nothing to add
+        (Operation.UPDATE, ("a",), [("update", ["a"])]),
+        (Operation.DELETE, ("a",), [("update", ["a"])]),  # graceful deletion is an update of the pod
+        (Operation.REMOVE, ("a",), [("remove", ["a"])]),
+        (Operation.RECONCILE, ("a",), [("reconcile", ["a"])]),
+    ],
+)
+async def test_config_updates(harness: Harness, op: Operation, pods: tuple[str, ...], expected: list[Any]) -> None:
+    harness.channels.config.put_nowait(PodUpdate("api", op, tuple(pod(u) for u in pods)))
+    await settle()
+    assert harness.handler.calls == expected
+
+
+@pytest.mark.parametrize(
+    ("event_type", "uid", "expected"),
+    [
+        (PodLifecycleEventType.CONTAINER_DIED, "a", [("sync", ["a"])]),
+        (PodLifecycleEventType.CONTAINER_STARTED, "a", [("sync", ["a"])]),
+        (PodLifecycleEventType.CONTAINER_REMOVED, "a", []),
+        (PodLifecycleEventType.CONTAINER_DIED, "unknown", []),
+    ],
+)
+async def test_pleg_events(harness: Harness, event_type: PodLifecycleEventType, uid: str, expected: list[Any]) -> None:
+    harness.known["a"] = pod("a")
+    harness.channels.pleg.put_nowait(PodLifecycleEvent(uid, event_type, "cid"))
+    await settle()
+    assert harness.handler.calls == expected
+
+
+async def test_probe_result_syncs_the_pod(harness: Harness) -> None:
+    harness.known["a"] = pod("a")
+    harness.channels.probes.put_nowait(ProbeResult("a", "cid", "readiness", success=True))
+    await settle()
+    assert harness.handler.calls == [("sync", ["a"])]
+
+
+async def test_ticks_sync_due_pods_and_housekeep_when_sources_ready(harness: Harness) -> None:
+    harness.due = [pod("due")]
+    harness.ready = False
+    await harness.clock.advance(0.5)
+    assert harness.handler.calls == []
+    await harness.clock.advance(0.5)
+    assert harness.handler.calls == [("sync", ["due"])]
+    await harness.clock.advance(1.0)
+    # At 2 s: a sync, and no housekeeping while a source has not reported yet.
+    assert harness.handler.calls == [("sync", ["due"]), ("sync", ["due"])]
+    harness.ready = True
+    await harness.clock.advance(2.0)
+    assert ("cleanup", []) in harness.handler.calls
