@@ -11,9 +11,6 @@ As upstream's remote client (k8s.io/cri-client) does:
 Unlike upstream, `exec_sync` returns the `ExecSyncResponse` whatever the exit code: the caller reads `exit_code`.
 """
 
-# ruff: noqa: ASYNC109  -- `timeout` is the gRPC deadline of the call, sent to the runtime with the request;
-# asyncio.timeout would only cancel locally. Upstream's CRI methods take `timeout` parameters too.
-
 from __future__ import annotations
 
 import logging

@@ -15,9 +15,6 @@ A call cancelled by its caller counts as an operation but not as an error: the r
 on an injected `CollectorRegistry`, registered once per `RuntimeMetrics`; both wrappers of a node share one.
 """
 
-# ruff: noqa: ASYNC109  -- `timeout` is the gRPC deadline of the call, sent to the runtime with the request;
-# asyncio.timeout would only cancel locally. Upstream's CRI methods take `timeout` parameters too.
-
 from __future__ import annotations
 
 import logging

@@ -11,9 +11,6 @@ implementation's default for that one call; `stop_container`, `exec_sync` and `c
 their deadline from their own timeout as upstream does. Failures raise `cri.errors.CRIError` subclasses.
 """
 
-# ruff: noqa: ASYNC109  -- `timeout` is the gRPC deadline of the call, sent to the runtime with the request;
-# asyncio.timeout would only cancel locally. Upstream's CRI methods take `timeout` parameters too.
-
 from __future__ import annotations
 
 from collections.abc import AsyncIterator

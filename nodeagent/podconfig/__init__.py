@@ -4,6 +4,7 @@ As upstream's pkg/kubelet/config: each source reports its pods; `PodStorage` kee
 those reports into typed, deduplicated updates (ADD, UPDATE, DELETE, REMOVE, RECONCILE) for the syncLoop.
 """
 
+from nodeagent.podconfig.config import PodConfig
 from nodeagent.podconfig.storage import Operation, PodStorage, PodUpdate, SourceUpdate
 
-__all__ = ["Operation", "PodStorage", "PodUpdate", "SourceUpdate"]
+__all__ = ["Operation", "PodConfig", "PodStorage", "PodUpdate", "SourceUpdate"]

@@ -90,7 +90,7 @@ def _client(registry: str, transport: httpx.AsyncBaseTransport | None, timeout: 
 # A plain `timeout` argument rather than asyncio.timeout around the call: the last answer goes into the error.
 async def wait_ready(
     registry: str,
-    timeout: float,  # noqa: ASYNC109
+    timeout: float,
     *,
     transport: httpx.AsyncBaseTransport | None = None,
 ) -> None:

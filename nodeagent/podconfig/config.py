@@ -1,0 +1,39 @@
+"""PodConfig: the sources push their reports here; the merged, typed updates wait on one queue for the syncLoop."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+
+from nodeagent.podconfig.storage import Pod, PodStorage, PodUpdate, SourceUpdate, pod_uid
+
+
+class PodConfig:
+    """Merges the reports of the named sources. The update queue is unbounded: a config change is never dropped."""
+
+    def __init__(self, sources: Sequence[str], *, now: Callable[[], str] | None = None) -> None:
+        self._sources = tuple(sources)
+        self._storage = PodStorage(now=now)
+        self.updates: asyncio.Queue[PodUpdate] = asyncio.Queue()
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        return self._sources
+
+    def push(self, update: SourceUpdate) -> None:
+        if update.source not in self._sources:
+            raise ValueError(f"unknown pod source {update.source!r}; known: {', '.join(self._sources)}")
+        for merged in self._storage.merge(update):
+            self.updates.put_nowait(merged)
+
+    def sources_ready(self) -> bool:
+        return self._storage.seen_all(self._sources)
+
+    def pods(self) -> list[Pod]:
+        return self._storage.pods()
+
+    def pod_by_uid(self, uid: str) -> Pod | None:
+        for pod in self._storage.pods():
+            if pod_uid(pod) == uid:
+                return pod
+        return None
