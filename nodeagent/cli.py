@@ -13,7 +13,6 @@ from nodeagent.testbed import install as installer
 from nodeagent.testbed.layout import Layout
 from nodeagent.testbed.processes import ComponentFailed
 from nodeagent.testbed.testbed import Testbed, TestbedError
-from nodeagent.testbed.versions import kubernetes_bin_dir
 
 DEFAULT_DIR = Path("/var/lib/nodeagent/testbed")
 
@@ -30,9 +29,12 @@ def _setup_logging(verbose: bool) -> None:
 
 
 def _usage(layout: Layout) -> str:
-    kubectl = kubernetes_bin_dir() / "kubectl"
     return (
-        f"testbed up in {layout.root}\n  . {layout.env_file}\n  {kubectl} get nodes,pods -A\n  logs: {layout.logs}/\n"
+        f"testbed up in {layout.root}\n"
+        f"  . {layout.env_file}    # KUBECONFIG, CONTAINER_RUNTIME_ENDPOINT, REGISTRY; kubectl and crictl on PATH\n"
+        "  kubectl get nodes,pods -A\n"
+        "  crictl pods\n"
+        f"  logs: {layout.logs}/\n"
     )
 
 

@@ -8,6 +8,7 @@ import shlex
 import yaml
 
 from nodeagent.testbed.layout import Layout, Settings
+from nodeagent.testbed.versions import crictl_path, kubernetes_bin_dir
 
 PAUSE_IMAGE_REPOSITORY = "pause"
 PAUSE_IMAGE_TAG = "3.10"
@@ -143,4 +144,7 @@ def env_file(layout: Layout, settings: Settings) -> str:
     }
     lines = ["# Written by `nodeagent testbed up`. Source it: . " + shlex.quote(str(layout.env_file))]
     lines += [f"export {k}={shlex.quote(v)}" for k, v in values.items()]
+    # kubectl and crictl of the pinned release first on PATH.
+    tools = f"{kubernetes_bin_dir()}:{crictl_path().parent}"
+    lines.append(f'export PATH={shlex.quote(tools)}:"$PATH"')
     return "\n".join(lines) + "\n"

@@ -255,6 +255,9 @@ def build_crictl(progress: Progress) -> Path:
         progress.step(f"crictl {CRI_TOOLS_VERSION}: cached")
         return crictl
     go = shutil.which("go") or "/usr/local/go/bin/go"
+    if crictl.parent.is_file():  # the layout before crictl got a directory of its own (to go on PATH)
+        crictl.parent.unlink()
+    crictl.parent.mkdir(parents=True, exist_ok=True)
     work = bin_dir.parent / "build-crictl"
     work.mkdir(parents=True, exist_ok=True)
     # The checksum database answers 404 for sigs.k8s.io/cri-tools and for the pre-release k8s.io/cri-client it

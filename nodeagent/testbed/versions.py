@@ -20,4 +20,4 @@ def kubernetes_bin_dir() -> Path:
 
 
 def crictl_path() -> Path:
-    return cache_root() / f"kubernetes-{KUBERNETES_VERSION}" / f"crictl-{CRI_TOOLS_VERSION}"
+    return cache_root() / f"kubernetes-{KUBERNETES_VERSION}" / f"crictl-{CRI_TOOLS_VERSION}" / "crictl"
