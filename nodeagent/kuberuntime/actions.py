@@ -1,0 +1,494 @@
+"""What to do to a pod, given what runs (upstream: kuberuntime_manager.go computePodActions, PodSandboxChanged,
+ShouldContainerBeRestarted, and the sidecar-aware computeInitContainerActions).
+
+The input is `RuntimePodStatus`, a frozen view of the runtime built from CRI ListPodSandbox / ListContainers /
+PodSandboxStatus / ContainerStatus answers by the builders below. The output is `PodActions`: whether to kill the
+whole pod and create a new sandbox, which init container(s) to start next, which containers to start and which to
+kill with a message and reason. The decision is pure; the caller performs it.
+
+As upstream:
+
+- A new sandbox (and killing everything) when there is none, more than one is ready, the newest is not ready, its
+  network namespace no longer matches hostNetwork, or a pod-network sandbox has no IP. A restartPolicy=Never pod whose
+  sandbox dies after its containers ran gets no new sandbox.
+- Init containers run in order, each to success; a failed one is restarted unless restartPolicy is Never, which kills
+  the pod. Init containers with restartPolicy Always are sidecars: started in order, kept running, restarted when they
+  exit, change spec or fail liveness.
+- A regular container that is not running starts again per ShouldContainerBeRestarted (Always; OnFailure after a
+  non-zero exit; never for Never); a container in unknown state is killed first. A running container is killed when
+  its spec hash changed (and then always restarted), or its liveness or startup probe failed (restarted per policy).
+- When nothing is left running and nothing is to start, the pod is killed (sidecars included).
+- A Succeeded or Failed pod, or one being deleted, starts nothing; whatever still runs is killed.
+
+Back-off (CrashLoopBackOff) is consulted for every container to start that exited before: one still waiting is
+moved from the start lists to `backoff` with upstream's message. The back-off itself is only read here; the caller
+records a restart with `Backoff.next` when it starts the container.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from cri.v1 import api_pb2
+from nodeagent.kuberuntime import labels as kubelabels
+from nodeagent.kuberuntime.backoff import BackoffView, container_backoff_key, crash_loop_message
+from nodeagent.kuberuntime.errors import LabelsError
+from nodeagent.kuberuntime.hashing import hash_container
+
+REASON_CRASH_LOOP_BACK_OFF = "CrashLoopBackOff"
+REASON_LIVENESS_PROBE = "LivenessProbe"
+REASON_STARTUP_PROBE = "StartupProbe"
+REASON_SPEC_CHANGED = "SpecChanged"
+REASON_UNKNOWN_STATE = "UnknownState"
+
+_NS_PER_SECOND = 1_000_000_000
+
+
+class SandboxState(enum.StrEnum):
+    READY = "SANDBOX_READY"
+    NOT_READY = "SANDBOX_NOTREADY"
+
+
+class ContainerState(enum.StrEnum):
+    CREATED = "CONTAINER_CREATED"
+    RUNNING = "CONTAINER_RUNNING"
+    EXITED = "CONTAINER_EXITED"
+    UNKNOWN = "CONTAINER_UNKNOWN"
+
+
+@dataclass(frozen=True)
+class SandboxStatus:
+    id: str
+    state: SandboxState
+    attempt: int = 0
+    created_at: int = 0  # nanoseconds since the epoch, as CRI reports
+    ip: str = ""
+    additional_ips: tuple[str, ...] = ()
+    host_network: bool | None = None  # None: not known (ListPodSandbox does not say)
+
+
+@dataclass(frozen=True)
+class ContainerStatus:
+    id: str
+    name: str
+    state: ContainerState
+    exit_code: int = 0
+    hash: str = ""
+    restart_count: int = 0
+    created_at: int = 0  # nanoseconds, as CRI
+    started_at: int = 0
+    finished_at: int = 0
+    reason: str = ""
+    message: str = ""
+    image: str = ""
+    image_ref: str = ""
+    pod_sandbox_id: str = ""
+
+
+@dataclass(frozen=True)
+class RuntimePodStatus:
+    """What runs for one pod; sandboxes and containers newest first (upstream kubecontainer.PodStatus)."""
+
+    uid: str
+    name: str = ""
+    namespace: str = ""
+    sandboxes: tuple[SandboxStatus, ...] = ()
+    containers: tuple[ContainerStatus, ...] = ()
+
+    def find_container(self, name: str) -> ContainerStatus | None:
+        """The newest status of the container called `name`."""
+        return next((c for c in self.containers if c.name == name), None)
+
+
+@dataclass(frozen=True)
+class ContainerToKill:
+    container_id: str
+    name: str
+    message: str
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class BackoffWait:
+    name: str
+    message: str
+    remaining: float
+    reason: str = REASON_CRASH_LOOP_BACK_OFF
+
+
+@dataclass(frozen=True)
+class PodActions:
+    kill_pod: bool = False
+    create_sandbox: bool = False
+    sandbox_id: str = ""
+    attempt: int = 0
+    init_containers_to_start: tuple[str, ...] = ()
+    containers_to_start: tuple[str, ...] = ()
+    containers_to_kill: tuple[ContainerToKill, ...] = ()
+    backoff: tuple[BackoffWait, ...] = field(default=())
+
+
+# --- builders from CRI -------------------------------------------------------------------------------------------
+
+_SANDBOX_STATES = {api_pb2.SANDBOX_READY: SandboxState.READY, api_pb2.SANDBOX_NOTREADY: SandboxState.NOT_READY}
+_CONTAINER_STATES = {
+    api_pb2.CONTAINER_CREATED: ContainerState.CREATED,
+    api_pb2.CONTAINER_RUNNING: ContainerState.RUNNING,
+    api_pb2.CONTAINER_EXITED: ContainerState.EXITED,
+    api_pb2.CONTAINER_UNKNOWN: ContainerState.UNKNOWN,
+}
+
+
+def sandbox_from_cri(sandbox: api_pb2.PodSandbox | api_pb2.PodSandboxStatus) -> SandboxStatus:
+    ip = ""
+    additional: tuple[str, ...] = ()
+    host_network: bool | None = None
+    if isinstance(sandbox, api_pb2.PodSandboxStatus):
+        ip = sandbox.network.ip
+        additional = tuple(p.ip for p in sandbox.network.additional_ips)
+        if sandbox.linux.HasField("namespaces"):
+            host_network = sandbox.linux.namespaces.options.network == api_pb2.NODE
+    return SandboxStatus(
+        id=sandbox.id,
+        state=_SANDBOX_STATES.get(sandbox.state, SandboxState.NOT_READY),
+        attempt=sandbox.metadata.attempt,
+        created_at=sandbox.created_at,
+        ip=ip,
+        additional_ips=additional,
+        host_network=host_network,
+    )
+
+
+def container_from_cri(
+    container: api_pb2.Container | api_pb2.ContainerStatus, *, pod_sandbox_id: str = ""
+) -> ContainerStatus:
+    """Name, hash and restart count come from our labels when present, else from the CRI metadata."""
+    labels, annotations = dict(container.labels), dict(container.annotations)
+    try:
+        info = kubelabels.parse_container_labels(labels, annotations)
+        name, container_hash, restart_count = info.container_name, info.hash, info.restart_count
+    except LabelsError:
+        name, container_hash, restart_count = container.metadata.name, "", container.metadata.attempt
+    common: dict[str, Any] = {
+        "id": container.id,
+        "name": name,
+        "state": _CONTAINER_STATES.get(container.state, ContainerState.UNKNOWN),
+        "hash": container_hash,
+        "restart_count": restart_count,
+        "created_at": container.created_at,
+        "image": container.image.image,
+        "image_ref": container.image_ref,
+    }
+    if isinstance(container, api_pb2.ContainerStatus):
+        return ContainerStatus(
+            **common,
+            exit_code=container.exit_code,
+            started_at=container.started_at,
+            finished_at=container.finished_at,
+            reason=container.reason,
+            message=container.message,
+            pod_sandbox_id=pod_sandbox_id,
+        )
+    return ContainerStatus(**common, pod_sandbox_id=container.pod_sandbox_id or pod_sandbox_id)
+
+
+def runtime_pod_status(
+    uid: str,
+    *,
+    name: str = "",
+    namespace: str = "",
+    sandboxes: Iterable[SandboxStatus],
+    containers: Iterable[ContainerStatus],
+) -> RuntimePodStatus:
+    return RuntimePodStatus(
+        uid=uid,
+        name=name,
+        namespace=namespace,
+        sandboxes=tuple(sorted(sandboxes, key=lambda s: s.created_at, reverse=True)),
+        containers=tuple(sorted(containers, key=lambda c: c.created_at, reverse=True)),
+    )
+
+
+def group_by_pod(
+    sandboxes: Sequence[api_pb2.PodSandbox | api_pb2.PodSandboxStatus],
+    containers: Sequence[api_pb2.Container | api_pb2.ContainerStatus],
+) -> dict[str, RuntimePodStatus]:
+    """Runtime pods by pod UID from list answers; objects without our labels are not ours and are left out."""
+    pods: dict[str, tuple[str, str, list[SandboxStatus], list[ContainerStatus]]] = {}
+    for sandbox in sandboxes:
+        try:
+            sinfo = kubelabels.parse_sandbox_labels(dict(sandbox.labels), dict(sandbox.annotations))
+        except LabelsError:
+            continue
+        entry = pods.setdefault(sinfo.pod_uid, (sinfo.pod_name, sinfo.pod_namespace, [], []))
+        entry[2].append(sandbox_from_cri(sandbox))
+    for container in containers:
+        try:
+            cinfo = kubelabels.parse_container_labels(dict(container.labels), dict(container.annotations))
+        except LabelsError:
+            continue
+        entry = pods.setdefault(cinfo.pod_uid, (cinfo.pod_name, cinfo.pod_namespace, [], []))
+        entry[3].append(container_from_cri(container))
+    return {
+        uid: runtime_pod_status(uid, name=n, namespace=ns, sandboxes=s, containers=c)
+        for uid, (n, ns, s, c) in pods.items()
+    }
+
+
+# --- decisions ---------------------------------------------------------------------------------------------------
+
+
+def _spec(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    out: Mapping[str, Any] = pod.get("spec") or {}
+    return out
+
+
+def pod_sandbox_changed(pod: Mapping[str, Any], status: RuntimePodStatus) -> tuple[bool, int, str]:
+    """(create a new sandbox?, its attempt, the current sandbox id) as upstream PodSandboxChanged."""
+    if not status.sandboxes:
+        return True, 0, ""
+    newest = status.sandboxes[0]
+    ready = sum(1 for s in status.sandboxes if s.state is SandboxState.READY)
+    next_attempt = newest.attempt + 1
+    if ready > 1 or newest.state is not SandboxState.READY:
+        return True, next_attempt, newest.id
+    host_network = bool(_spec(pod).get("hostNetwork"))
+    if newest.host_network is not None and newest.host_network != host_network:
+        return True, next_attempt, ""
+    if not host_network and not newest.ip and newest.host_network is not None:
+        # Only a PodSandboxStatus tells the IP; a bare ListPodSandbox entry (host_network None) is not judged on it.
+        return True, next_attempt, newest.id
+    return False, newest.attempt, newest.id
+
+
+def should_container_be_restarted(
+    container: Mapping[str, Any], pod: Mapping[str, Any], status: RuntimePodStatus
+) -> bool:
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    st = status.find_container(str(container.get("name", "")))
+    if st is None:
+        return True
+    if st.state is ContainerState.RUNNING:
+        return False
+    if st.state in (ContainerState.UNKNOWN, ContainerState.CREATED):
+        return True
+    policy = _spec(pod).get("restartPolicy") or "Always"
+    if policy == "Never":
+        return False
+    return not (policy == "OnFailure" and st.exit_code == 0)
+
+
+def _succeeded(name: str, status: RuntimePodStatus) -> bool:
+    st = status.find_container(name)
+    return st is not None and st.state is ContainerState.EXITED and st.exit_code == 0
+
+
+def _changed(container: Mapping[str, Any], st: ContainerStatus) -> bool:
+    # A container without our hash annotation was not made from this spec by us; judging it would restart it blindly.
+    return bool(st.hash) and st.hash != hash_container(container)
+
+
+@dataclass
+class _Plan:
+    kill_pod: bool = False
+    init_to_start: list[str] = field(default_factory=list)
+    to_start: list[str] = field(default_factory=list)
+    to_kill: list[ContainerToKill] = field(default_factory=list)
+
+
+def _init_actions(
+    pod: Mapping[str, Any],
+    status: RuntimePodStatus,
+    plan: _Plan,
+    *,
+    liveness_failed: frozenset[str],
+    startup_failed: frozenset[str],
+) -> bool:
+    """Fill the plan's init part; True when every init container is done (sidecars started)."""
+    spec = _spec(pod)
+    policy = spec.get("restartPolicy") or "Always"
+    # Once a regular container exists, init ran to completion before; its containers may have been removed since.
+    initialized = any(status.find_container(str(c.get("name", ""))) for c in spec.get("containers") or [])
+    for container in spec.get("initContainers") or []:
+        name = str(container.get("name", ""))
+        st = status.find_container(name)
+        if container.get("restartPolicy") == "Always":  # a sidecar
+            if st is None or st.state is not ContainerState.RUNNING:
+                if st is not None and st.state in (ContainerState.UNKNOWN, ContainerState.CREATED):
+                    message = f"Init container is in {st.state.value!r} state, try killing it before restart"
+                    plan.to_kill.append(ContainerToKill(st.id, name, message, REASON_UNKNOWN_STATE))
+                plan.init_to_start.append(name)
+                if not initialized:
+                    return False
+                continue
+            kill = _running_container_kill(container, st, liveness_failed, startup_failed, restart=True)
+            if kill is not None:
+                plan.to_kill.append(kill)
+                plan.init_to_start.append(name)
+            continue
+        if initialized:
+            continue
+        if st is None:
+            plan.init_to_start.append(name)
+            return False
+        if st.state is ContainerState.RUNNING:
+            return False
+        if st.state is ContainerState.EXITED:
+            if st.exit_code == 0:
+                continue
+            if policy == "Never":
+                plan.kill_pod = True
+                return False
+            plan.init_to_start.append(name)
+            return False
+        message = f"Init container is in {st.state.value!r} state, try killing it before restart"
+        plan.to_kill.append(ContainerToKill(st.id, name, message, REASON_UNKNOWN_STATE))
+        plan.init_to_start.append(name)
+        return False
+    return True
+
+
+def _running_container_kill(
+    container: Mapping[str, Any],
+    st: ContainerStatus,
+    liveness_failed: frozenset[str],
+    startup_failed: frozenset[str],
+    *,
+    restart: bool,
+) -> ContainerToKill | None:
+    name = str(container.get("name", ""))
+    if _changed(container, st):
+        return ContainerToKill(
+            st.id, name, f"Container {name} definition changed, will be restarted", REASON_SPEC_CHANGED
+        )
+    if st.id in liveness_failed:
+        message, reason = f"Container {name} failed liveness probe", REASON_LIVENESS_PROBE
+    elif st.id in startup_failed:
+        message, reason = f"Container {name} failed startup probe", REASON_STARTUP_PROBE
+    else:
+        return None
+    return ContainerToKill(st.id, name, message + (", will be restarted" if restart else ""), reason)
+
+
+def _apply_backoff(
+    names: Sequence[str], pod: Mapping[str, Any], status: RuntimePodStatus, backoff: BackoffView, now: float
+) -> tuple[tuple[str, ...], list[BackoffWait]]:
+    meta: Mapping[str, Any] = pod.get("metadata") or {}
+    uid = str(meta.get("uid", ""))
+    start: list[str] = []
+    waits: list[BackoffWait] = []
+    for name in names:
+        st = status.find_container(name)
+        if st is None or st.state is not ContainerState.EXITED or not st.finished_at:
+            start.append(name)
+            continue
+        key = container_backoff_key(uid, name)
+        waiting, remaining = backoff.in_backoff(key, now, since=st.finished_at / _NS_PER_SECOND)
+        if not waiting:
+            start.append(name)
+            continue
+        message = crash_loop_message(
+            backoff.get(key),
+            container_name=name,
+            pod_name=str(meta.get("name", "")),
+            pod_namespace=str(meta.get("namespace", "")),
+            pod_uid=uid,
+        )
+        waits.append(BackoffWait(name=name, message=message, remaining=remaining))
+    return tuple(start), waits
+
+
+def _running_ids(status: RuntimePodStatus) -> bool:
+    return any(c.state is ContainerState.RUNNING for c in status.containers) or any(
+        s.state is SandboxState.READY for s in status.sandboxes
+    )
+
+
+def compute_pod_actions(
+    pod: Mapping[str, Any],
+    status: RuntimePodStatus,
+    *,
+    now: float,
+    backoff: BackoffView,
+    liveness_failed: frozenset[str] = frozenset(),
+    startup_failed: frozenset[str] = frozenset(),
+) -> PodActions:
+    """The actions that bring what runs to the pod's spec. `now` is in seconds on the clock of container finish
+    times (wall clock); `liveness_failed`/`startup_failed` are ids of containers whose probe reported failure."""
+    spec = _spec(pod)
+    meta: Mapping[str, Any] = pod.get("metadata") or {}
+    phase = (pod.get("status") or {}).get("phase")
+    if phase in ("Succeeded", "Failed") or meta.get("deletionTimestamp"):
+        return PodActions(kill_pod=_running_ids(status))
+
+    policy = spec.get("restartPolicy") or "Always"
+    containers = [c for c in spec.get("containers") or []]
+    create, attempt, sandbox_id = pod_sandbox_changed(pod, status)
+    plan = _Plan(kill_pod=create)
+
+    if create:
+        if policy == "Never" and attempt != 0 and status.containers:
+            return PodActions(kill_pod=True, sandbox_id=sandbox_id, attempt=attempt)
+        to_start = [
+            str(c.get("name", ""))
+            for c in containers
+            if not (policy == "OnFailure" and _succeeded(str(c.get("name", "")), status))
+        ]
+        inits = [str(c.get("name", "")) for c in spec.get("initContainers") or []]
+        if not to_start and all(_succeeded(n, status) for n in inits):
+            return PodActions(kill_pod=True, sandbox_id=sandbox_id, attempt=attempt)
+        if inits:
+            plan.init_to_start = [inits[0]]
+        else:
+            plan.to_start = to_start
+    else:
+        initialized = _init_actions(pod, status, plan, liveness_failed=liveness_failed, startup_failed=startup_failed)
+        if initialized and not plan.kill_pod:
+            keep = 0
+            restart_on_failure = policy != "Never"
+            for container in containers:
+                name = str(container.get("name", ""))
+                st = status.find_container(name)
+                if st is None or st.state is not ContainerState.RUNNING:
+                    if should_container_be_restarted(container, pod, status):
+                        plan.to_start.append(name)
+                        if st is not None and st.state is ContainerState.UNKNOWN:
+                            message = "Container is in unknown state, try killing it before restart"
+                            plan.to_kill.append(ContainerToKill(st.id, name, message, REASON_UNKNOWN_STATE))
+                    continue
+                changed = _changed(container, st)
+                kill = _running_container_kill(
+                    container, st, liveness_failed, startup_failed, restart=changed or restart_on_failure
+                )
+                if kill is None:
+                    keep += 1
+                    continue
+                plan.to_kill.append(kill)
+                if changed or restart_on_failure:
+                    plan.to_start.append(name)
+            if keep == 0 and not plan.to_start:
+                plan.kill_pod = True
+                plan.init_to_start = []  # sidecars alone do not keep a pod alive
+
+    init_start, init_waits = _apply_backoff(plan.init_to_start, pod, status, backoff, now)
+    start, waits = _apply_backoff(plan.to_start, pod, status, backoff, now)
+    return PodActions(
+        kill_pod=plan.kill_pod,
+        create_sandbox=create,
+        sandbox_id=sandbox_id,
+        attempt=attempt,
+        init_containers_to_start=init_start,
+        containers_to_start=start,
+        containers_to_kill=tuple(plan.to_kill),
+        backoff=(*init_waits, *waits),
+    )
+
+
+def next_restart_count(status: RuntimePodStatus, name: str) -> int:
+    """The restart count of the container about to start: one more than its newest instance, 0 when first."""
+    st = status.find_container(name)
+    return 0 if st is None else st.restart_count + 1

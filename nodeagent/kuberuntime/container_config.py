@@ -1,0 +1,384 @@
+"""Pod + container → `ContainerConfig` (upstream: kuberuntime_container.go generateContainerConfig,
+kuberuntime_container_linux.go, kubelet_pods.go makeEnvironmentVariables, qos/policy.go).
+
+Choices, each as upstream unless said:
+
+- Environment: `envFrom` sources first, then `env` in order; a later definition of a name replaces the value but
+  keeps the first position. Values expand `$(VAR)` against what is defined so far and the service variables.
+  Service variables (already filtered by the caller for enableServiceLinks) follow, sorted, unless a container
+  variable has the same name. Command and args expand against the final environment.
+- ConfigMaps and Secrets come from injected lookups returning the data (decoded) or None when the object does not
+  exist; a missing object or key raises `CreateContainerConfigError` unless the reference is optional.
+- `resourceFieldRef` without a limit uses node allocatable (upstream MergeContainerResourceLimits); cpu rounds up to
+  the divisor, memory and ephemeral-storage too.
+- Resources: cpu shares from the request (or the limit when there is no request; at least 2, at most 262144),
+  period 100000 always and quota from the cpu limit (at least 1000 when set, 0 without), memory limit in bytes,
+  oom_score_adj by QoS (Guaranteed -997, BestEffort 1000, Burstable 1000 - 1000*request/capacity clamped to 3..999).
+  Critical-pod OOM handling is not covered.
+- Security: pod context overridden by the container's. Capabilities are normalised to `CAP_`-prefixed upper case
+  (`ALL` is kept). no_new_privs is set when allowPrivilegeEscalation is false. The image's user (passed in) fills
+  run_as_user or run_as_username only when the spec sets no runAsUser; runAsNonRoot is verified against them.
+- log_path is `<container>/<restartCount>.log`, relative to the sandbox's log directory (the CRI contract). Mounts,
+  devices and the termination message file are not covered here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from decimal import Decimal
+from typing import Any
+
+from cri.v1 import api_pb2
+from nodeagent.config.errors import QuantityError
+from nodeagent.config.quantity import parse_quantity
+from nodeagent.kuberuntime import labels as kubelabels
+from nodeagent.kuberuntime.errors import CreateContainerConfigError, CreatePodSandboxConfigError
+from nodeagent.kuberuntime.expansion import expand
+from nodeagent.kuberuntime.hashing import hash_container
+from nodeagent.kuberuntime.qos import QOSClass, effective_limits, effective_requests, pod_qos
+from nodeagent.kuberuntime.sandbox_config import namespace_options, seccomp_profile, supplemental_groups
+
+#: (namespace, name) → the object's data, or None when it does not exist. Secret values are already decoded.
+DataLookup = Callable[[str, str], Mapping[str, str] | None]
+
+CPU_PERIOD = 100_000
+MIN_CPU_SHARES = 2
+MAX_CPU_SHARES = 262_144
+MIN_QUOTA_PERIOD = 1000
+GUARANTEED_OOM_SCORE_ADJ = -997
+BEST_EFFORT_OOM_SCORE_ADJ = 1000
+
+
+def _no_objects(namespace: str, name: str) -> Mapping[str, str] | None:
+    return None
+
+
+def _quantity(value: Any, what: str) -> Decimal:
+    try:
+        return parse_quantity(str(value))
+    except QuantityError as exc:
+        raise CreateContainerConfigError(f"invalid quantity for {what}: {exc}") from exc
+
+
+# --- environment -----------------------------------------------------------------------------------------------
+
+
+def _field_ref_value(pod: Mapping[str, Any], path: str, *, node_name: str, host_ip: str, pod_ips: Sequence[str]) -> str:
+    meta: Mapping[str, Any] = pod.get("metadata") or {}
+    spec: Mapping[str, Any] = pod.get("spec") or {}
+    for prefix, source in (("metadata.labels", "labels"), ("metadata.annotations", "annotations")):
+        if path.startswith(prefix + "['") and path.endswith("']"):
+            key = path[len(prefix) + 2 : -2]
+            return str((meta.get(source) or {}).get(key, ""))
+    simple: dict[str, str] = {
+        "metadata.name": str(meta.get("name", "")),
+        "metadata.namespace": str(meta.get("namespace", "")),
+        "metadata.uid": str(meta.get("uid", "")),
+        "spec.nodeName": str(spec.get("nodeName") or node_name),
+        "spec.serviceAccountName": str(spec.get("serviceAccountName", "")),
+        "status.hostIP": host_ip,
+        "status.hostIPs": host_ip,
+        "status.podIP": pod_ips[0] if pod_ips else "",
+        "status.podIPs": ",".join(pod_ips),
+    }
+    if path not in simple:
+        raise CreateContainerConfigError(f"unsupported fieldPath: {path}")
+    return simple[path]
+
+
+def _resource_field_value(
+    container: Mapping[str, Any], resource: str, divisor_text: str | None, node_allocatable: Mapping[str, str]
+) -> str:
+    kind, _, name = resource.partition(".")
+    if kind not in {"limits", "requests"} or name not in {"cpu", "memory", "ephemeral-storage"}:
+        raise CreateContainerConfigError(f"unsupported container resource: {resource}")
+    if kind == "limits":
+        values = effective_limits(container)
+        if name not in values and name in node_allocatable:
+            values[name] = _quantity(node_allocatable[name], f"node allocatable {name}")
+    else:
+        values = effective_requests(container)
+    value = values.get(name, Decimal(0))
+    divisor = _quantity(divisor_text or "1", f"divisor of {resource}")
+    if divisor <= 0:
+        raise CreateContainerConfigError(f"invalid divisor {divisor_text} for {resource}")
+    if name == "cpu":
+        # As upstream: millicores first (rounded up), then divided by the divisor's millicores, rounded up.
+        milli = math.ceil(value * 1000)
+        divisor_milli = max(1, math.ceil(divisor * 1000))
+        return str(math.ceil(Decimal(milli) / Decimal(divisor_milli)))
+    return str(math.ceil(math.ceil(value) / math.ceil(divisor)))
+
+
+def _lookup_data(
+    lookup: DataLookup, kind: str, namespace: str, name: str, *, optional: bool
+) -> Mapping[str, str] | None:
+    data = lookup(namespace, name)
+    if data is None and not optional:
+        raise CreateContainerConfigError(f'{kind.lower()} "{name}" not found')
+    return data
+
+
+def make_environment(
+    pod: Mapping[str, Any],
+    container: Mapping[str, Any],
+    *,
+    service_env: Mapping[str, str],
+    node_name: str,
+    host_ip: str,
+    pod_ips: Sequence[str],
+    node_allocatable: Mapping[str, str],
+    get_config_map: DataLookup = _no_objects,
+    get_secret: DataLookup = _no_objects,
+) -> list[tuple[str, str]]:
+    """The container's environment in order (upstream makeEnvironmentVariables)."""
+    namespace = str((pod.get("metadata") or {}).get("namespace", ""))
+    env: dict[str, str] = {}
+
+    for source in container.get("envFrom") or []:
+        prefix = str(source.get("prefix") or "")
+        for kind, ref_key, lookup in (
+            ("ConfigMap", "configMapRef", get_config_map),
+            ("Secret", "secretRef", get_secret),
+        ):
+            ref = source.get(ref_key)
+            if ref is None:
+                continue
+            data = _lookup_data(lookup, kind, namespace, str(ref.get("name", "")), optional=bool(ref.get("optional")))
+            for key, data_value in (data or {}).items():
+                env[prefix + key] = data_value
+
+    for var in container.get("env") or []:
+        name = str(var["name"])
+        value_from: Mapping[str, Any] | None = var.get("valueFrom")
+        if value_from is None:
+            env[name] = expand(str(var.get("value") or ""), {**service_env, **env})
+            continue
+        value: str | None
+        if (field_ref := value_from.get("fieldRef")) is not None:
+            value = _field_ref_value(
+                pod, str(field_ref.get("fieldPath", "")), node_name=node_name, host_ip=host_ip, pod_ips=pod_ips
+            )
+        elif (resource_ref := value_from.get("resourceFieldRef")) is not None:
+            target = container
+            if resource_ref.get("containerName"):
+                spec: Mapping[str, Any] = pod.get("spec") or {}
+                candidates = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+                found = [c for c in candidates if c.get("name") == resource_ref["containerName"]]
+                if not found:
+                    raise CreateContainerConfigError(f"container {resource_ref['containerName']} not found")
+                target = found[0]
+            value = _resource_field_value(
+                target, str(resource_ref.get("resource", "")), resource_ref.get("divisor"), node_allocatable
+            )
+        else:
+            value = None
+            for kind, ref_key, lookup in (
+                ("ConfigMap", "configMapKeyRef", get_config_map),
+                ("Secret", "secretKeyRef", get_secret),
+            ):
+                ref = value_from.get(ref_key)
+                if ref is None:
+                    continue
+                optional = bool(ref.get("optional"))
+                obj_name, key = str(ref.get("name", "")), str(ref.get("key", ""))
+                data = _lookup_data(lookup, kind, namespace, obj_name, optional=optional)
+                if data is not None and key in data:
+                    value = data[key]
+                elif not optional:
+                    raise CreateContainerConfigError(f"couldn't find key {key} in {kind} {namespace}/{obj_name}")
+                break
+            else:
+                raise CreateContainerConfigError(f"env var {name} has an empty or unsupported valueFrom")
+            if value is None:  # an optional reference that resolved to nothing leaves the variable out
+                continue
+        env[name] = value
+
+    result = list(env.items())
+    result.extend((k, service_env[k]) for k in sorted(service_env) if k not in env)
+    return result
+
+
+# --- resources -------------------------------------------------------------------------------------------------
+
+
+def milli_cpu_to_shares(milli: int) -> int:
+    if milli == 0:
+        return MIN_CPU_SHARES
+    return min(MAX_CPU_SHARES, max(MIN_CPU_SHARES, milli * 1024 // 1000))
+
+
+def milli_cpu_to_quota(milli: int, period: int = CPU_PERIOD) -> int:
+    if milli == 0:
+        return 0
+    return max(MIN_QUOTA_PERIOD, milli * period // 1000)
+
+
+def oom_score_adj(qos: QOSClass, container: Mapping[str, Any], memory_capacity: int) -> int:
+    if qos is QOSClass.GUARANTEED:
+        return GUARANTEED_OOM_SCORE_ADJ
+    if qos is QOSClass.BEST_EFFORT:
+        return BEST_EFFORT_OOM_SCORE_ADJ
+    request = int(effective_requests(container).get("memory", Decimal(0)))
+    score = 1000 - (1000 * request) // memory_capacity if memory_capacity > 0 else 1000
+    # Burstable stays strictly between Guaranteed (3 at full memory use) and BestEffort, as upstream.
+    if score < 1000 + GUARANTEED_OOM_SCORE_ADJ:
+        return 1000 + GUARANTEED_OOM_SCORE_ADJ
+    if score >= BEST_EFFORT_OOM_SCORE_ADJ:
+        return BEST_EFFORT_OOM_SCORE_ADJ - 1
+    return score
+
+
+def make_linux_resources(
+    container: Mapping[str, Any], *, qos: QOSClass, memory_capacity: int
+) -> api_pb2.LinuxContainerResources:
+    requests, limits = effective_requests(container), effective_limits(container)
+    cpu_request_milli = math.ceil(requests.get("cpu", Decimal(0)) * 1000)
+    cpu_limit_milli = math.ceil(limits.get("cpu", Decimal(0)) * 1000)
+    shares_milli = cpu_request_milli or cpu_limit_milli
+    return api_pb2.LinuxContainerResources(
+        cpu_period=CPU_PERIOD,
+        cpu_quota=milli_cpu_to_quota(cpu_limit_milli),
+        cpu_shares=milli_cpu_to_shares(shares_milli),
+        memory_limit_in_bytes=int(limits.get("memory", Decimal(0))),
+        oom_score_adj=oom_score_adj(qos, container, memory_capacity),
+    )
+
+
+# --- security --------------------------------------------------------------------------------------------------
+
+
+def normalize_capability(name: str) -> str:
+    upper = name.upper()
+    if upper == "ALL" or upper.startswith("CAP_"):
+        return upper
+    return "CAP_" + upper
+
+
+def make_security_context(
+    pod: Mapping[str, Any], container: Mapping[str, Any], *, image_user: str = ""
+) -> api_pb2.LinuxContainerSecurityContext:
+    spec: Mapping[str, Any] = pod.get("spec") or {}
+    pod_sc: Mapping[str, Any] = spec.get("securityContext") or {}
+    sc: Mapping[str, Any] = container.get("securityContext") or {}
+
+    def pick(key: str) -> Any:
+        return sc[key] if sc.get(key) is not None else pod_sc.get(key)
+
+    caps: Mapping[str, Any] = sc.get("capabilities") or {}
+    try:
+        seccomp = seccomp_profile(pick("seccompProfile"))
+    except CreatePodSandboxConfigError as exc:
+        raise CreateContainerConfigError(str(exc)) from exc
+    out = api_pb2.LinuxContainerSecurityContext(
+        capabilities=api_pb2.Capability(
+            add_capabilities=[normalize_capability(c) for c in caps.get("add") or []],
+            drop_capabilities=[normalize_capability(c) for c in caps.get("drop") or []],
+        ),
+        privileged=bool(sc.get("privileged")),
+        namespace_options=namespace_options(pod),
+        readonly_rootfs=bool(sc.get("readOnlyRootFilesystem")),
+        supplemental_groups=supplemental_groups(pod),
+        no_new_privs=sc.get("allowPrivilegeEscalation") is False,
+        seccomp=seccomp,
+    )
+    run_as_user = pick("runAsUser")
+    if run_as_user is not None:
+        out.run_as_user.value = int(run_as_user)
+    elif image_user:
+        user = image_user.split(":", 1)[0]
+        if user.isdigit():
+            out.run_as_user.value = int(user)
+        else:
+            out.run_as_username = user
+    if pick("runAsGroup") is not None:
+        out.run_as_group.value = int(pick("runAsGroup"))
+    if pick("runAsNonRoot"):
+        _verify_run_as_non_root(pod, container, out)
+    return out
+
+
+def _verify_run_as_non_root(
+    pod: Mapping[str, Any], container: Mapping[str, Any], sc: api_pb2.LinuxContainerSecurityContext
+) -> None:
+    meta: Mapping[str, Any] = pod.get("metadata") or {}
+    pod_ref = f"{meta.get('name', '')}_{meta.get('namespace', '')}({meta.get('uid', '')})"
+    where = f'(pod: "{pod_ref}", container: {container.get("name", "")})'
+    if sc.HasField("run_as_user"):
+        if sc.run_as_user.value == 0:
+            raise CreateContainerConfigError(f"container has runAsNonRoot and image will run as root {where}")
+        return
+    if sc.run_as_username:
+        raise CreateContainerConfigError(
+            f"container has runAsNonRoot and image has non-numeric user ({sc.run_as_username}), "
+            f"cannot verify user is non-root {where}"
+        )
+    raise CreateContainerConfigError(f"container has runAsNonRoot and image will run as root {where}")
+
+
+# --- the config ------------------------------------------------------------------------------------------------
+
+
+def container_log_path(container_name: str, restart_count: int) -> str:
+    return f"{container_name}/{restart_count}.log"
+
+
+def make_container_config(
+    pod: Mapping[str, Any],
+    container: Mapping[str, Any],
+    *,
+    restart_count: int,
+    pod_ips: Sequence[str],
+    node_name: str,
+    host_ip: str,
+    service_env: Mapping[str, str],
+    image_ref: str,
+    memory_capacity: int,
+    node_allocatable: Mapping[str, str],
+    get_config_map: DataLookup = _no_objects,
+    get_secret: DataLookup = _no_objects,
+    image_user: str = "",
+) -> api_pb2.ContainerConfig:
+    """The config of one container of the pod; raises `CreateContainerConfigError` as upstream would report it.
+
+    `pod_ips` is the sandbox's IPs, primary first (status.podIP is the first); `memory_capacity` is the node's memory
+    capacity in bytes (for the Burstable OOM score); `node_allocatable` fills resourceFieldRef limits that are unset.
+    """
+    name = str(container.get("name", ""))
+    env = make_environment(
+        pod,
+        container,
+        service_env=service_env,
+        node_name=node_name,
+        host_ip=host_ip,
+        pod_ips=pod_ips,
+        node_allocatable=node_allocatable,
+        get_config_map=get_config_map,
+        get_secret=get_secret,
+    )
+    env_map = dict(env)
+    try:
+        qos = pod_qos(pod)
+        resources = make_linux_resources(container, qos=qos, memory_capacity=memory_capacity)
+    except QuantityError as exc:
+        raise CreateContainerConfigError(f"invalid resources of container {name}: {exc}") from exc
+    return api_pb2.ContainerConfig(
+        metadata=api_pb2.ContainerMetadata(name=name, attempt=restart_count),
+        image=api_pb2.ImageSpec(image=image_ref, user_specified_image=str(container.get("image", ""))),
+        command=[expand(str(c), env_map) for c in container.get("command") or []],
+        args=[expand(str(a), env_map) for a in container.get("args") or []],
+        working_dir=str(container.get("workingDir") or ""),
+        envs=[api_pb2.KeyValue(key=k, value=v) for k, v in env],
+        labels=kubelabels.container_labels(pod, container),
+        annotations=kubelabels.container_annotations(
+            pod, container, container_hash=hash_container(container), restart_count=restart_count
+        ),
+        log_path=container_log_path(name, restart_count),
+        stdin=bool(container.get("stdin")),
+        stdin_once=bool(container.get("stdinOnce")),
+        tty=bool(container.get("tty")),
+        linux=api_pb2.LinuxContainerConfig(
+            resources=resources, security_context=make_security_context(pod, container, image_user=image_user)
+        ),
+    )

@@ -1,0 +1,308 @@
+"""Pod → `PodSandboxConfig` (upstream: kuberuntime_sandbox.go generatePodSandboxConfig, network/dns/dns.go).
+
+Choices, each as upstream unless said:
+
+- Hostname: `spec.hostname` or the pod name, cut to 63 characters (trailing '-' and '.' dropped); with `subdomain`
+  the domain is `<subdomain>.<ns>.svc.<clusterDomain>`, and `setHostnameAsFQDN` joins both (at most 64 characters).
+  A hostNetwork pod gets the node's hostname (upstream leaves it empty, which the runtime fills with the same).
+- DNS: ClusterFirst (the default) uses the cluster DNS servers and the search list `<ns>.svc.<domain> svc.<domain>
+  <domain>` followed by the host's, with `ndots:5`. A hostNetwork pod with ClusterFirst, or ClusterFirst without
+  clusterDNS configured, falls back to Default (the host's resolv.conf, passed in parsed). None starts empty.
+  `spec.dnsConfig` is then merged: servers and searches appended without duplicates, options overridden by name.
+- Port mappings: every container port, with its hostPort (0 when unset) and hostIP, as upstream; the CNI portmap
+  plugin only acts on non-zero host ports.
+- Namespaces: hostNetwork → network NODE; hostPID → pid NODE, shareProcessNamespace → pid POD, else CONTAINER;
+  hostIPC → ipc NODE, else POD.
+- Seccomp: the pod's seccompProfile, else Unconfined (the kubelet's SeccompDefault is off by default).
+- Supplemental groups: fsGroup first, then supplementalGroups.
+
+`pod_cgroup_parent` spells the cgroupfs driver's pod cgroup; the systemd driver's slice names are not covered.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from cri.v1 import api_pb2
+from nodeagent.config.quantity import parse_quantity
+from nodeagent.kuberuntime import labels as kubelabels
+from nodeagent.kuberuntime.errors import CreatePodSandboxConfigError
+from nodeagent.kuberuntime.qos import QOSClass
+
+DEFAULT_POD_LOG_DIR_ROOT = "/var/log/pods"
+DEFAULT_SECCOMP_PROFILE_ROOT = "/var/lib/kubelet/seccomp"
+MAX_HOSTNAME_LENGTH = 63
+MAX_DNS_SEARCH_PATHS = 32
+MAX_DNS_SEARCH_LIST_CHARS = 2048
+CLUSTER_FIRST_OPTIONS = ("ndots:5",)
+
+_PROTOCOLS = {"TCP": api_pb2.TCP, "UDP": api_pb2.UDP, "SCTP": api_pb2.SCTP}
+
+
+@dataclass(frozen=True)
+class ResolvConf:
+    """The host's resolv.conf, parsed by the caller (the file read is I/O, so it is not ours)."""
+
+    nameservers: tuple[str, ...] = ()
+    searches: tuple[str, ...] = ()
+    options: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class DNSSettings:
+    """The kubelet's DNS configuration (clusterDNS, clusterDomain, resolvConf) plus the node's resolv.conf."""
+
+    cluster_dns: tuple[str, ...] = ()
+    cluster_domain: str = "cluster.local"
+    host: ResolvConf = field(default_factory=ResolvConf)
+
+
+def _meta(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    out: Mapping[str, Any] = pod.get("metadata") or {}
+    return out
+
+
+def _spec(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    out: Mapping[str, Any] = pod.get("spec") or {}
+    return out
+
+
+def pod_log_directory(namespace: str, name: str, uid: str, *, root: str = DEFAULT_POD_LOG_DIR_ROOT) -> str:
+    """`<root>/<ns>_<name>_<uid>`, the directory kubectl logs and log collectors expect."""
+    return posixpath.join(root, f"{namespace}_{name}_{uid}")
+
+
+def pod_cgroup_parent(pod_uid: str, qos: QOSClass, cgroup_root: str = "/") -> str:
+    """The cgroupfs driver's pod cgroup: Guaranteed pods sit directly under kubepods, the others in their QoS tier."""
+    base = posixpath.join("/", cgroup_root.strip("/"), "kubepods")
+    if qos is QOSClass.BURSTABLE:
+        base = posixpath.join(base, "burstable")
+    elif qos is QOSClass.BEST_EFFORT:
+        base = posixpath.join(base, "besteffort")
+    return posixpath.join(base, f"pod{pod_uid}")
+
+
+def _truncate_hostname(hostname: str) -> str:
+    if len(hostname) <= MAX_HOSTNAME_LENGTH:
+        return hostname
+    return hostname[:MAX_HOSTNAME_LENGTH].rstrip("-.")
+
+
+def pod_hostname_and_domain(pod: Mapping[str, Any], cluster_domain: str) -> tuple[str, str]:
+    """Upstream GeneratePodHostNameAndDomain."""
+    meta, spec = _meta(pod), _spec(pod)
+    hostname = _truncate_hostname(str(spec.get("hostname") or meta.get("name", "")))
+    subdomain = spec.get("subdomain")
+    domain = f"{subdomain}.{meta.get('namespace', '')}.svc.{cluster_domain}" if subdomain and cluster_domain else ""
+    return hostname, domain
+
+
+def sandbox_hostname(pod: Mapping[str, Any], *, cluster_domain: str, node_hostname: str) -> str:
+    spec = _spec(pod)
+    if spec.get("hostNetwork"):
+        return node_hostname
+    hostname, domain = pod_hostname_and_domain(pod, cluster_domain)
+    if spec.get("setHostnameAsFQDN") and domain:
+        fqdn = f"{hostname}.{domain}"
+        if len(fqdn) > MAX_HOSTNAME_LENGTH + 1:
+            raise CreatePodSandboxConfigError(
+                f"failed to construct FQDN from pod hostname and cluster domain, FQDN {fqdn} is too long "
+                f"({MAX_HOSTNAME_LENGTH + 1} characters is the max, {len(fqdn)} characters requested)"
+            )
+        return fqdn
+    return hostname
+
+
+def _unique(items: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(items))
+
+
+def _fit_searches(searches: Sequence[str]) -> list[str]:
+    # Upstream drops the tail beyond the resolver's limits (and reports an event, which is the caller's part).
+    out: list[str] = []
+    length = 0
+    for search in searches[:MAX_DNS_SEARCH_PATHS]:
+        length += len(search) + (1 if out else 0)
+        if length > MAX_DNS_SEARCH_LIST_CHARS:
+            break
+        out.append(search)
+    return out
+
+
+def _merge_options(base: Sequence[str], extra: Sequence[Mapping[str, Any]]) -> list[str]:
+    merged: dict[str, str | None] = {}
+    for option in base:
+        name, sep, value = option.partition(":")
+        merged[name] = value if sep else None
+    for extra_option in extra:
+        merged[str(extra_option.get("name", ""))] = (
+            None if extra_option.get("value") is None else str(extra_option["value"])
+        )
+    return [name if value is None else f"{name}:{value}" for name, value in merged.items() if name]
+
+
+def dns_policy(pod: Mapping[str, Any], dns: DNSSettings) -> str:
+    """The effective policy: Default replaces ClusterFirst on hostNetwork or when no cluster DNS is configured."""
+    spec = _spec(pod)
+    policy = str(spec.get("dnsPolicy") or "ClusterFirst")
+    if policy == "ClusterFirst" and spec.get("hostNetwork"):
+        return "Default"
+    if policy == "ClusterFirstWithHostNet":
+        policy = "ClusterFirst"
+    if policy == "ClusterFirst" and not dns.cluster_dns:
+        return "Default"
+    return policy
+
+
+def make_dns_config(pod: Mapping[str, Any], dns: DNSSettings) -> api_pb2.DNSConfig:
+    meta, spec = _meta(pod), _spec(pod)
+    policy = dns_policy(pod, dns)
+    servers: list[str] = []
+    searches: list[str] = []
+    options: list[str] = []
+    if policy == "ClusterFirst":
+        servers = list(dns.cluster_dns)
+        if dns.cluster_domain:
+            ns_svc = f"{meta.get('namespace', '')}.svc.{dns.cluster_domain}"
+            searches = [ns_svc, f"svc.{dns.cluster_domain}", dns.cluster_domain]
+        searches = _unique([*searches, *dns.host.searches])
+        options = list(CLUSTER_FIRST_OPTIONS)
+    elif policy == "Default":
+        servers = list(dns.host.nameservers)
+        searches = list(dns.host.searches)
+        options = list(dns.host.options)
+    elif policy != "None":
+        raise CreatePodSandboxConfigError(f"unsupported dnsPolicy {policy!r}")
+    extra: Mapping[str, Any] = spec.get("dnsConfig") or {}
+    servers = _unique([*servers, *(str(s) for s in extra.get("nameservers") or [])])
+    searches = _unique([*searches, *(str(s) for s in extra.get("searches") or [])])
+    options = _merge_options(options, extra.get("options") or [])
+    return api_pb2.DNSConfig(servers=servers, searches=_fit_searches(searches), options=options)
+
+
+def make_port_mappings(pod: Mapping[str, Any]) -> list[api_pb2.PortMapping]:
+    mappings: list[api_pb2.PortMapping] = []
+    seen: set[tuple[str, int, int, str]] = set()
+    for container in _spec(pod).get("containers") or []:
+        for port in container.get("ports") or []:
+            protocol = str(port.get("protocol") or "TCP")
+            if protocol not in _PROTOCOLS:
+                raise CreatePodSandboxConfigError(f"unknown protocol {protocol!r} in container {container['name']}")
+            key = (protocol, int(port["containerPort"]), int(port.get("hostPort") or 0), str(port.get("hostIP") or ""))
+            if key in seen:  # upstream MakePortMappings drops exact duplicates
+                continue
+            seen.add(key)
+            mappings.append(
+                api_pb2.PortMapping(
+                    protocol=_PROTOCOLS[protocol], container_port=key[1], host_port=key[2], host_ip=key[3]
+                )
+            )
+    return mappings
+
+
+def namespace_options(pod: Mapping[str, Any]) -> api_pb2.NamespaceOption:
+    spec = _spec(pod)
+    if spec.get("hostPID"):
+        pid = api_pb2.NODE
+    elif spec.get("shareProcessNamespace"):
+        pid = api_pb2.POD
+    else:
+        pid = api_pb2.CONTAINER
+    return api_pb2.NamespaceOption(
+        network=api_pb2.NODE if spec.get("hostNetwork") else api_pb2.POD,
+        pid=pid,
+        ipc=api_pb2.NODE if spec.get("hostIPC") else api_pb2.POD,
+    )
+
+
+def seccomp_profile(
+    profile: Mapping[str, Any] | None, *, profile_root: str = DEFAULT_SECCOMP_PROFILE_ROOT
+) -> api_pb2.SecurityProfile:
+    kind = (profile or {}).get("type") or "Unconfined"
+    if kind == "RuntimeDefault":
+        return api_pb2.SecurityProfile(profile_type=api_pb2.SecurityProfile.RuntimeDefault)
+    if kind == "Localhost":
+        ref = (profile or {}).get("localhostProfile")
+        if not ref:
+            raise CreatePodSandboxConfigError("localhostProfile must be set if seccomp profile type is Localhost")
+        return api_pb2.SecurityProfile(
+            profile_type=api_pb2.SecurityProfile.Localhost, localhost_ref=posixpath.join(profile_root, str(ref))
+        )
+    if kind == "Unconfined":
+        return api_pb2.SecurityProfile(profile_type=api_pb2.SecurityProfile.Unconfined)
+    raise CreatePodSandboxConfigError(f"unknown seccomp profile type {kind!r}")
+
+
+def supplemental_groups(pod: Mapping[str, Any]) -> list[int]:
+    sc: Mapping[str, Any] = _spec(pod).get("securityContext") or {}
+    groups = [int(sc["fsGroup"])] if sc.get("fsGroup") is not None else []
+    return groups + [int(g) for g in sc.get("supplementalGroups") or []]
+
+
+def _has_privileged_container(pod: Mapping[str, Any]) -> bool:
+    spec = _spec(pod)
+    return any(
+        (c.get("securityContext") or {}).get("privileged")
+        for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+    )
+
+
+def resources_from_quantities(cpu: str | None, memory: str | None) -> api_pb2.LinuxContainerResources:
+    """Overhead as CRI resources: shares and quota from the cpu, a limit from the memory."""
+    out = api_pb2.LinuxContainerResources()
+    if cpu is not None:
+        milli = int(parse_quantity(cpu) * 1000)
+        out.cpu_shares = max(2, milli * 1024 // 1000)
+        out.cpu_period = 100000
+        out.cpu_quota = max(1000, milli * 100000 // 1000) if milli else 0
+    if memory is not None:
+        out.memory_limit_in_bytes = int(parse_quantity(memory))
+    return out
+
+
+def make_sandbox_config(
+    pod: Mapping[str, Any],
+    *,
+    attempt: int,
+    cgroup_parent: str,
+    dns: DNSSettings,
+    node_hostname: str = "",
+    pod_log_dir_root: str = DEFAULT_POD_LOG_DIR_ROOT,
+    seccomp_profile_root: str = DEFAULT_SECCOMP_PROFILE_ROOT,
+) -> api_pb2.PodSandboxConfig:
+    meta, spec = _meta(pod), _spec(pod)
+    name, namespace, uid = str(meta.get("name", "")), str(meta.get("namespace", "")), str(meta.get("uid", ""))
+    if not (name and namespace and uid):
+        raise CreatePodSandboxConfigError("pod needs metadata.name, metadata.namespace and metadata.uid")
+    pod_sc: Mapping[str, Any] = spec.get("securityContext") or {}
+    security = api_pb2.LinuxSandboxSecurityContext(
+        namespace_options=namespace_options(pod),
+        supplemental_groups=supplemental_groups(pod),
+        privileged=_has_privileged_container(pod),
+        seccomp=seccomp_profile(pod_sc.get("seccompProfile"), profile_root=seccomp_profile_root),
+    )
+    if pod_sc.get("runAsUser") is not None:
+        security.run_as_user.value = int(pod_sc["runAsUser"])
+    if pod_sc.get("runAsGroup") is not None:
+        security.run_as_group.value = int(pod_sc["runAsGroup"])
+    linux = api_pb2.LinuxPodSandboxConfig(
+        cgroup_parent=cgroup_parent,
+        security_context=security,
+        sysctls={str(s["name"]): str(s["value"]) for s in pod_sc.get("sysctls") or []},
+    )
+    overhead: Mapping[str, Any] = spec.get("overhead") or {}
+    if overhead:
+        linux.overhead.CopyFrom(resources_from_quantities(overhead.get("cpu"), overhead.get("memory")))
+    return api_pb2.PodSandboxConfig(
+        metadata=api_pb2.PodSandboxMetadata(name=name, uid=uid, namespace=namespace, attempt=attempt),
+        hostname=sandbox_hostname(pod, cluster_domain=dns.cluster_domain, node_hostname=node_hostname),
+        log_directory=pod_log_directory(namespace, name, uid, root=pod_log_dir_root),
+        dns_config=make_dns_config(pod, dns),
+        port_mappings=make_port_mappings(pod),
+        labels=kubelabels.sandbox_labels(pod),
+        annotations=kubelabels.sandbox_annotations(pod),
+        linux=linux,
+    )

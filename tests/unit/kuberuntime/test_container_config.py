@@ -1,0 +1,332 @@
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from cri.v1 import api_pb2
+from nodeagent.kuberuntime import labels as kl
+from nodeagent.kuberuntime.container_config import (
+    make_container_config,
+    make_environment,
+    make_linux_resources,
+    make_security_context,
+    oom_score_adj,
+)
+from nodeagent.kuberuntime.errors import CreateContainerConfigError
+from nodeagent.kuberuntime.hashing import hash_container
+from nodeagent.kuberuntime.qos import QOSClass
+
+GI = 1024**3
+CONFIG_MAPS: dict[tuple[str, str], dict[str, str]] = {("default", "cm"): {"K": "cm-v", "OTHER": "o"}}
+SECRETS: dict[tuple[str, str], dict[str, str]] = {("default", "s"): {"PASS": "hunter2"}}
+
+
+def get_cm(namespace: str, name: str) -> Mapping[str, str] | None:
+    return CONFIG_MAPS.get((namespace, name))
+
+
+def get_secret(namespace: str, name: str) -> Mapping[str, str] | None:
+    return SECRETS.get((namespace, name))
+
+
+def make_pod(container: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": "web",
+            "namespace": "default",
+            "uid": "u-1",
+            "labels": {"app": "web"},
+            "annotations": {"a/b": "ann"},
+        },
+        "spec": {"nodeName": "node-a", "serviceAccountName": "sa", "containers": [container], **spec},
+    }
+
+
+def env_of(container: dict[str, Any], service_env: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
+    return make_environment(
+        make_pod(container),
+        container,
+        service_env=service_env or {},
+        node_name="node-a",
+        host_ip="10.0.0.1",
+        pod_ips=["10.244.0.5", "fd00::5"],
+        node_allocatable={"cpu": "4", "memory": "8Gi", "ephemeral-storage": "100Gi"},
+        get_config_map=get_cm,
+        get_secret=get_secret,
+    )
+
+
+def field(path: str) -> dict[str, Any]:
+    return {"name": "V", "valueFrom": {"fieldRef": {"fieldPath": path}}}
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        ("metadata.name", "web"),
+        ("metadata.namespace", "default"),
+        ("metadata.uid", "u-1"),
+        ("metadata.labels['app']", "web"),
+        ("metadata.labels['missing']", ""),
+        ("metadata.annotations['a/b']", "ann"),
+        ("spec.nodeName", "node-a"),
+        ("spec.serviceAccountName", "sa"),
+        ("status.hostIP", "10.0.0.1"),
+        ("status.hostIPs", "10.0.0.1"),
+        ("status.podIP", "10.244.0.5"),
+        ("status.podIPs", "10.244.0.5,fd00::5"),
+    ],
+)
+def test_field_ref(path: str, value: str) -> None:
+    assert env_of({"name": "c", "env": [field(path)]}) == [("V", value)]
+
+
+def resource_env(resource: str, divisor: str | None = None, resources: dict[str, Any] | None = None) -> str:
+    ref: dict[str, Any] = {"resource": resource}
+    if divisor is not None:
+        ref["divisor"] = divisor
+    container = {
+        "name": "c",
+        "resources": resources or {},
+        "env": [{"name": "V", "valueFrom": {"resourceFieldRef": ref}}],
+    }
+    return env_of(container)[0][1]
+
+
+LIMITED = {"limits": {"cpu": "1500m", "memory": "1Gi"}, "requests": {"cpu": "250m", "memory": "512Mi"}}
+
+
+@pytest.mark.parametrize(
+    ("resource", "divisor", "resources", "value"),
+    [
+        ("limits.cpu", None, LIMITED, "2"),  # 1.5 cores rounds up
+        ("limits.cpu", "1m", LIMITED, "1500"),
+        ("requests.cpu", None, LIMITED, "1"),
+        ("requests.cpu", "1m", LIMITED, "250"),
+        ("limits.memory", None, LIMITED, str(GI)),
+        ("limits.memory", "1Mi", LIMITED, "1024"),
+        ("requests.memory", "1Gi", LIMITED, "1"),  # 0.5 Gi rounds up
+        ("limits.cpu", None, {}, "4"),  # node allocatable
+        ("limits.memory", "1Gi", {}, "8"),
+        ("limits.ephemeral-storage", "1Gi", {}, "100"),
+        ("requests.cpu", None, {}, "0"),
+        ("requests.memory", None, {"limits": {"memory": "1Ki"}}, "1024"),  # request defaults to limit
+    ],
+)
+def test_resource_field_ref(resource: str, divisor: str | None, resources: dict[str, Any], value: str) -> None:
+    assert resource_env(resource, divisor, resources) == value
+
+
+def test_env_order_expansion_and_sources() -> None:
+    container = {
+        "name": "c",
+        "envFrom": [{"configMapRef": {"name": "cm"}, "prefix": "CM_"}, {"secretRef": {"name": "s"}}],
+        "env": [
+            {"name": "A", "value": "a"},
+            {"name": "B", "value": "$(A)-$(SVC_HOST)-$(NOPE)-$$(A)"},
+            {"name": "CM_K", "value": "override"},
+            {"name": "K", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "K"}}},
+            {"name": "P", "valueFrom": {"secretKeyRef": {"name": "s", "key": "PASS"}}},
+            {"name": "OPT", "valueFrom": {"configMapKeyRef": {"name": "gone", "key": "K", "optional": True}}},
+            {"name": "OPT2", "valueFrom": {"secretKeyRef": {"name": "s", "key": "NOPE", "optional": True}}},
+            {"name": "SVC_HOST", "value": "mine"},
+        ],
+    }
+    assert env_of(container, {"SVC_HOST": "10.0.0.9", "SVC_PORT": "80"}) == [
+        ("CM_K", "override"),
+        ("CM_OTHER", "o"),
+        ("PASS", "hunter2"),
+        ("A", "a"),
+        ("B", "a-10.0.0.9-$(NOPE)-$(A)"),
+        ("K", "cm-v"),
+        ("P", "hunter2"),
+        ("SVC_HOST", "mine"),
+        ("SVC_PORT", "80"),
+    ]
+
+
+def test_optional_env_from_missing_is_skipped() -> None:
+    container = {"name": "c", "envFrom": [{"configMapRef": {"name": "gone", "optional": True}}]}
+    assert env_of(container) == []
+
+
+@pytest.mark.parametrize(
+    ("env", "env_from", "message"),
+    [
+        (
+            [{"name": "X", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "FOO"}}}],
+            [],
+            "couldn't find key FOO in ConfigMap default/cm",
+        ),
+        (
+            [{"name": "X", "valueFrom": {"secretKeyRef": {"name": "s", "key": "FOO"}}}],
+            [],
+            "couldn't find key FOO in Secret default/s",
+        ),
+        ([{"name": "X", "valueFrom": {"configMapKeyRef": {"name": "gone", "key": "K"}}}], [], 'configmap "gone"'),
+        ([], [{"secretRef": {"name": "gone"}}], 'secret "gone" not found'),
+        ([field("spec.bogus")], [], "unsupported fieldPath: spec.bogus"),
+        ([{"name": "X", "valueFrom": {"resourceFieldRef": {"resource": "limits.gpu"}}}], [], "unsupported"),
+        ([{"name": "X", "valueFrom": {}}], [], "unsupported valueFrom"),
+    ],
+)
+def test_env_errors(env: list[dict[str, Any]], env_from: list[dict[str, Any]], message: str) -> None:
+    with pytest.raises(CreateContainerConfigError, match=message) as info:
+        env_of({"name": "c", "env": env, "envFrom": env_from})
+    assert info.value.reason == "CreateContainerConfigError"
+
+
+@pytest.mark.parametrize(
+    ("resources", "qos", "shares", "quota", "memory"),
+    [
+        ({}, QOSClass.BEST_EFFORT, 2, 0, 0),
+        ({"requests": {"cpu": "1m"}}, QOSClass.BURSTABLE, 2, 0, 0),
+        ({"requests": {"cpu": "250m"}}, QOSClass.BURSTABLE, 256, 0, 0),
+        ({"limits": {"cpu": "500m", "memory": "256Mi"}}, QOSClass.GUARANTEED, 512, 50000, 256 * 1024**2),
+        ({"requests": {"cpu": "100m"}, "limits": {"cpu": "2"}}, QOSClass.BURSTABLE, 102, 200000, 0),
+        ({"limits": {"cpu": "5m"}}, QOSClass.BURSTABLE, 5, 1000, 0),  # quota at least 1000
+        ({"requests": {"cpu": "1000"}}, QOSClass.BURSTABLE, 262144, 0, 0),  # shares capped
+    ],
+)
+def test_linux_resources(resources: dict[str, Any], qos: QOSClass, shares: int, quota: int, memory: int) -> None:
+    out = make_linux_resources({"name": "c", "resources": resources}, qos=qos, memory_capacity=8 * GI)
+    assert (out.cpu_shares, out.cpu_quota, out.cpu_period, out.memory_limit_in_bytes) == (
+        shares,
+        quota,
+        100000,
+        memory,
+    )
+
+
+@pytest.mark.parametrize(
+    ("qos", "memory_request", "expected"),
+    [
+        (QOSClass.GUARANTEED, "1Gi", -997),
+        (QOSClass.BEST_EFFORT, None, 1000),
+        (QOSClass.BURSTABLE, "4Gi", 500),
+        (QOSClass.BURSTABLE, "8Gi", 3),
+        (QOSClass.BURSTABLE, "16Gi", 3),
+        (QOSClass.BURSTABLE, None, 999),
+        (QOSClass.BURSTABLE, "1", 999),
+    ],
+)
+def test_oom_score_adj(qos: QOSClass, memory_request: str | None, expected: int) -> None:
+    resources = {"requests": {"memory": memory_request}} if memory_request else {}
+    assert oom_score_adj(qos, {"name": "c", "resources": resources}, 8 * GI) == expected
+
+
+def test_security_context() -> None:
+    container = {
+        "name": "c",
+        "securityContext": {
+            "runAsUser": 1001,
+            "privileged": True,
+            "readOnlyRootFilesystem": True,
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"add": ["net_admin", "CAP_SYS_TIME"], "drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+    }
+    pod = make_pod(
+        container,
+        hostNetwork=True,
+        securityContext={"runAsUser": 5, "runAsGroup": 7, "supplementalGroups": [9], "fsGroup": 8},
+    )
+    sc = make_security_context(pod, container)
+    assert (sc.run_as_user.value, sc.run_as_group.value) == (1001, 7)
+    assert sc.privileged and sc.readonly_rootfs and sc.no_new_privs
+    assert list(sc.capabilities.add_capabilities) == ["CAP_NET_ADMIN", "CAP_SYS_TIME"]
+    assert list(sc.capabilities.drop_capabilities) == ["ALL"]
+    assert list(sc.supplemental_groups) == [8, 9]
+    assert sc.namespace_options.network == api_pb2.NODE
+    assert sc.seccomp.profile_type == api_pb2.SecurityProfile.RuntimeDefault
+
+
+@pytest.mark.parametrize(
+    ("spec_sc", "image_user", "uid", "username", "error"),
+    [
+        ({}, "", None, "", None),
+        ({"allowPrivilegeEscalation": True}, "", None, "", None),
+        ({}, "1000:1000", 1000, "", None),
+        ({}, "nginx", None, "nginx", None),
+        ({"runAsUser": 0}, "nginx", 0, "", None),
+        ({"runAsNonRoot": True}, "1000", 1000, "", None),
+        ({"runAsNonRoot": True}, "0", None, "", "image will run as root"),
+        ({"runAsNonRoot": True}, "", None, "", "image will run as root"),
+        ({"runAsNonRoot": True}, "nginx", None, "", "non-numeric user \\(nginx\\)"),
+        ({"runAsNonRoot": True, "runAsUser": 0}, "", None, "", "image will run as root"),
+    ],
+)
+def test_image_user_and_run_as_non_root(
+    spec_sc: dict[str, Any], image_user: str, uid: int | None, username: str, error: str | None
+) -> None:
+    container = {"name": "c", "securityContext": spec_sc}
+    pod = make_pod(container)
+    if error is not None:
+        with pytest.raises(CreateContainerConfigError, match=error):
+            make_security_context(pod, container, image_user=image_user)
+        return
+    sc = make_security_context(pod, container, image_user=image_user)
+    assert (sc.run_as_user.value if sc.HasField("run_as_user") else None) == uid
+    assert sc.run_as_username == username
+    assert not sc.no_new_privs
+
+
+def test_make_container_config() -> None:
+    container: dict[str, Any] = {
+        "name": "app",
+        "image": "busybox",
+        "command": ["sh", "-c", "echo $(GREETING) $$(GREETING) $(SVC_HOST)"],
+        "args": ["$(GREETING)"],
+        "workingDir": "/w",
+        "env": [{"name": "GREETING", "value": "hi"}],
+        "resources": {"limits": {"cpu": "1", "memory": "1Gi"}},
+        "stdin": True,
+        "tty": True,
+    }
+    pod = make_pod(container)
+    config = make_container_config(
+        pod,
+        container,
+        restart_count=2,
+        pod_ips=["10.244.0.5"],
+        node_name="node-a",
+        host_ip="10.0.0.1",
+        service_env={"SVC_HOST": "10.0.0.9"},
+        image_ref="sha256:abc",
+        memory_capacity=8 * GI,
+        node_allocatable={},
+    )
+    assert config.metadata == api_pb2.ContainerMetadata(name="app", attempt=2)
+    assert config.image == api_pb2.ImageSpec(image="sha256:abc", user_specified_image="busybox")
+    assert list(config.command) == ["sh", "-c", "echo hi $(GREETING) 10.0.0.9"]
+    assert list(config.args) == ["hi"]
+    assert config.working_dir == "/w"
+    assert [(e.key, e.value) for e in config.envs] == [("GREETING", "hi"), ("SVC_HOST", "10.0.0.9")]
+    assert config.log_path == "app/2.log"
+    assert config.stdin and config.tty and not config.stdin_once
+    assert dict(config.labels) == kl.container_labels(pod, container)
+    assert config.annotations[kl.CONTAINER_HASH_ANNOTATION] == hash_container(container)
+    assert config.annotations[kl.CONTAINER_RESTART_COUNT_ANNOTATION] == "2"
+    assert config.linux.resources.oom_score_adj == -997
+    assert config.linux.resources.cpu_quota == 100000
+
+
+def test_make_container_config_bad_quantity() -> None:
+    container = {"name": "app", "image": "busybox", "resources": {"limits": {"cpu": "lots"}}}
+    with pytest.raises(CreateContainerConfigError, match="invalid"):
+        make_container_config(
+            copy.deepcopy(make_pod(container)),
+            container,
+            restart_count=0,
+            pod_ips=[],
+            node_name="n",
+            host_ip="",
+            service_env={},
+            image_ref="x",
+            memory_capacity=GI,
+            node_allocatable={},
+        )

@@ -1,0 +1,210 @@
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from cri.v1 import api_pb2
+from nodeagent.kuberuntime import labels as kl
+from nodeagent.kuberuntime.errors import CreatePodSandboxConfigError
+from nodeagent.kuberuntime.qos import QOSClass
+from nodeagent.kuberuntime.sandbox_config import (
+    DNSSettings,
+    ResolvConf,
+    make_dns_config,
+    make_sandbox_config,
+    pod_cgroup_parent,
+    sandbox_hostname,
+)
+
+HOST = ResolvConf(nameservers=("192.168.1.1",), searches=("corp.example",), options=("edns0",))
+DNS = DNSSettings(cluster_dns=("10.96.0.10",), cluster_domain="cluster.local", host=HOST)
+
+
+def pod(**spec: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "web", "namespace": "ns1", "uid": "u-1", "labels": {"app": "web"}},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}], **spec},
+    }
+
+
+@pytest.mark.parametrize(
+    ("spec", "dns", "servers", "searches", "options"),
+    [
+        (
+            {},
+            DNS,
+            ["10.96.0.10"],
+            ["ns1.svc.cluster.local", "svc.cluster.local", "cluster.local", "corp.example"],
+            ["ndots:5"],
+        ),
+        ({"dnsPolicy": "Default"}, DNS, ["192.168.1.1"], ["corp.example"], ["edns0"]),
+        ({"hostNetwork": True}, DNS, ["192.168.1.1"], ["corp.example"], ["edns0"]),  # ClusterFirst → Default
+        (
+            {"hostNetwork": True, "dnsPolicy": "ClusterFirstWithHostNet"},
+            DNS,
+            ["10.96.0.10"],
+            ["ns1.svc.cluster.local", "svc.cluster.local", "cluster.local", "corp.example"],
+            ["ndots:5"],
+        ),
+        ({}, DNSSettings(host=HOST), ["192.168.1.1"], ["corp.example"], ["edns0"]),  # no clusterDNS → Default
+        ({"dnsPolicy": "None"}, DNS, [], [], []),
+        (
+            {
+                "dnsPolicy": "None",
+                "dnsConfig": {
+                    "nameservers": ["1.1.1.1", "1.1.1.1"],
+                    "searches": ["a.example"],
+                    "options": [{"name": "ndots", "value": "2"}, {"name": "rotate"}],
+                },
+            },
+            DNS,
+            ["1.1.1.1"],
+            ["a.example"],
+            ["ndots:2", "rotate"],
+        ),
+        (
+            {"dnsConfig": {"nameservers": ["10.96.0.10", "8.8.8.8"], "options": [{"name": "ndots", "value": "1"}]}},
+            DNS,
+            ["10.96.0.10", "8.8.8.8"],
+            ["ns1.svc.cluster.local", "svc.cluster.local", "cluster.local", "corp.example"],
+            ["ndots:1"],
+        ),
+    ],
+)
+def test_dns_config(
+    spec: dict[str, Any], dns: DNSSettings, servers: list[str], searches: list[str], options: list[str]
+) -> None:
+    config = make_dns_config(pod(**spec), dns)
+    assert (list(config.servers), list(config.searches), list(config.options)) == (servers, searches, options)
+
+
+def test_dns_search_list_is_capped() -> None:
+    config = make_dns_config(pod(dnsPolicy="None", dnsConfig={"searches": [f"d{i}.example" for i in range(40)]}), DNS)
+    assert len(config.searches) == 32
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ({}, "web"),
+        ({"hostname": "h1"}, "h1"),
+        ({"hostname": "h1", "subdomain": "sub"}, "h1"),
+        ({"hostname": "h1", "subdomain": "sub", "setHostnameAsFQDN": True}, "h1.sub.ns1.svc.cluster.local"),
+        ({"hostNetwork": True, "hostname": "h1"}, "node-a"),
+        ({"hostname": "a" * 62 + "-b"}, "a" * 62),  # cut to 63, trailing dash dropped
+    ],
+)
+def test_hostname(spec: dict[str, Any], expected: str) -> None:
+    assert sandbox_hostname(pod(**spec), cluster_domain="cluster.local", node_hostname="node-a") == expected
+
+
+def test_fqdn_too_long() -> None:
+    with pytest.raises(CreatePodSandboxConfigError, match="too long"):
+        sandbox_hostname(
+            pod(hostname="h" * 60, subdomain="sub", setHostnameAsFQDN=True),
+            cluster_domain="cluster.local",
+            node_hostname="n",
+        )
+
+
+@pytest.mark.parametrize(
+    ("qos", "root", "expected"),
+    [
+        (QOSClass.GUARANTEED, "/", "/kubepods/podu-1"),
+        (QOSClass.BURSTABLE, "/", "/kubepods/burstable/podu-1"),
+        (QOSClass.BEST_EFFORT, "/", "/kubepods/besteffort/podu-1"),
+        (QOSClass.BURSTABLE, "/custom/", "/custom/kubepods/burstable/podu-1"),
+    ],
+)
+def test_pod_cgroup_parent(qos: QOSClass, root: str, expected: str) -> None:
+    assert pod_cgroup_parent("u-1", qos, root) == expected
+
+
+def test_make_sandbox_config_defaults() -> None:
+    config = make_sandbox_config(pod(), attempt=2, cgroup_parent="/kubepods/besteffort/podu-1", dns=DNS)
+    assert config.metadata == api_pb2.PodSandboxMetadata(name="web", uid="u-1", namespace="ns1", attempt=2)
+    assert config.hostname == "web"
+    assert config.log_directory == "/var/log/pods/ns1_web_u-1"
+    assert dict(config.labels) == kl.sandbox_labels(pod())
+    assert config.linux.cgroup_parent == "/kubepods/besteffort/podu-1"
+    sc = config.linux.security_context
+    assert sc.namespace_options == api_pb2.NamespaceOption(network=api_pb2.POD, pid=api_pb2.CONTAINER, ipc=api_pb2.POD)
+    assert sc.seccomp.profile_type == api_pb2.SecurityProfile.Unconfined
+    assert not sc.HasField("run_as_user")
+    assert not sc.privileged
+    assert not config.linux.HasField("overhead")
+    assert list(config.port_mappings) == []
+
+
+def test_make_sandbox_config_full() -> None:
+    spec: dict[str, Any] = {
+        "hostNetwork": True,
+        "hostPID": True,
+        "hostIPC": True,
+        "securityContext": {
+            "runAsUser": 1000,
+            "runAsGroup": 2000,
+            "fsGroup": 3000,
+            "supplementalGroups": [4000, 5000],
+            "sysctls": [{"name": "net.core.somaxconn", "value": "1024"}],
+            "seccompProfile": {"type": "Localhost", "localhostProfile": "p.json"},
+        },
+        "overhead": {"cpu": "250m", "memory": "120Mi"},
+        "containers": [
+            {
+                "name": "c",
+                "securityContext": {"privileged": True},
+                "ports": [
+                    {"containerPort": 80, "hostPort": 8080},
+                    {"containerPort": 53, "protocol": "UDP", "hostIP": "127.0.0.1", "hostPort": 53},
+                    {"containerPort": 9090},
+                    {"containerPort": 80, "hostPort": 8080},
+                ],
+            }
+        ],
+    }
+    config = make_sandbox_config(
+        pod(**spec), attempt=0, cgroup_parent="/x", dns=DNS, node_hostname="node-a", pod_log_dir_root="/logs"
+    )
+    assert config.hostname == "node-a"
+    assert config.log_directory == "/logs/ns1_web_u-1"
+    sc = config.linux.security_context
+    assert sc.namespace_options == api_pb2.NamespaceOption(network=api_pb2.NODE, pid=api_pb2.NODE, ipc=api_pb2.NODE)
+    assert (sc.run_as_user.value, sc.run_as_group.value) == (1000, 2000)
+    assert list(sc.supplemental_groups) == [3000, 4000, 5000]
+    assert sc.privileged
+    assert sc.seccomp == api_pb2.SecurityProfile(
+        profile_type=api_pb2.SecurityProfile.Localhost, localhost_ref="/var/lib/kubelet/seccomp/p.json"
+    )
+    assert dict(config.linux.sysctls) == {"net.core.somaxconn": "1024"}
+    assert list(config.port_mappings) == [
+        api_pb2.PortMapping(protocol=api_pb2.TCP, container_port=80, host_port=8080),
+        api_pb2.PortMapping(protocol=api_pb2.UDP, container_port=53, host_port=53, host_ip="127.0.0.1"),
+        api_pb2.PortMapping(protocol=api_pb2.TCP, container_port=9090),
+    ]
+    overhead = config.linux.overhead
+    assert (overhead.cpu_shares, overhead.cpu_quota, overhead.cpu_period) == (256, 25000, 100000)
+    assert overhead.memory_limit_in_bytes == 120 * 1024 * 1024
+
+
+def test_share_process_namespace() -> None:
+    config = make_sandbox_config(pod(shareProcessNamespace=True), attempt=0, cgroup_parent="/x", dns=DNS)
+    assert config.linux.security_context.namespace_options.pid == api_pb2.POD
+
+
+@pytest.mark.parametrize(
+    ("mutate", "match"),
+    [
+        (lambda p: p["metadata"].pop("uid"), "metadata.uid"),
+        (lambda p: p["spec"].update(dnsPolicy="Bogus"), "dnsPolicy"),
+        (lambda p: p["spec"]["containers"][0].update(ports=[{"containerPort": 1, "protocol": "ICMP"}]), "protocol"),
+        (lambda p: p["spec"].update(securityContext={"seccompProfile": {"type": "Localhost"}}), "localhostProfile"),
+    ],
+)
+def test_sandbox_config_errors(mutate: Any, match: str) -> None:
+    p = copy.deepcopy(pod())
+    mutate(p)
+    with pytest.raises(CreatePodSandboxConfigError, match=match):
+        make_sandbox_config(p, attempt=0, cgroup_parent="/x", dns=DNS)
