@@ -1,0 +1,392 @@
+"""The runtime manager: carries out `compute_pod_actions` over CRI (upstream: kuberuntime_manager.go SyncPod/KillPod).
+
+Reads what runs for a pod (sandboxes and containers carrying its UID label), decides with the pure
+`compute_pod_actions`, and performs the actions in upstream's order: kill the pod if needed, kill single
+containers, create the sandbox, start the next init container (or sidecars), then the regular containers. Each
+container that cannot start gets a waiting reason upstream would report (ErrImagePull, ImagePullBackOff,
+ErrImageNeverPull, CrashLoopBackOff, CreateContainerConfigError, CreateContainerError, RunContainerError) and an
+event. One container's failure does not stop the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from cri.errors import CRIError, NotFoundError
+from cri.service import ImageService, RuntimeService
+from cri.v1 import api_pb2
+from nodeagent.kuberuntime import actions as acts
+from nodeagent.kuberuntime import labels as kubelabels
+from nodeagent.kuberuntime.backoff import Backoff, container_backoff_key
+from nodeagent.kuberuntime.container_config import DataLookup, make_container_config
+from nodeagent.kuberuntime.errors import KubeRuntimeError
+from nodeagent.kuberuntime.qos import pod_qos
+from nodeagent.kuberuntime.sandbox_config import DNSSettings, make_sandbox_config, pod_cgroup_parent
+
+log = logging.getLogger(__name__)
+
+Pod = dict[str, Any]
+EventType = Literal["Normal", "Warning"]
+# (pod, type, reason, message, fieldPath): the narrow seam to the event recorder.
+EventSink = Callable[[Pod, EventType, str, str, str], None]
+
+
+def _no_events(pod: Pod, type_: EventType, reason: str, message: str, field_path: str) -> None:
+    del pod, type_, reason, message, field_path
+
+
+def _no_objects(namespace: str, name: str) -> Mapping[str, str] | None:
+    del namespace, name
+    return None
+
+
+@dataclass(frozen=True)
+class NodeContext:
+    node_name: str
+    host_ip: str
+    cgroup_root: str = "/"
+    dns: DNSSettings = field(default_factory=DNSSettings)
+    pod_log_dir_root: str = "/var/log/pods"
+    memory_capacity: int = 0
+    node_allocatable: Mapping[str, str] = field(default_factory=dict)
+    node_hostname: str = ""
+
+
+@dataclass(frozen=True)
+class Waiting:
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class SyncResult:
+    """What the sync left behind: the runtime's view after it, and why containers that should run do not."""
+
+    status: acts.RuntimePodStatus
+    waiting: Mapping[str, Waiting]
+    pod_ips: tuple[str, ...]
+
+
+def _meta(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    out: Mapping[str, Any] = pod.get("metadata") or {}
+    return out
+
+
+def _uid(pod: Mapping[str, Any]) -> str:
+    return str(_meta(pod).get("uid", ""))
+
+
+def _field_path(pod: Mapping[str, Any], name: str) -> str:
+    for key in ("initContainers", "containers"):
+        for i, container in enumerate((pod.get("spec") or {}).get(key) or []):
+            if container.get("name") == name:
+                return f"spec.{key}{{{name}}}" if i >= 0 else ""
+    return ""
+
+
+def _container_spec(pod: Mapping[str, Any], name: str) -> Mapping[str, Any] | None:
+    spec = pod.get("spec") or {}
+    for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        if container.get("name") == name:
+            out: Mapping[str, Any] = container
+            return out
+    return None
+
+
+def pull_policy(container: Mapping[str, Any]) -> str:
+    """Upstream's defaulting: Always for `:latest` or no tag, else IfNotPresent."""
+    policy = container.get("imagePullPolicy")
+    if policy:
+        return str(policy)
+    image = str(container.get("image", ""))
+    last = image.rsplit("/", 1)[-1]
+    if "@" in last:
+        return "IfNotPresent"
+    tag = last.split(":", 1)[1] if ":" in last else ""
+    return "Always" if tag in ("", "latest") else "IfNotPresent"
+
+
+class ImagePullFailed(Exception):
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+class RuntimeManager:
+    def __init__(
+        self,
+        runtime: RuntimeService,
+        images: ImageService,
+        node: NodeContext,
+        *,
+        events: EventSink = _no_events,
+        wall_clock: Callable[[], float] = time.time,
+        crash_backoff: Backoff | None = None,
+        image_backoff: Backoff | None = None,
+        get_config_map: DataLookup = _no_objects,
+        get_secret: DataLookup = _no_objects,
+    ) -> None:
+        self._runtime = runtime
+        self._images = images
+        self._node = node
+        self._events = events
+        self._now = wall_clock
+        self.crash_backoff = crash_backoff or Backoff(clock=wall_clock)
+        self.image_backoff = image_backoff or Backoff(clock=wall_clock)
+        self._get_config_map = get_config_map
+        self._get_secret = get_secret
+
+    # --- reading what runs ---------------------------------------------------------------------------------
+
+    async def list_pods(self) -> dict[str, acts.RuntimePodStatus]:
+        """Every pod that carries the kubelet's labels, by UID (housekeeping and adoption after a restart)."""
+        sandboxes = await self._runtime.list_pod_sandbox()
+        containers = await self._runtime.list_containers()
+        return acts.group_by_pod(sandboxes, containers)
+
+    async def get_pod_status(self, uid: str) -> acts.RuntimePodStatus:
+        selector = {kubelabels.POD_UID_LABEL: uid}
+        sandboxes = await self._runtime.list_pod_sandbox(api_pb2.PodSandboxFilter(label_selector=selector))
+        containers = await self._runtime.list_containers(api_pb2.ContainerFilter(label_selector=selector))
+        sandbox_statuses: list[acts.SandboxStatus] = []
+        for sandbox in sandboxes:
+            try:
+                resp = await self._runtime.pod_sandbox_status(sandbox.id)
+                sandbox_statuses.append(acts.sandbox_from_cri(resp.status))
+            except NotFoundError:
+                continue
+        container_statuses: list[acts.ContainerStatus] = []
+        for container in containers:
+            try:
+                resp_c = await self._runtime.container_status(container.id)
+            except NotFoundError:
+                continue
+            merged = api_pb2.ContainerStatus()
+            merged.CopyFrom(resp_c.status)
+            container_statuses.append(acts.container_from_cri(merged, pod_sandbox_id=container.pod_sandbox_id))
+        first = sandboxes[0] if sandboxes else None
+        name = first.metadata.name if first else ""
+        namespace = first.metadata.namespace if first else ""
+        return acts.runtime_pod_status(
+            uid, name=name, namespace=namespace, sandboxes=sandbox_statuses, containers=container_statuses
+        )
+
+    # --- syncing -------------------------------------------------------------------------------------------
+
+    async def sync_pod(
+        self,
+        pod: Pod,
+        *,
+        liveness_failed: frozenset[str] = frozenset(),
+        startup_failed: frozenset[str] = frozenset(),
+    ) -> SyncResult:
+        uid = _uid(pod)
+        status = await self.get_pod_status(uid)
+        plan = acts.compute_pod_actions(
+            pod,
+            status,
+            now=self._now(),
+            backoff=self.crash_backoff,
+            liveness_failed=liveness_failed,
+            startup_failed=startup_failed,
+        )
+        waiting: dict[str, Waiting] = {w.name: Waiting(w.reason, w.message) for w in plan.backoff}
+        for wait in plan.backoff:
+            self._events(
+                pod,
+                "Warning",
+                "BackOff",
+                f"Back-off restarting failed container {wait.name} in pod "
+                f"{_meta(pod).get('name')}_{_meta(pod).get('namespace')}({uid})",
+                _field_path(pod, wait.name),
+            )
+        if plan.kill_pod:
+            await self.kill_pod(pod, status, grace_period=_grace(pod))
+        else:
+            for kill in plan.containers_to_kill:
+                self._events(pod, "Normal", "Killing", kill.message, _field_path(pod, kill.name))
+                await self._stop_container(kill.container_id, _grace(pod))
+        sandbox_id = plan.sandbox_id
+        attempt = plan.attempt
+        if plan.create_sandbox:
+            try:
+                sandbox_id = await self._create_sandbox(pod, attempt)
+            except (CRIError, KubeRuntimeError) as exc:
+                message = f"Failed to create pod sandbox: {exc}"
+                self._events(pod, "Warning", "FailedCreatePodSandBox", message, "")
+                log.warning("sandbox create failed pod=%s uid=%s error=%s", _ref(pod), uid, exc)
+                return SyncResult(status, waiting, ())
+        if not sandbox_id:
+            return SyncResult(await self.get_pod_status(uid), waiting, ())
+        sandbox_status = await self._runtime.pod_sandbox_status(sandbox_id)
+        ips = tuple(ip for ip in [sandbox_status.status.network.ip] if ip) + tuple(
+            p.ip for p in sandbox_status.status.network.additional_ips
+        )
+        sandbox_config = self._sandbox_config(pod, sandbox_status.status.metadata.attempt)
+        for name in [*plan.init_containers_to_start, *plan.containers_to_start]:
+            problem = await self._start_container(
+                pod, name, status=status, sandbox_id=sandbox_id, sandbox_config=sandbox_config, ips=ips
+            )
+            if problem is not None:
+                waiting[name] = problem
+        return SyncResult(await self.get_pod_status(uid), waiting, ips)
+
+    def _sandbox_config(self, pod: Pod, attempt: int) -> api_pb2.PodSandboxConfig:
+        cgroup_parent = pod_cgroup_parent(_uid(pod), pod_qos(pod), self._node.cgroup_root)
+        return make_sandbox_config(
+            pod,
+            attempt=attempt,
+            cgroup_parent=cgroup_parent,
+            dns=self._node.dns,
+            node_hostname=self._node.node_hostname or self._node.node_name,
+            pod_log_dir_root=self._node.pod_log_dir_root,
+        )
+
+    async def _create_sandbox(self, pod: Pod, attempt: int) -> str:
+        config = self._sandbox_config(pod, attempt)
+        sandbox_id = await self._runtime.run_pod_sandbox(config)
+        log.info("sandbox created pod=%s uid=%s sandbox=%s attempt=%d", _ref(pod), _uid(pod), sandbox_id[:12], attempt)
+        return sandbox_id
+
+    async def _ensure_image(self, pod: Pod, container: Mapping[str, Any], sandbox: api_pb2.PodSandboxConfig) -> str:
+        image = str(container.get("image", ""))
+        name = str(container.get("name", ""))
+        field_path = _field_path(pod, name)
+        policy = pull_policy(container)
+        spec = api_pb2.ImageSpec(image=image)
+        present = await self._images.image_status(spec)
+        if present.HasField("image") and present.image.id and policy != "Always":
+            self._events(pod, "Normal", "Pulled", f'Container image "{image}" already present on machine', field_path)
+            return present.image.id
+        if policy == "Never":
+            message = f'Container image "{image}" is not present with pull policy of Never'
+            self._events(pod, "Warning", "ErrImageNeverPull", message, field_path)
+            raise ImagePullFailed("ErrImageNeverPull", message)
+        key = (_uid(pod), image)
+        waiting, _ = self.image_backoff.in_backoff(key)
+        if waiting:
+            message = f'Back-off pulling image "{image}"'
+            self._events(pod, "Normal", "BackOff", message, field_path)
+            raise ImagePullFailed("ImagePullBackOff", message)
+        self._events(pod, "Normal", "Pulling", f'Pulling image "{image}"', field_path)
+        started = time.monotonic()
+        try:
+            ref = await self._images.pull_image(spec, None, sandbox)
+        except CRIError as exc:
+            self.image_backoff.next(key)
+            message = f'Failed to pull image "{image}": {exc.message}'
+            self._events(pod, "Warning", "Failed", message, field_path)
+            self._events(pod, "Warning", "Failed", "Error: ErrImagePull", field_path)
+            raise ImagePullFailed("ErrImagePull", message) from exc
+        self.image_backoff.reset(key)
+        self._events(
+            pod,
+            "Normal",
+            "Pulled",
+            f'Successfully pulled image "{image}" in {time.monotonic() - started:.3f}s',
+            field_path,
+        )
+        return ref
+
+    async def _start_container(
+        self,
+        pod: Pod,
+        name: str,
+        *,
+        status: acts.RuntimePodStatus,
+        sandbox_id: str,
+        sandbox_config: api_pb2.PodSandboxConfig,
+        ips: Sequence[str],
+    ) -> Waiting | None:
+        container = _container_spec(pod, name)
+        if container is None:
+            return None
+        field_path = _field_path(pod, name)
+        try:
+            image_ref = await self._ensure_image(pod, container, sandbox_config)
+        except ImagePullFailed as exc:
+            return Waiting(exc.reason, exc.message)
+        previous = status.find_container(name)
+        restart_count = acts.next_restart_count(status, name)
+        try:
+            config = make_container_config(
+                pod,
+                container,
+                restart_count=restart_count,
+                pod_ips=ips,
+                node_name=self._node.node_name,
+                host_ip=self._node.host_ip,
+                service_env={},
+                image_ref=image_ref,
+                memory_capacity=self._node.memory_capacity,
+                node_allocatable=self._node.node_allocatable,
+                get_config_map=self._get_config_map,
+                get_secret=self._get_secret,
+            )
+        except KubeRuntimeError as exc:
+            self._events(pod, "Warning", "Failed", f"Error: {exc}", field_path)
+            return Waiting(exc.reason, str(exc))
+        try:
+            container_id = await self._runtime.create_container(sandbox_id, config, sandbox_config)
+        except CRIError as exc:
+            self._events(pod, "Warning", "Failed", f"Error: {exc.message}", field_path)
+            return Waiting("CreateContainerError", exc.message)
+        self._events(pod, "Normal", "Created", f"Created container: {name}", field_path)
+        if previous is not None and previous.state is acts.ContainerState.EXITED:
+            # A restart after an exit: the next one waits longer (CrashLoopBackOff).
+            self.crash_backoff.next(container_backoff_key(_uid(pod), name))
+        try:
+            await self._runtime.start_container(container_id)
+        except CRIError as exc:
+            self._events(pod, "Warning", "Failed", f"Error: {exc.message}", field_path)
+            return Waiting("RunContainerError", exc.message)
+        self._events(pod, "Normal", "Started", f"Started container {name}", field_path)
+        log.info(
+            "container started pod=%s container=%s id=%s restart=%d", _ref(pod), name, container_id[:12], restart_count
+        )
+        return None
+
+    # --- killing -------------------------------------------------------------------------------------------
+
+    async def _stop_container(self, container_id: str, grace: int) -> None:
+        with contextlib.suppress(NotFoundError):  # idempotent, as CRI demands
+            await self._runtime.stop_container(container_id, grace)
+
+    async def kill_pod(self, pod: Pod | None, status: acts.RuntimePodStatus, *, grace_period: int) -> None:
+        """Stop every container (in parallel, each with the grace period), then every sandbox."""
+        running = [c for c in status.containers if c.state is acts.ContainerState.RUNNING]
+        for c in running:
+            if pod is not None:
+                self._events(pod, "Normal", "Killing", f"Stopping container {c.name}", _field_path(pod, c.name))
+        await asyncio.gather(*(self._stop_container(c.id, grace_period) for c in running))
+        for sandbox in status.sandboxes:
+            with contextlib.suppress(NotFoundError):  # idempotent, as CRI demands
+                await self._runtime.stop_pod_sandbox(sandbox.id)
+
+    async def remove_pod(self, status: acts.RuntimePodStatus) -> None:
+        """Remove every container and sandbox of a terminated pod (after kill_pod)."""
+        for c in status.containers:
+            with contextlib.suppress(NotFoundError):  # idempotent, as CRI demands
+                await self._runtime.remove_container(c.id)
+        for sandbox in status.sandboxes:
+            with contextlib.suppress(NotFoundError):  # idempotent, as CRI demands
+                await self._runtime.remove_pod_sandbox(sandbox.id)
+
+
+def _grace(pod: Mapping[str, Any]) -> int:
+    meta_grace = _meta(pod).get("deletionGracePeriodSeconds")
+    if meta_grace is not None:
+        return max(int(meta_grace), 0)
+    spec_grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
+    return 30 if spec_grace is None else max(int(spec_grace), 0)
+
+
+def _ref(pod: Mapping[str, Any]) -> str:
+    return f"{_meta(pod).get('namespace', '')}/{_meta(pod).get('name', '')}"

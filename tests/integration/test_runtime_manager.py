@@ -1,0 +1,125 @@
+"""The runtime manager against the real containerd: pods run, re-syncs are idempotent, failures get upstream's
+waiting reasons without touching other pods, and kill + remove leave nothing behind."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cri.client import CRIClient
+from nodeagent.kuberuntime.actions import ContainerState
+from nodeagent.kuberuntime.manager import NodeContext, RuntimeManager
+from nodeagent.testbed import configs
+from nodeagent.testbed.layout import Settings
+
+Pod = dict[str, Any]
+
+
+def make_pod(name: str, image: str, command: list[str], *, restart_policy: str = "Always") -> Pod:
+    return {
+        "metadata": {"name": name, "namespace": "default", "uid": str(uuid.uuid4())},
+        "spec": {
+            "restartPolicy": restart_policy,
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "main", "image": image, "command": command, "imagePullPolicy": "IfNotPresent"}],
+        },
+    }
+
+
+@pytest.fixture
+async def manager(cri_client: CRIClient, settings: Settings, tmp_path: Path) -> AsyncIterator[RuntimeManager]:
+    events: list[tuple[str, str, str]] = []
+    node = NodeContext(
+        node_name=settings.node_name,
+        host_ip="127.0.0.1",
+        cgroup_root=f"/nodeagent-{settings.bridge}",
+        pod_log_dir_root=str(tmp_path / "pods"),
+        memory_capacity=1 << 30,
+    )
+    mgr = RuntimeManager(
+        cri_client.runtime,
+        cri_client.image,
+        node,
+        events=lambda pod, type_, reason, message, field_path: events.append(
+            (pod["metadata"]["name"], reason, message)
+        ),
+    )
+    mgr.recorded = events  # type: ignore[attr-defined]
+    yield mgr
+    for status in (await mgr.list_pods()).values():
+        await mgr.kill_pod(None, status, grace_period=0)
+        await mgr.remove_pod(status)
+
+
+async def test_pod_runs_and_a_resync_creates_nothing_new(manager: RuntimeManager, settings: Settings) -> None:
+    pod = make_pod("runs", configs.busybox_image(settings), ["sleep", "3600"])
+    first = await manager.sync_pod(pod)
+    assert first.waiting == {}
+    assert first.pod_ips and first.pod_ips[0].startswith(settings.pod_cidr.rsplit(".", 1)[0])
+    [main] = first.status.containers
+    assert main.state is ContainerState.RUNNING
+    assert main.restart_count == 0
+    again = await manager.sync_pod(pod)
+    assert [c.id for c in again.status.containers] == [main.id]
+    assert [s.id for s in again.status.sandboxes] == [s.id for s in first.status.sandboxes]
+    adopted = (await manager.list_pods())[pod["metadata"]["uid"]]
+    assert adopted.name == "runs"
+    assert [c.id for c in adopted.containers] == [main.id]
+    reasons = [r for n, r, _ in manager.recorded if n == "runs"]  # type: ignore[attr-defined]
+    assert reasons[-2:] == ["Created", "Started"]
+
+
+async def test_unknown_image_waits_with_err_image_pull_then_backoff(
+    manager: RuntimeManager, settings: Settings
+) -> None:
+    healthy = make_pod("healthy", configs.busybox_image(settings), ["sleep", "3600"])
+    broken = make_pod("broken", f"{settings.registry}/no-such-image:1", ["true"])
+    await manager.sync_pod(healthy)
+    first = await manager.sync_pod(broken)
+    assert first.waiting["main"].reason == "ErrImagePull"
+    assert "no-such-image" in first.waiting["main"].message
+    second = await manager.sync_pod(broken)
+    assert second.waiting["main"].reason == "ImagePullBackOff"
+    still = await manager.sync_pod(healthy)
+    assert [c.state for c in still.status.containers] == [ContainerState.RUNNING]
+
+
+async def test_crashing_container_restarts_then_backs_off(manager: RuntimeManager, settings: Settings) -> None:
+    pod = make_pod("crashes", configs.busybox_image(settings), ["sh", "-c", "exit 3"])
+
+    async def until_exited() -> None:
+        for _ in range(100):
+            status = await manager.get_pod_status(pod["metadata"]["uid"])
+            if status.containers and status.containers[0].state is ContainerState.EXITED:
+                return
+            await asyncio.sleep(0.1)
+        raise AssertionError("container did not exit")
+
+    await manager.sync_pod(pod)
+    await until_exited()
+    restarted = await manager.sync_pod(pod)  # the first restart is immediate, as upstream
+    assert restarted.waiting == {}
+    assert restarted.status.containers[0].restart_count == 1
+    await until_exited()
+    backing_off = await manager.sync_pod(pod)
+    assert backing_off.waiting["main"].reason == "CrashLoopBackOff"
+    assert "back-off 10s restarting failed container=main pod=crashes_default" in backing_off.waiting["main"].message
+    exited = backing_off.status.containers[0]
+    assert (exited.state, exited.exit_code) == (ContainerState.EXITED, 3)
+
+
+async def test_kill_and_remove_leave_nothing(
+    manager: RuntimeManager, settings: Settings, cri_client: CRIClient
+) -> None:
+    pod = make_pod("killed", configs.busybox_image(settings), ["sleep", "3600"])
+    await manager.sync_pod(pod)
+    status = await manager.get_pod_status(pod["metadata"]["uid"])
+    await manager.kill_pod(pod, status, grace_period=1)
+    await manager.remove_pod(status)
+    after = await manager.get_pod_status(pod["metadata"]["uid"])
+    assert after.sandboxes == () and after.containers == ()
