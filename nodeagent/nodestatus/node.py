@@ -1,0 +1,88 @@
+"""The Node object the kubelet registers and the status it keeps posting (kubelet_node_status.go)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from nodeagent.config import KubeletConfiguration
+from nodeagent.nodestatus.facts import NodeFacts
+from nodeagent.nodestatus.labels import node_labels
+from nodeagent.nodestatus.resources import allocatable, capacity
+
+# The kubelet leaves attach/detach to the controller manager by default and says so on its Node.
+CONTROLLER_MANAGED_ATTACH_DETACH = "volumes.kubernetes.io/controller-managed-attach-detach"
+
+
+def build_node_status(
+    facts: NodeFacts,
+    config: KubeletConfiguration,
+    conditions: Sequence[Mapping[str, Any]],
+    *,
+    hugepages: Mapping[str, int] | None = None,
+) -> dict[str, Any]:
+    """Node.status: capacity, allocatable, conditions, addresses, daemon endpoints and node info.
+
+    kubeProxyVersion is left out: it is deprecated and the kubelet no longer fills it.
+    """
+    node_capacity = capacity(
+        facts.cpu_count, facts.memory_bytes, facts.ephemeral_storage_bytes, config.max_pods, hugepages
+    )
+    addresses = []
+    if facts.internal_ip:
+        addresses.append({"type": "InternalIP", "address": facts.internal_ip})
+    addresses.append({"type": "Hostname", "address": facts.hostname})
+    return {
+        "capacity": node_capacity,
+        "allocatable": allocatable(node_capacity, config.system_reserved, config.kube_reserved, config.eviction_hard),
+        "conditions": [dict(c) for c in conditions],
+        "addresses": addresses,
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": facts.daemon_port}},
+        "nodeInfo": {
+            "machineID": facts.machine_id,
+            "systemUUID": facts.system_uuid,
+            "bootID": facts.boot_id,
+            "kernelVersion": facts.kernel_version,
+            "osImage": facts.os_image,
+            "containerRuntimeVersion": facts.container_runtime_version,
+            "kubeletVersion": facts.kubelet_version,
+            "operatingSystem": facts.operating_system,
+            "architecture": facts.architecture,
+        },
+    }
+
+
+def initial_node(
+    node_name: str,
+    facts: NodeFacts,
+    config: KubeletConfiguration,
+    *,
+    conditions: Sequence[Mapping[str, Any]] = (),
+    hugepages: Mapping[str, int] | None = None,
+) -> dict[str, Any]:
+    """The Node to create at registration: labels, registerWithTaints, spec.podCIDR and providerID when set."""
+    spec: dict[str, Any] = {}
+    if config.pod_cidr:
+        spec["podCIDR"] = config.pod_cidr
+        spec["podCIDRs"] = [config.pod_cidr]
+    if config.provider_id:
+        spec["providerID"] = config.provider_id
+    if config.register_with_taints:
+        taints = []
+        for taint in config.register_with_taints:
+            entry = {"key": taint.key, "effect": str(taint.effect)}
+            if taint.value:
+                entry["value"] = taint.value
+            taints.append(entry)
+        spec["taints"] = taints
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": node_name,
+            "labels": node_labels(node_name, facts.operating_system, facts.architecture, hostname=facts.hostname),
+            "annotations": {CONTROLLER_MANAGED_ATTACH_DETACH: "true"},
+        },
+        "spec": spec,
+        "status": build_node_status(facts, config, conditions, hugepages=hugepages),
+    }

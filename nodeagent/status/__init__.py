@@ -1,0 +1,53 @@
+"""Pod status as the kubelet computes it: phase, conditions, container statuses, and what to send.
+
+Pure functions over the apiserver's JSON (plain dicts); the status manager that sends the patches lives elsewhere.
+"""
+
+from nodeagent.status.compare import is_stale, needs_update, status_equal_ignoring_time, status_patch
+from nodeagent.status.conditions import (
+    CONTAINERS_READY,
+    INITIALIZED,
+    KUBELET_CONDITIONS,
+    POD_READY_TO_START_CONTAINERS,
+    POD_SCHEDULED,
+    READY,
+    containers_ready_condition,
+    initialized_condition,
+    pod_ready_to_start_containers_condition,
+    pod_scheduled_condition,
+    ready_condition,
+    stamp_transition_times,
+)
+from nodeagent.status.container_status import ContainerInput, RuntimeState, TerminatedRun, container_status
+from nodeagent.status.generate import generate_pod_status, qos_class
+from nodeagent.status.phase import FAILED, PENDING, RUNNING, SUCCEEDED, get_phase
+
+__all__ = [
+    "CONTAINERS_READY",
+    "FAILED",
+    "INITIALIZED",
+    "KUBELET_CONDITIONS",
+    "PENDING",
+    "POD_READY_TO_START_CONTAINERS",
+    "POD_SCHEDULED",
+    "READY",
+    "RUNNING",
+    "SUCCEEDED",
+    "ContainerInput",
+    "RuntimeState",
+    "TerminatedRun",
+    "container_status",
+    "containers_ready_condition",
+    "generate_pod_status",
+    "get_phase",
+    "initialized_condition",
+    "is_stale",
+    "needs_update",
+    "pod_ready_to_start_containers_condition",
+    "pod_scheduled_condition",
+    "qos_class",
+    "ready_condition",
+    "stamp_transition_times",
+    "status_equal_ignoring_time",
+    "status_patch",
+]

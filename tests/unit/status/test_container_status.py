@@ -1,0 +1,167 @@
+"""Container statuses in the apiserver's shape, from runtime state and the last sync's waiting reason."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from nodeagent.status import ContainerInput, RuntimeState, TerminatedRun, container_status
+
+T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
+T1 = datetime(2024, 5, 1, 12, 1, 0, tzinfo=UTC)
+
+BASE: dict[str, Any] = {"name": "app", "image": "busybox:1.36"}
+PREVIOUS = TerminatedRun(exit_code=1, reason="Error", started_at=T0, finished_at=T1, container_id="old")
+PREVIOUS_JSON = {
+    "exitCode": 1,
+    "reason": "Error",
+    "startedAt": "2024-05-01T12:00:00Z",
+    "finishedAt": "2024-05-01T12:01:00Z",
+    "containerID": "containerd://old",
+}
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        pytest.param(
+            ContainerInput(**BASE),
+            {"state": {"waiting": {"reason": "ContainerCreating"}}, "lastState": {}, "ready": False, "started": False},
+            id="no container yet",
+        ),
+        pytest.param(
+            ContainerInput(**BASE, waiting_reason="ErrImagePull", waiting_message="pull failed"),
+            {
+                "state": {"waiting": {"reason": "ErrImagePull", "message": "pull failed"}},
+                "lastState": {},
+                "ready": False,
+                "started": False,
+            },
+            id="image pull error",
+        ),
+        pytest.param(
+            ContainerInput(**BASE, waiting_reason="CreateContainerConfigError", waiting_message='secret "s" not found'),
+            {
+                "state": {"waiting": {"reason": "CreateContainerConfigError", "message": 'secret "s" not found'}},
+                "lastState": {},
+                "ready": False,
+                "started": False,
+            },
+            id="config error",
+        ),
+        pytest.param(
+            ContainerInput(
+                **BASE,
+                state=RuntimeState.RUNNING,
+                container_id="abc",
+                image_id="docker.io/library/busybox@sha256:1",
+                started_at=T1,
+                restart_count=1,
+                last_terminated=PREVIOUS,
+                ready=True,
+            ),
+            {
+                "state": {"running": {"startedAt": "2024-05-01T12:01:00Z"}},
+                "lastState": {"terminated": PREVIOUS_JSON},
+                "ready": True,
+                "restartCount": 1,
+                "imageID": "docker.io/library/busybox@sha256:1",
+                "containerID": "containerd://abc",
+                "started": True,
+            },
+            id="running after a restart",
+        ),
+        pytest.param(
+            ContainerInput(**BASE, state=RuntimeState.RUNNING, container_id="abc", started=False, ready=True),
+            {
+                "state": {"running": {"startedAt": None}},
+                "lastState": {},
+                "ready": True,
+                "containerID": "containerd://abc",
+                "started": False,
+            },
+            id="running, startup probe not yet passed",
+        ),
+        pytest.param(
+            ContainerInput(
+                **BASE,
+                state=RuntimeState.EXITED,
+                container_id="abc",
+                exit_code=0,
+                reason="Completed",
+                started_at=T0,
+                finished_at=T1,
+                ready=True,
+            ),
+            {
+                "state": {
+                    "terminated": {
+                        "exitCode": 0,
+                        "reason": "Completed",
+                        "startedAt": "2024-05-01T12:00:00Z",
+                        "finishedAt": "2024-05-01T12:01:00Z",
+                        "containerID": "containerd://abc",
+                    }
+                },
+                "lastState": {},
+                "ready": False,
+                "containerID": "containerd://abc",
+                "started": False,
+            },
+            id="exited",
+        ),
+        pytest.param(
+            ContainerInput(
+                **BASE,
+                state=RuntimeState.EXITED,
+                container_id="old",
+                exit_code=1,
+                reason="Error",
+                started_at=T0,
+                finished_at=T1,
+                restart_count=3,
+                waiting_reason="CrashLoopBackOff",
+                waiting_message="back-off 40s restarting failed container=app pod=p_ns(uid)",
+            ),
+            {
+                "state": {
+                    "waiting": {
+                        "reason": "CrashLoopBackOff",
+                        "message": "back-off 40s restarting failed container=app pod=p_ns(uid)",
+                    }
+                },
+                "lastState": {"terminated": PREVIOUS_JSON},
+                "ready": False,
+                "restartCount": 3,
+                "containerID": "containerd://old",
+                "started": False,
+            },
+            id="crash loop back-off",
+        ),
+        pytest.param(
+            ContainerInput(**BASE, state=RuntimeState.CREATED, container_id="abc"),
+            {
+                "state": {"waiting": {}},
+                "lastState": {},
+                "ready": False,
+                "containerID": "containerd://abc",
+                "started": False,
+            },
+            id="created not started",
+        ),
+    ],
+)
+def test_container_status(given: ContainerInput, expected: dict[str, Any]) -> None:
+    full = {"name": "app", "restartCount": 0, "image": "busybox:1.36", "imageID": "", **expected}
+    assert container_status(given) == full
+
+
+def test_pod_initializing_default_and_runtime_type() -> None:
+    status = container_status(ContainerInput(**BASE), default_waiting_reason="PodInitializing")
+    assert status["state"] == {"waiting": {"reason": "PodInitializing"}}
+    running = container_status(
+        ContainerInput(**BASE, state=RuntimeState.RUNNING, container_id="x"), runtime_type="cri-o"
+    )
+    assert running["containerID"] == "cri-o://x"
