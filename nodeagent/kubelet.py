@@ -1,0 +1,322 @@
+"""The Kubelet: the SyncHandler the syncLoop dispatches to, and the PodSyncer the pod workers call.
+
+It owns no decisions of its own: admission is `nodeagent.admission.admit`, what to do with a pod is
+`kuberuntime.compute_pod_actions` (carried out by RuntimeManager), and its status is
+`nodeagent.status.generate_pod_status`. This module routes between them:
+
+- additions are admitted (a rejected pod is set Failed with upstream's reason and message, and an event), then
+  handed to a pod worker; updates, deletes and syncs go to the worker; a pod that left its source is killed;
+- a worker's sync runs the runtime manager and publishes the generated status; a final phase starts termination;
+- termination stops containers and sandbox with the grace period; a pod deleted through the API is then removed
+  from the runtime and finally deleted from the API (grace 0, UID precondition), as the kubelet does;
+- housekeeping kills runtime pods carrying our labels that no source knows, and forgets finished workers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from nodeagent.admission import admit
+from nodeagent.kube import paths
+from nodeagent.kube.client import KubeClient
+from nodeagent.kube.errors import NotFound
+from nodeagent.kuberuntime import actions as acts
+from nodeagent.kuberuntime.manager import RuntimeManager, SyncResult
+from nodeagent.podconfig import PodConfig
+from nodeagent.podworkers import PodWorkers, UpdatePodOptions, UpdateType
+from nodeagent.status import generate_pod_status
+from nodeagent.status.container_status import ContainerInput, RuntimeState, TerminatedRun
+
+log = logging.getLogger(__name__)
+
+Pod = dict[str, Any]
+TERMINAL_PHASES = ("Succeeded", "Failed")
+API_SOURCE = "api"
+
+_STATES = {
+    acts.ContainerState.CREATED: RuntimeState.CREATED,
+    acts.ContainerState.RUNNING: RuntimeState.RUNNING,
+    acts.ContainerState.EXITED: RuntimeState.EXITED,
+    acts.ContainerState.UNKNOWN: RuntimeState.UNKNOWN,
+}
+
+
+def _meta(pod: Pod) -> dict[str, Any]:
+    out: dict[str, Any] = pod.get("metadata") or {}
+    return out
+
+
+def _uid(pod: Pod) -> str:
+    return str(_meta(pod).get("uid", ""))
+
+
+def _ref(pod: Pod) -> str:
+    return f"{_meta(pod).get('namespace', '')}/{_meta(pod).get('name', '')}"
+
+
+def _time(ns: int) -> datetime.datetime | None:
+    return datetime.datetime.fromtimestamp(ns / 1e9, datetime.UTC) if ns else None
+
+
+def container_inputs(
+    spec_containers: Sequence[dict[str, Any]], status: acts.RuntimePodStatus, result: SyncResult | None
+) -> list[ContainerInput]:
+    """What status generation needs per spec container: its newest instance, and the run before it."""
+    out = []
+    for spec in spec_containers:
+        name = str(spec.get("name", ""))
+        instances = [c for c in status.containers if c.name == name]  # newest first
+        waiting = result.waiting.get(name) if result is not None else None
+        if not instances:
+            out.append(
+                ContainerInput(
+                    name=name,
+                    image=str(spec.get("image", "")),
+                    waiting_reason=waiting.reason if waiting else "",
+                    waiting_message=waiting.message if waiting else "",
+                )
+            )
+            continue
+        current = instances[0]
+        previous = next((c for c in instances[1:] if c.state is acts.ContainerState.EXITED), None)
+        last = None
+        if previous is not None:
+            last = TerminatedRun(
+                exit_code=previous.exit_code,
+                reason=previous.reason,
+                message=previous.message,
+                started_at=_time(previous.started_at),
+                finished_at=_time(previous.finished_at),
+                container_id=previous.id,
+            )
+        out.append(
+            ContainerInput(
+                name=name,
+                image=str(spec.get("image", "")),
+                state=_STATES.get(current.state, RuntimeState.UNKNOWN),
+                container_id=current.id,
+                image_id=current.image_ref,
+                started_at=_time(current.started_at),
+                finished_at=_time(current.finished_at),
+                exit_code=current.exit_code,
+                reason=current.reason,
+                message=current.message,
+                restart_count=current.restart_count,
+                last_terminated=last,
+                waiting_reason=waiting.reason if waiting else "",
+                waiting_message=waiting.message if waiting else "",
+                # Readiness probes land with the prober; until then a running container is ready, as upstream
+                # treats containers without a readiness probe.
+                ready=current.state is acts.ContainerState.RUNNING,
+            )
+        )
+    return out
+
+
+class PodStatusStore(Protocol):
+    """The narrow part of the status manager the Kubelet uses (the real one patches the apiserver)."""
+
+    def set_pod_status(self, pod: Pod, status: dict[str, Any]) -> None: ...
+
+    def get_pod_status(self, uid: str) -> dict[str, Any] | None: ...
+
+    def remove_orphans(self, known_uids: set[str]) -> None: ...
+
+
+@dataclass
+class Kubelet:
+    node_name: str
+    pod_config: PodConfig
+    runtime: RuntimeManager
+    status_manager: PodStatusStore
+    node: Callable[[], dict[str, Any] | None]
+    client: KubeClient | None = None
+    host_ips: tuple[str, ...] = ()
+    record_event: Callable[[Pod, str, str, str], None] = lambda pod, type_, reason, message: None
+    sync_frequency: float = 60.0
+    monotonic: Callable[[], float] = time.monotonic
+    wall: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC)
+    workers: PodWorkers = field(init=False)
+    _next_sync: dict[str, float] = field(default_factory=dict)
+    _rejected: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.workers = PodWorkers(self)
+
+    # --- SyncHandler -------------------------------------------------------------------------------------------
+
+    async def handle_pod_additions(self, pods: Sequence[Pod]) -> None:
+        for pod in sorted(pods, key=lambda p: str(_meta(p).get("creationTimestamp", ""))):
+            if (pod.get("status") or {}).get("phase") in TERMINAL_PHASES and not self._known(pod):
+                continue  # finished before we saw it: nothing to run
+            node = self.node()
+            if node is not None and self.workers.state(_uid(pod)) is None:
+                active = [p for p in self.pod_config.pods() if self._active(p) and _uid(p) != _uid(pod)]
+                verdict = admit(pod, node, active)
+                if not verdict.admit:
+                    self._reject(pod, verdict.reason, verdict.message)
+                    continue
+            self.workers.update_pod(UpdatePodOptions(UpdateType.CREATE, pod))
+
+    async def handle_pod_updates(self, pods: Sequence[Pod]) -> None:
+        for pod in pods:
+            if _uid(pod) in self._rejected:
+                continue
+            if _meta(pod).get("deletionTimestamp"):
+                # A worker that already finished (a completed Job, say) starts again only to clean up.
+                self.workers.forget(_uid(pod))
+            self.workers.update_pod(UpdatePodOptions(UpdateType.UPDATE, pod))
+
+    async def handle_pod_removes(self, pods: Sequence[Pod]) -> None:
+        for pod in pods:
+            self._rejected.discard(_uid(pod))
+            self.workers.update_pod(UpdatePodOptions(UpdateType.KILL, pod))
+
+    async def handle_pod_reconcile(self, pods: Sequence[Pod]) -> None:
+        del pods  # status-only changes: nothing to do until the prober and eviction need them
+
+    async def handle_pod_syncs(self, pods: Sequence[Pod]) -> None:
+        for pod in pods:
+            if _uid(pod) not in self._rejected:
+                self.workers.update_pod(UpdatePodOptions(UpdateType.SYNC, pod))
+
+    async def handle_pod_cleanups(self) -> None:
+        known = {_uid(p) for p in self.pod_config.pods()}
+        for uid in self.workers.known_uids():
+            if uid not in known:
+                self.workers.forget(uid)
+        busy = set(self.workers.known_uids())
+        for uid, status in (await self.runtime.list_pods()).items():
+            if uid in known or uid in busy:
+                continue
+            if not any(c.state is acts.ContainerState.RUNNING for c in status.containers) and not any(
+                s.state is acts.SandboxState.READY for s in status.sandboxes
+            ):
+                await self.runtime.remove_pod(status)
+                continue
+            log.info("housekeeping killing unwanted pod uid=%s pod=%s/%s", uid, status.namespace, status.name)
+            await self.runtime.kill_pod(None, status, grace_period=0)
+            await self.runtime.remove_pod(status)
+        self.status_manager.remove_orphans(known)
+
+    def pods_due(self) -> list[Pod]:
+        now = self.monotonic()
+        due = []
+        for pod in self.pod_config.pods():
+            uid = _uid(pod)
+            if uid in self._rejected or self.workers.state(uid) is None:
+                continue
+            if self._next_sync.get(uid, 0.0) <= now:
+                due.append(pod)
+                self._next_sync[uid] = now + self.sync_frequency
+        return due
+
+    # --- PodSyncer ---------------------------------------------------------------------------------------------
+
+    async def sync_pod(self, update_type: UpdateType, pod: Pod) -> bool:
+        del update_type
+        uid = _uid(pod)
+        api_phase = (pod.get("status") or {}).get("phase")
+        if api_phase in TERMINAL_PHASES:
+            return True
+        result = await self.runtime.sync_pod(pod)
+        status = self._generate(pod, result.status, result, sandbox_ready=self._sandbox_ready(result.status))
+        self._publish(pod, status)
+        self._schedule(uid, result)
+        return status["phase"] in TERMINAL_PHASES
+
+    async def sync_terminating_pod(self, pod: Pod, grace_period: int, kill_reason: str | None) -> None:
+        uid = _uid(pod)
+        status = await self.runtime.get_pod_status(uid)
+        await self.runtime.kill_pod(pod, status, grace_period=grace_period)
+        after = await self.runtime.get_pod_status(uid)
+        generated = self._generate(pod, after, None, sandbox_ready=False, terminal=True)
+        if kill_reason:
+            generated.update(phase="Failed", reason=kill_reason)
+        self._publish(pod, generated)
+
+    async def sync_terminated_pod(self, pod: Pod) -> None:
+        self._next_sync.pop(_uid(pod), None)
+        if not _meta(pod).get("deletionTimestamp"):
+            return  # finished (e.g. a completed Job): containers stay for logs until the pod is deleted
+        await self.runtime.remove_pod(await self.runtime.get_pod_status(_uid(pod)))
+        if self.client is None or _meta(pod).get("annotations", {}).get("kubernetes.io/config.source") != API_SOURCE:
+            return
+        with contextlib.suppress(NotFound):
+            await self.client.delete(
+                paths.pod(str(_meta(pod)["namespace"]), str(_meta(pod)["name"])),
+                grace_period_seconds=0,
+                preconditions_uid=_uid(pod),
+            )
+        log.info("pod deleted from the apiserver pod=%s uid=%s", _ref(pod), _uid(pod))
+
+    # --- helpers -----------------------------------------------------------------------------------------------
+
+    def _known(self, pod: Pod) -> bool:
+        return self.workers.state(_uid(pod)) is not None
+
+    def _active(self, pod: Pod) -> bool:
+        uid = _uid(pod)
+        if uid in self._rejected or self.workers.state(uid) is None:
+            return False
+        published = self.status_manager.get_pod_status(uid) or pod.get("status") or {}
+        return published.get("phase") not in TERMINAL_PHASES
+
+    @staticmethod
+    def _sandbox_ready(status: acts.RuntimePodStatus) -> bool:
+        return any(s.state is acts.SandboxState.READY for s in status.sandboxes[:1])
+
+    def _generate(
+        self,
+        pod: Pod,
+        runtime_status: acts.RuntimePodStatus,
+        result: SyncResult | None,
+        *,
+        sandbox_ready: bool,
+        terminal: bool = False,
+    ) -> dict[str, Any]:
+        spec = pod.get("spec") or {}
+        published = self.status_manager.get_pod_status(_uid(pod))
+        base = dict(pod)
+        if published is not None:
+            base["status"] = published
+        pod_ips = result.pod_ips if result is not None else ()
+        if not pod_ips:
+            pod_ips = tuple(ip for ip in [next((s.ip for s in runtime_status.sandboxes if s.ip), "")] if ip)
+        if spec.get("hostNetwork"):
+            pod_ips = self.host_ips
+        return generate_pod_status(
+            base,
+            now=self.wall(),
+            containers=container_inputs(spec.get("containers") or [], runtime_status, result),
+            init_containers=container_inputs(spec.get("initContainers") or [], runtime_status, result),
+            sandbox_ready=sandbox_ready,
+            pod_ips=pod_ips,
+            host_ips=self.host_ips,
+            pod_is_terminal=terminal,
+        )
+
+    def _publish(self, pod: Pod, status: dict[str, Any]) -> None:
+        self.status_manager.set_pod_status(pod, status)
+
+    def _schedule(self, uid: str, result: SyncResult) -> None:
+        # A container waiting on a back-off is looked at again soon; otherwise the periodic resync.
+        delay = self.sync_frequency
+        if result.waiting:
+            delay = min(delay, 2.0)
+        self._next_sync[uid] = self.monotonic() + delay
+
+    def _reject(self, pod: Pod, reason: str, message: str) -> None:
+        uid = _uid(pod)
+        self._rejected.add(uid)
+        log.info("pod rejected pod=%s uid=%s reason=%s message=%s", _ref(pod), uid, reason, message)
+        self.record_event(pod, "Warning", reason, message)
+        status = dict(pod.get("status") or {})
+        status.update(phase="Failed", reason=reason, message=message)
+        self.status_manager.set_pod_status(pod, status)
