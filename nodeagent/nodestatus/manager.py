@@ -1,0 +1,376 @@
+"""`NodeStatusManager`: registers the Node, keeps posting its status, and renews its Lease.
+
+Upstream this is kubelet_node_status.go (registerWithAPIServer, syncNodeStatus/updateNodeStatus) and the node lease
+controller (component-helpers/apimachinery/lease). The pure parts (the Node to create, the conditions, when a
+status is worth posting, the Lease object) live in the rest of `nodeagent.nodestatus`; this module is the I/O.
+
+Two heartbeats, as with the NodeLease feature upstream:
+- the status, computed every nodeStatusUpdateFrequency (10s) but PATCHed only when it changed (heartbeat times
+  aside) or nodeStatusReportFrequency (5m) has passed since the last post;
+- the Lease `kube-node-lease/NAME`, renewed every 0.25 * nodeLeaseDurationSeconds (10s for 40s), which is what
+  the node lifecycle controller reads for liveness.
+
+Neither loop gives up: an apiserver error is logged and the next tick tries again, as the kubelet does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import datetime
+from typing import Any, Final
+
+from nodeagent.clock import Clock
+from nodeagent.config import KubeletConfiguration
+from nodeagent.kube import paths
+from nodeagent.kube.client import KubeClient
+from nodeagent.kube.errors import AlreadyExists, ApiError, ApiUnavailable, Conflict, NotFound
+from nodeagent.kube.request import Obj
+from nodeagent.nodestatus._quantity import format_micro_time
+from nodeagent.nodestatus.conditions import DISK_PRESSURE, MEMORY_PRESSURE, PID_PRESSURE, READY, node_conditions
+from nodeagent.nodestatus.facts import NodeFacts
+from nodeagent.nodestatus.node import CONTROLLER_MANAGED_ATTACH_DETACH, build_node_status, initial_node
+from nodeagent.nodestatus.report import NODE_LEASE_NAMESPACE, lease_object, should_report
+
+log = logging.getLogger(__name__)
+
+RuntimeHealth = Callable[[], Awaitable[tuple[bool, str]]]
+RecordEvent = Callable[[str, str, str], None]
+
+# Upstream's constants: nodeStatusUpdateRetry, the lease controller's maxUpdateRetries and its backoff cap, the
+# registration backoff (100ms doubling to 7s), and the renew interval as a fraction of the lease duration.
+NODE_STATUS_UPDATE_RETRY: Final = 5
+LEASE_UPDATE_RETRIES: Final = 5
+BACKOFF_START: Final = 0.1
+BACKOFF_CAP: Final = 7.0
+LEASE_RENEW_FRACTION: Final = 0.25
+
+_RETRYABLE = (ApiError, ApiUnavailable)
+
+# The events the kubelet records when a condition moves to a status (setters.go); Ready only on a transition
+# from an existing condition, the pressure conditions also when they first appear.
+_CONDITION_EVENTS: dict[tuple[str, str], str] = {
+    (READY, "True"): "NodeReady",
+    (READY, "False"): "NodeNotReady",
+    (MEMORY_PRESSURE, "False"): "NodeHasSufficientMemory",
+    (MEMORY_PRESSURE, "True"): "NodeHasInsufficientMemory",
+    (DISK_PRESSURE, "False"): "NodeHasNoDiskPressure",
+    (DISK_PRESSURE, "True"): "NodeHasDiskPressure",
+    (PID_PRESSURE, "False"): "NodeHasSufficientPID",
+    (PID_PRESSURE, "True"): "NodeHasInsufficientPID",
+}
+
+
+def _conditions(obj: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    return list(((obj or {}).get("status") or {}).get("conditions") or [])
+
+
+def _uid(node: Mapping[str, Any] | None) -> str:
+    return str(((node or {}).get("metadata") or {}).get("uid") or "")
+
+
+def condition_events(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[str]:
+    """The reasons of the Normal events the kubelet records for this change of conditions, in condition order."""
+    before = {str(c.get("type")): c.get("status") for c in old}
+    reasons = []
+    for condition in new:
+        kind, status = str(condition.get("type")), str(condition.get("status"))
+        reason = _CONDITION_EVENTS.get((kind, status))
+        if reason is None:
+            continue
+        if kind == READY and kind not in before:
+            continue
+        if before.get(kind) != status:
+            reasons.append(reason)
+    return reasons
+
+
+def _status_patch(old_status: Mapping[str, Any], new_status: Mapping[str, Any]) -> dict[str, Any]:
+    """A strategic merge patch of Node.status: the whole new status, with resources that went away set to null.
+
+    Conditions and addresses merge by type, so the status's lists need no deletion directives.
+    """
+    patch = copy.deepcopy(dict(new_status))
+    for field in ("capacity", "allocatable"):
+        gone = set(old_status.get(field) or {}) - set(new_status.get(field) or {})
+        if gone:
+            patch[field] = {**patch.get(field, {}), **dict.fromkeys(sorted(gone))}
+    return {"status": patch}
+
+
+class NodeStatusManager:
+    """Registers the Node and keeps its status and Lease fresh. `register()` first, then `run()` as a task."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        *,
+        node_name: str,
+        config: KubeletConfiguration,
+        facts: NodeFacts,
+        runtime_health: RuntimeHealth,
+        clock: Clock,
+        record_event: RecordEvent | None = None,
+    ) -> None:
+        self._client = client
+        self._name = node_name
+        self._config = config
+        self._facts = facts
+        self._runtime_health = runtime_health
+        self._clock = clock
+        self._record_event = record_event
+        self._node: Obj | None = None
+        self._lease: Obj | None = None
+        self._last_reported: dict[str, Any] | None = None
+        self._last_report_time: datetime | None = None
+        # For tests and metrics.
+        self.status_patches = 0
+        self.lease_renewals = 0
+
+    # What other parts read.
+
+    def node(self) -> Obj | None:
+        """The last Node object the apiserver returned (for admission); None before registration. Do not mutate."""
+        return self._node
+
+    @property
+    def last_report_time(self) -> datetime | None:
+        """Wall time of the last status post that the apiserver accepted."""
+        return self._last_report_time
+
+    @property
+    def lease(self) -> Obj | None:
+        return self._lease
+
+    @property
+    def renew_interval(self) -> float:
+        return self._config.node_lease_duration_seconds * LEASE_RENEW_FRACTION
+
+    # Registration.
+
+    async def register(self) -> None:
+        """Create the Node (or reconcile the existing one), retrying with capped backoff until it works."""
+        delay = BACKOFF_START
+        while not await self._try_register():
+            await self._clock.sleep(delay)
+            delay = min(delay * 2, BACKOFF_CAP)
+
+    async def _try_register(self) -> bool:
+        old: list[dict[str, Any]] = []
+        conditions = await self._compute_conditions(old)
+        wanted = initial_node(self._name, self._facts, self._config, conditions=conditions)
+        try:
+            self._node = await self._client.create(paths.nodes(), wanted)
+        except AlreadyExists:
+            return await self._reconcile_existing(wanted)
+        except _RETRYABLE as exc:
+            log.warning("unable to register node node=%s error=%s", self._name, exc)
+            return False
+        log.info("node registered node=%s uid=%s", self._name, _uid(self._node))
+        self._record_transitions(old, conditions)
+        return True
+
+    async def _reconcile_existing(self, wanted: Obj) -> bool:
+        """As tryRegisterWithAPIServer on AlreadyExists: put back the default labels and the attach/detach
+        annotation we own; the status loop brings the rest of the status up to date."""
+        try:
+            existing = await self._client.get(paths.node(self._name))
+        except _RETRYABLE as exc:
+            log.warning("unable to get existing node node=%s error=%s", self._name, exc)
+            return False
+        metadata: dict[str, Any] = {}
+        for field in ("labels", "annotations"):
+            have = existing.get("metadata", {}).get(field) or {}
+            want = wanted["metadata"].get(field) or {}
+            if field == "annotations":
+                want = {k: v for k, v in want.items() if k == CONTROLLER_MANAGED_ATTACH_DETACH}
+            changed = {k: v for k, v in want.items() if have.get(k) != v}
+            if changed:
+                metadata[field] = changed
+        if metadata:
+            try:
+                existing = await self._client.patch(paths.node(self._name), {"metadata": metadata})
+            except _RETRYABLE as exc:
+                log.warning("unable to reconcile existing node node=%s error=%s", self._name, exc)
+                return False
+        self._node = existing
+        log.info(
+            "node already registered node=%s uid=%s reconciled=%s",
+            self._name,
+            _uid(existing),
+            ",".join(sorted(k for f in metadata.values() for k in f)) or "-",
+        )
+        return True
+
+    # The status.
+
+    async def _compute_conditions(self, old: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        try:
+            ready, message = await self._runtime_health()
+        except Exception as exc:  # the runtime's own failure is a reason to be NotReady, not to stop reporting
+            ready, message = False, f"container runtime status check failed: {exc}"
+        return node_conditions(old, now=self._clock.wall(), runtime_ready=ready, runtime_message=message)
+
+    def _record_transitions(self, old: list[dict[str, Any]], new: list[dict[str, Any]]) -> None:
+        if self._record_event is None:
+            return
+        for reason in condition_events(old, new):
+            self._record_event("Normal", reason, f"Node {self._name} status is now: {reason}")
+
+    async def sync_node_status(self) -> bool:
+        """One updateNodeStatus: up to 5 tries, the later ones from a fresh GET of the Node. True when done
+        (posted, or nothing worth posting)."""
+        for attempt in range(NODE_STATUS_UPDATE_RETRY):
+            try:
+                if attempt > 0 or self._node is None:
+                    self._node = await self._client.get(paths.node(self._name))
+                await self._try_update_node_status()
+                return True
+            except _RETRYABLE as exc:
+                log.warning(
+                    "error updating node status, will retry node=%s attempt=%d error=%s", self._name, attempt, exc
+                )
+        log.error("unable to update node status node=%s attempts=%d", self._name, NODE_STATUS_UPDATE_RETRY)
+        return False
+
+    async def _try_update_node_status(self) -> None:
+        old_status: dict[str, Any] = dict((self._node or {}).get("status") or {})
+        old_conditions = _conditions(self._node)
+        conditions = await self._compute_conditions(old_conditions)
+        new_status = build_node_status(self._facts, self._config, conditions)
+        now = self._clock.wall()
+        if not should_report(
+            self._last_reported,
+            new_status,
+            now=now,
+            last_report_time=self._last_report_time,
+            report_frequency=self._config.node_status_report_frequency,
+        ):
+            return
+        self._node = await self._client.patch(
+            paths.node(self._name), _status_patch(old_status, new_status), subresource="status"
+        )
+        self.status_patches += 1
+        self._last_reported = new_status
+        self._last_report_time = now
+        ready = next((c for c in conditions if c.get("type") == READY), {})
+        log.info(
+            "node status posted node=%s ready=%s reason=%s patches=%d",
+            self._name,
+            ready.get("status"),
+            ready.get("reason"),
+            self.status_patches,
+        )
+        self._record_transitions(old_conditions, conditions)
+
+    # The Lease.
+
+    def _renewed(self, base: Obj) -> Obj:
+        lease = copy.deepcopy(base)
+        spec = lease.setdefault("spec", {})
+        spec["holderIdentity"] = self._name
+        spec["leaseDurationSeconds"] = self._config.node_lease_duration_seconds
+        spec["renewTime"] = format_micro_time(self._clock.wall())
+        metadata = lease.setdefault("metadata", {})
+        uid = _uid(self._node)
+        if not metadata.get("ownerReferences") and uid:
+            # As setNodeOwnerFunc: a lease made before the Node was known gets its owner on the next renewal.
+            metadata["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node", "name": self._name, "uid": uid}]
+        return lease
+
+    async def _ensure_lease(self) -> tuple[Obj, bool]:
+        """GET the Lease, or create it; True when created (already fresh)."""
+        path = paths.lease(NODE_LEASE_NAMESPACE, self._name)
+        try:
+            return await self._client.get(path), False
+        except NotFound:
+            pass
+        body = lease_object(
+            self._name,
+            _uid(self._node),
+            duration_seconds=self._config.node_lease_duration_seconds,
+            now=self._clock.wall(),
+        )
+        if not _uid(self._node):
+            del body["metadata"]["ownerReferences"]
+        created = await self._client.create(paths.leases(NODE_LEASE_NAMESPACE), body)
+        log.info("node lease created node=%s namespace=%s", self._name, NODE_LEASE_NAMESPACE)
+        return created, True
+
+    async def _backoff_ensure_lease(self) -> tuple[Obj, bool]:
+        delay = BACKOFF_START
+        while True:
+            try:
+                return await self._ensure_lease()
+            except _RETRYABLE as exc:
+                log.warning("failed to ensure node lease node=%s retry_in=%.1f error=%s", self._name, delay, exc)
+            await self._clock.sleep(delay)
+            delay = min(delay * 2, BACKOFF_CAP)
+
+    async def _retry_update_lease(self, base: Obj) -> bool:
+        path = paths.lease(NODE_LEASE_NAMESPACE, self._name)
+        for attempt in range(LEASE_UPDATE_RETRIES):
+            try:
+                self._lease = await self._client.replace(path, self._renewed(base))
+                self.lease_renewals += 1
+                log.debug("node lease renewed node=%s renewals=%d", self._name, self.lease_renewals)
+                return True
+            except Conflict as exc:
+                # Someone else wrote the Lease (or our resourceVersion is stale): read it again and retry.
+                log.info("node lease conflict, re-reading node=%s attempt=%d error=%s", self._name, attempt, exc)
+                base, created = await self._backoff_ensure_lease()
+                if created:
+                    self._lease = base
+                    return True
+            except _RETRYABLE as exc:
+                log.warning("failed to update node lease node=%s attempt=%d error=%s", self._name, attempt, exc)
+        return False
+
+    async def sync_lease(self) -> bool:
+        """One renewal (the lease controller's sync): PUT from the last Lease seen; else GET-or-create, then PUT."""
+        if self._lease is not None:
+            if await self._retry_update_lease(self._lease):
+                return True
+            log.info("failed to update lease using latest lease, falling back to ensure lease node=%s", self._name)
+        lease, created = await self._backoff_ensure_lease()
+        self._lease = lease
+        if created:
+            return True
+        if await self._retry_update_lease(lease):
+            return True
+        log.error("will retry updating node lease node=%s interval=%.1fs", self._name, self.renew_interval)
+        return False
+
+    # The loops.
+
+    async def _status_loop(self) -> None:
+        period = self._config.node_status_update_frequency.total_seconds()
+        while True:
+            await self.sync_node_status()
+            await self._clock.sleep(period)
+
+    async def _lease_loop(self) -> None:
+        while True:
+            await self.sync_lease()
+            await self._clock.sleep(self.renew_interval)
+
+    async def run(self) -> None:
+        """Both heartbeats until cancelled. Registers first if `register()` has not run. A bug (an exception
+        other than the apiserver's) ends both loops and propagates to the supervisor."""
+        if self._node is None:
+            await self.register()
+        log.info(
+            "node status manager started node=%s update_frequency=%s report_frequency=%s lease_renew=%.1fs",
+            self._name,
+            self._config.node_status_update_frequency,
+            self._config.node_status_report_frequency,
+            self.renew_interval,
+        )
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self._status_loop(), name=f"node-status:{self._name}")
+            group.create_task(self._lease_loop(), name=f"node-lease:{self._name}")
+
+
+__all__ = ["NodeStatusManager", "condition_events"]
