@@ -1,0 +1,218 @@
+"""`StatusManager`: keeps the latest pod status per UID and patches it to the apiserver (pkg/kubelet/status).
+
+Producers (the pod workers) never wait on the apiserver: `set_pod_status` stores the status under a version number
+and wakes the sync task, which sends every status whose version the apiserver has not confirmed yet, as soon as it
+is woken and again every `sync_period` (so a failure is retried without a new status having to arrive).
+
+What is sent is a JSON merge patch from the status the apiserver last showed us (the answer to our previous patch,
+or the pod's status when we first heard of it) to the new one, carrying metadata.uid as a precondition, as
+`statusutil.PatchPodStatus` does: a pod deleted and recreated under the same name never receives the old pod's
+status. The errors, as the upstream syncPod treats them:
+
+- NotFound: the pod is gone; its status stays readable here (a terminating worker still reads it) but is never
+  sent again, until `remove_orphans` forgets it.
+- Conflict or another refusal: GET the pod; a different UID (or none) means ours is gone, otherwise its status is
+  the new base and the patch is retried next round. (A UID mismatch comes back as 422 Invalid, "metadata.uid: field
+  is immutable", from the real apiserver, not as 409: both take this path.)
+- ApiUnavailable: retried next round.
+
+One pod's failure never stops the others from being sent. With no client (standalone mode) statuses are only kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from nodeagent.clock import Clock
+from nodeagent.kube import paths
+from nodeagent.kube.client import KubeClient
+from nodeagent.kube.errors import ApiError, ApiUnavailable, NotFound
+from nodeagent.status._common import JSON
+from nodeagent.status.compare import is_stale, needs_update, status_patch
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SYNC_PERIOD = 10.0  # upstream's syncPeriod
+
+
+@dataclass
+class _Entry:
+    namespace: str
+    name: str
+    uid: str
+    status: JSON  # the latest status the kubelet set
+    version: int  # bumped by every accepted set_pod_status
+    api_status: JSON  # the status the apiserver last showed us: the base of the next merge patch
+    synced_version: int = 0  # the version the apiserver has confirmed
+    refresh: bool = False  # GET the pod before the next patch (after a refusal whose GET failed)
+    gone: bool = False  # the pod with this UID no longer exists in the apiserver: never send again
+
+    @property
+    def ref(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def dirty(self) -> bool:
+        return not self.gone and self.synced_version < self.version
+
+
+def _metadata(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = pod.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def _status_of(pod: Mapping[str, Any]) -> JSON:
+    status = pod.get("status")
+    return copy.deepcopy(dict(status)) if isinstance(status, Mapping) else {}
+
+
+class StatusManager:
+    """The latest status of every pod on the node, sent to the apiserver by the task `run()`."""
+
+    def __init__(self, client: KubeClient | None, *, clock: Clock, sync_period: float = DEFAULT_SYNC_PERIOD) -> None:
+        self._client = client
+        self._clock = clock
+        self._sync_period = sync_period
+        self._entries: dict[str, _Entry] = {}
+        self._wake = asyncio.Event()
+        self.patches_sent = 0  # status patches sent to the apiserver, whatever their outcome
+
+    # --- producers (never block) ------------------------------------------------------------------------------
+
+    def set_pod_status(self, pod: Mapping[str, Any], status: Mapping[str, Any]) -> None:
+        """Keep `status` as the pod's latest, unless it would move the pod backwards, and wake the sync task."""
+        meta = _metadata(pod)
+        uid = str(meta.get("uid") or "")
+        if not uid:
+            log.error("pod status ignored: the pod has no uid pod=%s/%s", meta.get("namespace"), meta.get("name"))
+            return
+        entry = self._entries.get(uid)
+        old = entry.status if entry is not None else _status_of(pod)
+        spec = pod.get("spec")
+        if is_stale(old, status, pod_spec=spec if isinstance(spec, Mapping) else None):
+            # As upstream's checkContainerStateTransition and terminal-phase guard: keep the old status.
+            log.warning(
+                "pod status refused, it would move the pod backwards pod=%s/%s uid=%s old_phase=%s new_phase=%s",
+                meta.get("namespace"),
+                meta.get("name"),
+                uid,
+                old.get("phase"),
+                status.get("phase"),
+            )
+            return
+        if entry is not None and not needs_update(entry.status, status):
+            return  # the same status again (times aside): nothing new to send
+        new = copy.deepcopy(dict(status))
+        if entry is None:
+            self._entries[uid] = _Entry(
+                namespace=str(meta.get("namespace") or ""),
+                name=str(meta.get("name") or ""),
+                uid=uid,
+                status=new,
+                version=1,
+                api_status=_status_of(pod),
+            )
+        else:
+            entry.status = new
+            entry.version += 1
+        self._wake.set()
+
+    def get_pod_status(self, uid: str) -> JSON | None:
+        """The latest status set for the pod (a copy), sent or not."""
+        entry = self._entries.get(uid)
+        return copy.deepcopy(entry.status) if entry is not None else None
+
+    def remove_orphans(self, known_uids: set[str]) -> None:
+        """Forget the pods that are no longer known (upstream's RemoveOrphanedStatuses)."""
+        for uid in [uid for uid in self._entries if uid not in known_uids]:
+            log.debug("pod status forgotten uid=%s pod=%s", uid, self._entries[uid].ref)
+            del self._entries[uid]
+
+    # --- the sync task ----------------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Send what changed when woken, and retry what is still unsent every sync_period. Runs until cancelled."""
+        log.info("status manager started sync_period=%s standalone=%s", self._sync_period, self._client is None)
+        while True:
+            await self._wait(self._sync_period)
+            self._wake.clear()
+            await self.sync_once()
+
+    async def _wait(self, seconds: float) -> None:
+        if self._wake.is_set():
+            return
+        waker = asyncio.ensure_future(self._wake.wait())
+        sleeper = asyncio.ensure_future(self._clock.sleep(seconds))
+        try:
+            await asyncio.wait({waker, sleeper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (waker, sleeper):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    async def sync_once(self) -> None:
+        """One round: send every status the apiserver has not confirmed; a pod's failure only skips that pod."""
+        if self._client is None:
+            return
+        for entry in [e for e in self._entries.values() if e.dirty]:
+            try:
+                await self._sync_pod(self._client, entry)
+            except Exception:
+                log.exception("pod status sync failed pod=%s uid=%s", entry.ref, entry.uid)
+
+    async def _sync_pod(self, client: KubeClient, entry: _Entry) -> None:
+        if entry.refresh and not await self._refresh(client, entry):
+            return
+        version, status = entry.version, entry.status
+        if not needs_update(entry.api_status, status):
+            entry.synced_version = version  # the apiserver already says this
+            return
+        patch = status_patch(entry.api_status, status, uid=entry.uid)
+        self.patches_sent += 1
+        try:
+            answer = await client.patch(
+                paths.pod(entry.namespace, entry.name), patch, patch_type="merge", subresource="status"
+            )
+        except NotFound:
+            log.info("pod status not sent, the pod is gone pod=%s uid=%s", entry.ref, entry.uid)
+            entry.gone = True
+            return
+        except ApiUnavailable as exc:
+            log.warning("pod status not sent, will retry pod=%s uid=%s error=%s", entry.ref, entry.uid, exc)
+            return
+        except ApiError as exc:
+            # A Conflict (the UID precondition: the pod was recreated) or another refusal: look at the pod again.
+            log.warning("pod status refused, will look again pod=%s uid=%s error=%s", entry.ref, entry.uid, exc)
+            entry.refresh = True
+            await self._refresh(client, entry)
+            return
+        entry.api_status = _status_of(answer)
+        entry.synced_version = version
+        log.debug(
+            "pod status sent pod=%s uid=%s version=%d phase=%s", entry.ref, entry.uid, version, status.get("phase")
+        )
+
+    async def _refresh(self, client: KubeClient, entry: _Entry) -> bool:
+        """GET the pod: the apiserver's status becomes the base. False when the pod is gone or the GET failed."""
+        try:
+            pod = await client.get(paths.pod(entry.namespace, entry.name))
+        except NotFound:
+            pod = None
+        except (ApiUnavailable, ApiError) as exc:
+            log.warning("pod not read, will retry pod=%s uid=%s error=%s", entry.ref, entry.uid, exc)
+            return False
+        entry.refresh = False
+        if pod is None or _metadata(pod).get("uid") != entry.uid:
+            # As upstream: "Pod was deleted and then recreated, skipping status update".
+            log.info("pod status not sent, the pod is gone or was recreated pod=%s uid=%s", entry.ref, entry.uid)
+            entry.gone = True
+            return False
+        entry.api_status = _status_of(pod)
+        return True

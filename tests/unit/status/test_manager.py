@@ -1,0 +1,305 @@
+"""The status manager against a scripted apiserver (httpx.MockTransport behind a real KubeClient) and a fake clock."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from nodeagent.kube.client import KubeClient
+from nodeagent.status.manager import StatusManager
+from tests.unit.fakeclock import FakeClock
+from tests.unit.kube.scripted import Script, status
+
+PATH = "/api/v1/namespaces/ns/pods/p/status"
+POD_PATH = "/api/v1/namespaces/ns/pods/p"
+
+
+def pod(uid: str = "u1", name: str = "p", api_status: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "ns", "uid": uid},
+        "spec": {"containers": [{"name": "a", "image": "img"}]},
+        "status": api_status if api_status is not None else {"phase": "Pending"},
+    }
+
+
+def pod_status(
+    phase: str = "Running", *, restarts: int = 0, ready: str = "True", t: str = "2024-05-01T12:00:00Z"
+) -> Any:
+    return {
+        "phase": phase,
+        "conditions": [{"type": "Ready", "status": ready, "lastTransitionTime": t}],
+        "containerStatuses": [{"name": "a", "ready": ready == "True", "restartCount": restarts, "image": "img"}],
+    }
+
+
+def merge(target: Any, patch: Any) -> Any:
+    """RFC 7386, as the apiserver applies a merge patch."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge(out.get(key), value)
+    return out
+
+
+def apiserver(stored: dict[str, Any]) -> Callable[[httpx.Request], httpx.Response]:
+    """A PATCH of pods/status applied to `stored`, answered with the whole pod, as the apiserver does."""
+
+    def reply(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        stored["status"] = merge(stored.get("status") or {}, body["status"])
+        return httpx.Response(200, json=stored)
+
+    return reply
+
+
+def body(request: httpx.Request) -> Any:
+    return json.loads(request.content)
+
+
+@pytest.fixture
+async def script() -> AsyncIterator[Script]:
+    yield Script()
+
+
+@pytest.fixture
+async def client(script: Script) -> AsyncIterator[KubeClient]:
+    async with script.client() as c:
+        yield c
+
+
+@pytest.fixture
+def manager(client: KubeClient) -> StatusManager:
+    return StatusManager(client, clock=FakeClock())
+
+
+async def test_a_new_status_is_patched_once_with_the_uid_precondition(script: Script, manager: StatusManager) -> None:
+    stored = pod()
+    script.add("PATCH", PATH, apiserver(stored))
+    manager.set_pod_status(pod(), pod_status())
+    await manager.sync_once()
+    await manager.sync_once()
+
+    assert manager.patches_sent == 1
+    [request] = script.requests
+    assert request.headers["content-type"] == "application/merge-patch+json"
+    assert body(request) == {"metadata": {"uid": "u1"}, "status": pod_status()}
+    assert stored["status"] == pod_status()
+
+
+async def test_the_patch_carries_only_what_changed_since_the_apiservers_answer(
+    script: Script, manager: StatusManager
+) -> None:
+    stored = pod()
+    script.add("PATCH", PATH, apiserver(stored)).add("PATCH", PATH, apiserver(stored))
+    manager.set_pod_status(pod(), pod_status(ready="False"))
+    await manager.sync_once()
+    manager.set_pod_status(pod(), pod_status(ready="True", t="2024-05-01T12:01:00Z"))
+    await manager.sync_once()
+
+    second = body(script.requests[1])
+    assert second["metadata"] == {"uid": "u1"}
+    assert set(second["status"]) == {"conditions", "containerStatuses"}
+    assert stored["status"] == pod_status(ready="True", t="2024-05-01T12:01:00Z")
+    assert manager.patches_sent == 2
+
+
+@pytest.mark.parametrize(
+    "again",
+    [
+        pytest.param(pod_status(), id="identical"),
+        pytest.param(pod_status(t="2024-05-01T13:00:00Z"), id="only-condition-times-differ"),
+    ],
+)
+async def test_the_same_status_again_is_not_patched(script: Script, manager: StatusManager, again: Any) -> None:
+    script.add("PATCH", PATH, apiserver(pod()))
+    manager.set_pod_status(pod(), pod_status())
+    await manager.sync_once()
+    manager.set_pod_status(pod(), again)
+    await manager.sync_once()
+
+    assert manager.patches_sent == 1
+    assert len(script.requests) == 1
+
+
+async def test_a_status_the_apiserver_already_has_is_not_patched(script: Script, manager: StatusManager) -> None:
+    manager.set_pod_status(pod(api_status=pod_status()), pod_status())
+    await manager.sync_once()
+    assert manager.patches_sent == 0
+    assert script.requests == []
+
+
+@pytest.mark.parametrize(
+    ("first", "then"),
+    [
+        pytest.param(pod_status("Succeeded", ready="False"), pod_status("Running"), id="running-after-succeeded"),
+        pytest.param(pod_status("Failed", ready="False"), pod_status("Pending"), id="pending-after-failed"),
+        pytest.param(pod_status(restarts=2), pod_status(restarts=1), id="lower-restart-count"),
+    ],
+)
+async def test_a_stale_status_is_refused(script: Script, manager: StatusManager, first: Any, then: Any) -> None:
+    script.add("PATCH", PATH, apiserver(pod()))
+    manager.set_pod_status(pod(), first)
+    await manager.sync_once()
+    manager.set_pod_status(pod(), then)
+    await manager.sync_once()
+
+    assert manager.get_pod_status("u1") == first
+    assert manager.patches_sent == 1
+
+
+async def test_a_status_older_than_the_apiservers_is_refused_before_anything_is_cached(
+    script: Script, manager: StatusManager
+) -> None:
+    manager.set_pod_status(pod(api_status=pod_status("Succeeded", ready="False")), pod_status("Running"))
+    await manager.sync_once()
+    assert manager.get_pod_status("u1") is None
+    assert script.requests == []
+
+
+async def test_not_found_drops_the_pod_from_syncing(script: Script, manager: StatusManager) -> None:
+    script.add("PATCH", PATH, status(404, "NotFound", 'pods "p" not found'))
+    manager.set_pod_status(pod(), pod_status())
+    await manager.sync_once()
+    manager.set_pod_status(pod(), pod_status(ready="False"))
+    await manager.sync_once()
+
+    assert len(script.requests) == 1
+    assert manager.patches_sent == 1
+    # Still readable: the worker that terminates the pod reads what it last published.
+    assert manager.get_pod_status("u1") == pod_status(ready="False")
+
+
+@pytest.mark.parametrize(
+    "refusal",
+    [
+        # What the real apiserver answers to a merge patch whose metadata.uid is not the object's.
+        pytest.param(status(422, "Invalid", 'metadata.uid: Invalid value: "u1": field is immutable'), id="invalid"),
+        pytest.param(status(409, "Conflict", "Precondition failed: UID in precondition: u1"), id="conflict"),
+    ],
+)
+async def test_a_refusal_from_a_recreated_pod_stops_the_old_uids_status(
+    script: Script, manager: StatusManager, refusal: httpx.Response
+) -> None:
+    script.add("PATCH", PATH, refusal)
+    script.add("GET", POD_PATH, httpx.Response(200, json=pod(uid="u2")))
+    manager.set_pod_status(pod(), pod_status())
+    await manager.sync_once()
+    await manager.sync_once()
+
+    assert [r.method for r in script.requests] == ["PATCH", "GET"]
+    assert manager.patches_sent == 1
+
+
+async def test_a_conflict_reads_the_pod_and_retries_from_its_status(script: Script, manager: StatusManager) -> None:
+    current = pod(api_status={"phase": "Pending", "message": "set by someone else"})
+    script.add("PATCH", PATH, status(409, "Conflict", "the object has been modified"))
+    script.add("GET", POD_PATH, httpx.Response(200, json=copy.deepcopy(current)))
+    script.add("PATCH", PATH, apiserver(current))
+    manager.set_pod_status(pod(), pod_status())
+    await manager.sync_once()
+    await manager.sync_once()
+
+    assert [r.method for r in script.requests] == ["PATCH", "GET", "PATCH"]
+    assert body(script.requests[2])["status"]["message"] is None  # built from the GET's status
+    assert current["status"] == pod_status()
+
+
+async def test_an_unavailable_apiserver_is_retried_next_round(script: Script, manager: StatusManager) -> None:
+    script.add("PATCH", PATH, httpx.ConnectError("connection refused"))
+    script.add("PATCH", PATH, apiserver(pod()))
+    manager.set_pod_status(pod(), pod_status())
+    await manager.sync_once()
+    await manager.sync_once()
+    await manager.sync_once()
+
+    assert manager.patches_sent == 2
+    assert body(script.requests[0]) == body(script.requests[1])
+
+
+async def test_one_pods_failure_does_not_block_the_others(script: Script, manager: StatusManager) -> None:
+    script.add("PATCH", PATH, httpx.ConnectError("connection refused"))
+    script.add("PATCH", "/api/v1/namespaces/ns/pods/q/status", apiserver(pod("u2", "q")))
+    manager.set_pod_status(pod(), pod_status())
+    manager.set_pod_status(pod("u2", "q"), pod_status())
+    await manager.sync_once()
+
+    assert [r.url.path for r in script.requests] == [PATH, "/api/v1/namespaces/ns/pods/q/status"]
+
+
+async def test_remove_orphans_forgets_unknown_pods(script: Script, manager: StatusManager) -> None:
+    manager.set_pod_status(pod(), pod_status())
+    manager.set_pod_status(pod("u2", "q"), pod_status())
+    manager.remove_orphans({"u2"})
+    script.add("PATCH", "/api/v1/namespaces/ns/pods/q/status", apiserver(pod("u2", "q")))
+    await manager.sync_once()
+
+    assert manager.get_pod_status("u1") is None
+    assert manager.get_pod_status("u2") == pod_status()
+    assert len(script.requests) == 1
+
+
+async def test_get_pod_status_returns_a_copy(manager: StatusManager) -> None:
+    manager.set_pod_status(pod(), pod_status())
+    got = manager.get_pod_status("u1")
+    assert got is not None
+    got["phase"] = "Failed"
+    assert manager.get_pod_status("u1") == pod_status()
+
+
+async def test_without_a_client_statuses_are_only_kept() -> None:
+    clock = FakeClock()
+    manager = StatusManager(None, clock=clock)
+    task = asyncio.create_task(manager.run())
+    try:
+        manager.set_pod_status(pod(), pod_status())
+        await clock.advance(30)
+        assert not task.done()
+        assert manager.get_pod_status("u1") == pod_status()
+        assert manager.patches_sent == 0
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def test_run_sends_when_woken_and_retries_every_sync_period(script: Script, client: KubeClient) -> None:
+    clock = FakeClock()
+    manager = StatusManager(client, clock=clock, sync_period=10.0)
+    stored = pod()
+    script.add("PATCH", PATH, apiserver(stored))
+    script.add("PATCH", PATH, httpx.ConnectError("connection refused"))
+    script.add("PATCH", PATH, apiserver(stored))
+    task = asyncio.create_task(manager.run())
+    try:
+        manager.set_pod_status(pod(), pod_status(ready="False"))
+        await clock.advance(0)  # woken: sent at once, no time passes
+        assert manager.patches_sent == 1
+
+        manager.set_pod_status(pod(), pod_status())
+        await clock.advance(0)  # woken, but the apiserver is unreachable
+        assert manager.patches_sent == 2
+        await clock.advance(9)
+        assert manager.patches_sent == 2
+        await clock.advance(1)  # the periodic round retries
+        assert manager.patches_sent == 3
+        assert stored["status"] == pod_status()
+
+        await clock.advance(30)  # nothing changed: nothing sent
+        assert manager.patches_sent == 3
+        assert not script.steps
+        assert not task.done()
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
