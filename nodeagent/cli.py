@@ -9,6 +9,8 @@ import signal
 import sys
 from pathlib import Path
 
+from nodeagent.agent import AgentError, AgentOptions, run_agent
+from nodeagent.config import ConfigError
 from nodeagent.testbed import install as installer
 from nodeagent.testbed.layout import Layout
 from nodeagent.testbed.processes import ComponentFailed
@@ -69,6 +71,19 @@ async def _testbed(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _run(args: argparse.Namespace) -> int:
+    await run_agent(
+        AgentOptions(
+            config_path=args.config,
+            kubeconfig=args.kubeconfig,
+            node_name=args.node_name,
+            node_ip=args.node_ip,
+            standalone=args.standalone,
+        )
+    )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nodeagent", description="A kubelet written in Python.")
     parser.add_argument("-v", "--verbose", action="store_true")
@@ -79,6 +94,14 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--node-name", default=None)
     up.add_argument("--detach", action="store_true", help="leave the testbed running and return")
     up.set_defaults(handler=_up)
+
+    run = sub.add_parser("run", help="run the node agent: join the cluster of --kubeconfig and run its pods")
+    run.add_argument("--config", type=Path, required=True, help="KubeletConfiguration (kubelet.config.k8s.io/v1beta1)")
+    run.add_argument("--kubeconfig", type=Path, default=None, help="the node's credential")
+    run.add_argument("--node-name", default=None, help="default: the hostname")
+    run.add_argument("--node-ip", default=None, help="the node's InternalIP (default: the first global IPv4)")
+    run.add_argument("--standalone", action="store_true", help="no apiserver: static pods only")
+    run.set_defaults(handler=_run)
 
     testbed = sub.add_parser("testbed", help="the hermetic set of real parts")
     actions = testbed.add_subparsers(dest="action", required=True)
@@ -97,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     _setup_logging(args.verbose)
     try:
         code: int = asyncio.run(args.handler(args))
-    except (installer.InstallError, TestbedError, ComponentFailed) as exc:
+    except (installer.InstallError, TestbedError, ComponentFailed, AgentError, ConfigError) as exc:
         print(f"nodeagent: {exc}", file=sys.stderr)
         return 1
     return code

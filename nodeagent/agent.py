@@ -1,0 +1,250 @@
+"""`nodeagent run`: build the agent's parts from its config and run them as supervised tasks until stopped.
+
+Order at start, as the kubelet: load the config (unknown fields warn, invalid values stop with a clear error),
+connect to the runtime and wait for it, register the node, then start the pod source, the relist, the status
+managers, the lease and the syncLoop. On SIGINT/SIGTERM the tasks stop in reverse order; pods keep running (a
+restarted agent adopts them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import signal
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+from cri.client import CRIClient, connect
+from cri.errors import CRIError
+from nodeagent import __version__
+from nodeagent.clock import SystemClock
+from nodeagent.config import KubeletConfiguration, load_config
+from nodeagent.events import EventRecorder, ObjectRef
+from nodeagent.kube.client import KubeClient
+from nodeagent.kubelet import Kubelet, Pod
+from nodeagent.kuberuntime.manager import NodeContext, RuntimeManager
+from nodeagent.kuberuntime.sandbox_config import DNSSettings, ResolvConf
+from nodeagent.nodestatus import NodeFacts, gather_node_facts
+from nodeagent.nodestatus.manager import NodeStatusManager
+from nodeagent.podconfig import PodConfig
+from nodeagent.sources.apiserver import SOURCE as API_SOURCE
+from nodeagent.sources.apiserver import run_apiserver_source
+from nodeagent.status.manager import StatusManager
+from nodeagent.syncloop import SyncLoop, SyncLoopChannels
+from nodeagent.tasks import Supervisor
+from pleg.relist import SimpleRelist
+
+log = logging.getLogger(__name__)
+
+KUBELET_VERSION = f"v{__version__}-nodeagent"
+
+
+class AgentError(RuntimeError):
+    """The agent cannot start: a bad config, no runtime, no apiserver credentials."""
+
+
+@dataclass(frozen=True)
+class AgentOptions:
+    config_path: Path
+    kubeconfig: Path | None
+    node_name: str | None = None
+    node_ip: str | None = None
+    standalone: bool = False
+
+
+def read_resolv_conf(path: str) -> ResolvConf:
+    if not path:
+        return ResolvConf()
+    try:
+        text = Path(path).read_text()
+    except OSError:
+        return ResolvConf()
+    nameservers: list[str] = []
+    searches: list[str] = []
+    options: list[str] = []
+    for line in text.splitlines():
+        fields = line.split("#", 1)[0].split()
+        if not fields:
+            continue
+        if fields[0] == "nameserver" and len(fields) > 1:
+            nameservers.append(fields[1])
+        elif fields[0] == "search":
+            searches = fields[1:]
+        elif fields[0] == "options":
+            options.extend(fields[1:])
+    return ResolvConf(tuple(nameservers), tuple(searches), tuple(options))
+
+
+async def _runtime_version(cri: CRIClient, endpoint: str) -> str:
+    try:
+        version = await cri.runtime.version("v1", timeout=10)
+    except CRIError as exc:
+        raise AgentError(f"container runtime at {endpoint} is not reachable: {exc}") from exc
+    return f"{version.runtime_name}://{version.runtime_version}"
+
+
+async def _runtime_health(cri: CRIClient) -> tuple[bool, str]:
+    try:
+        status = await cri.runtime.status(timeout=10)
+    except CRIError as exc:
+        return False, f"container runtime is down: {exc.message}"
+    problems = [
+        f"{c.type}=false reason:{c.reason} message:{c.message}" for c in status.status.conditions if not c.status
+    ]
+    if problems:
+        return False, "container runtime status check may not have completed yet: " + ", ".join(problems)
+    return True, ""
+
+
+async def run_agent(options: AgentOptions) -> None:
+    loaded = load_config(options.config_path)
+    for warning in loaded.warnings:
+        log.warning("config warning path=%s %s", options.config_path, warning)
+    config: KubeletConfiguration = loaded.config
+    node_name = (options.node_name or socket.gethostname()).lower()
+    if not options.standalone and options.kubeconfig is None:
+        raise AgentError("--kubeconfig is required (or --standalone for static pods only)")
+    clock = SystemClock()
+    supervisor = Supervisor()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+
+    async with connect(
+        config.container_runtime_endpoint,
+        image_endpoint=config.image_service_endpoint or None,
+        timeout=config.runtime_request_timeout.total_seconds(),
+    ) as cri:
+        runtime_version = await _runtime_version(cri, config.container_runtime_endpoint)
+        facts = await asyncio.to_thread(
+            gather_node_facts,
+            container_runtime_version=runtime_version,
+            kubelet_version=KUBELET_VERSION,
+            hostname=node_name,
+            internal_ip=options.node_ip,
+            daemon_port=config.port,
+        )
+        log.info("agent starting node=%s runtime=%s version=%s", node_name, runtime_version, KUBELET_VERSION)
+        client = None if options.standalone else KubeClient.from_kubeconfig(options.kubeconfig)  # type: ignore[arg-type]
+        try:
+            await _run(
+                options,
+                config=config,
+                node_name=node_name,
+                facts=facts,
+                cri=cri,
+                client=client,
+                supervisor=supervisor,
+                stop=stop,
+                clock=clock,
+            )
+        finally:
+            await supervisor.stop()
+            if client is not None:
+                await client.aclose()
+
+
+async def _run(
+    options: AgentOptions,
+    *,
+    config: KubeletConfiguration,
+    node_name: str,
+    facts: NodeFacts,
+    cri: CRIClient,
+    client: KubeClient | None,
+    supervisor: Supervisor,
+    stop: asyncio.Event,
+    clock: SystemClock,
+) -> None:
+    recorder = EventRecorder(client, node_name) if client is not None else None
+
+    def pod_event(pod: Pod, type_: str, reason: str, message: str, field_path: str = "") -> None:
+        if recorder is not None:
+            recorder.record(ObjectRef.for_pod(pod, field_path), type_, reason, message)  # type: ignore[arg-type]
+
+    def node_event(type_: str, reason: str, message: str) -> None:
+        if recorder is not None:
+            recorder.record(ObjectRef.for_node(node_name), type_, reason, message)  # type: ignore[arg-type]
+
+    node_status = None
+    if client is not None:
+        node_status = NodeStatusManager(
+            client,
+            node_name=node_name,
+            config=config,
+            facts=facts,
+            runtime_health=lambda: _runtime_health(cri),
+            clock=clock,
+            record_event=node_event,
+        )
+        await node_status.register()
+
+    allocatable: dict[str, str] = {}
+    node_obj = node_status.node() if node_status is not None else None
+    if node_obj is not None:
+        allocatable = dict((node_obj.get("status") or {}).get("allocatable") or {})
+    runtime = RuntimeManager(
+        cri.runtime,
+        cri.image,
+        NodeContext(
+            node_name=node_name,
+            host_ip=facts.internal_ip,
+            cgroup_root=config.cgroup_root,
+            dns=DNSSettings(
+                cluster_dns=tuple(config.cluster_dns),
+                cluster_domain=config.cluster_domain or "cluster.local",
+                host=read_resolv_conf(config.resolv_conf),
+            ),
+            memory_capacity=facts.memory_bytes,
+            node_allocatable=allocatable,
+            node_hostname=facts.hostname,
+        ),
+        events=pod_event,
+    )
+    sources = [API_SOURCE] if client is not None else []
+    pod_config = PodConfig(sources, now=lambda: datetime.datetime.now(datetime.UTC).isoformat())
+    status_manager = StatusManager(client, clock=clock)
+    kubelet = Kubelet(
+        node_name=node_name,
+        pod_config=pod_config,
+        runtime=runtime,
+        status_manager=status_manager,
+        node=(node_status.node if node_status is not None else lambda: None),
+        client=client,
+        host_ips=(facts.internal_ip,),
+        record_event=pod_event,
+        sync_frequency=config.sync_frequency.total_seconds(),
+    )
+    channels = SyncLoopChannels(pod_config.updates, asyncio.Queue(maxsize=1000), asyncio.Queue(maxsize=1000))
+    relist = SimpleRelist(cri.runtime, channels.pleg)
+    sync_loop = SyncLoop(
+        channels,
+        kubelet,
+        pod_by_uid=pod_config.pod_by_uid,
+        pods_due=kubelet.pods_due,
+        sources_ready=pod_config.sources_ready,
+        clock=clock,
+    )
+    if recorder is not None:
+        supervisor.start("events", recorder.run())
+        node_event("Normal", "Starting", "Starting kubelet.")
+    if node_status is not None:
+        supervisor.start("node-status", node_status.run())
+    supervisor.start("status-manager", status_manager.run())
+    if client is not None:
+        supervisor.start("source-api", run_apiserver_source(client, node_name, pod_config.push))
+    supervisor.start("relist", relist.run())
+    supervisor.start("sync-loop", sync_loop.run())
+    log.info("agent running node=%s sources=%s", node_name, ",".join(sources) or "none")
+    stopped = asyncio.create_task(stop.wait())
+    failed = asyncio.create_task(supervisor.failed.wait())
+    await asyncio.wait([stopped, failed], return_when=asyncio.FIRST_COMPLETED)
+    for task in (stopped, failed):
+        task.cancel()
+    await kubelet.workers.stop()
+    log.info("agent stopping node=%s", node_name)
+    if failed.done() and not failed.cancelled() and supervisor.failed.is_set():
+        raise AgentError("a background task failed; see the log above")
