@@ -20,12 +20,14 @@ async def test_events_are_written_and_repeats_fold_into_a_count(testbed: Testbed
         recorder.record(ref, "Warning", "Failed", "Error: ErrImagePull")
         recorder.record(ref, "Warning", "Failed", "Error: ErrImagePull")
         recorder.record(ref, "Normal", "Pulling", 'Pulling image "busybox"')
-        recorder.record(ObjectRef.for_node(settings.node_name), "Normal", "Starting", "Starting kubelet.")
+        # A reason of its own: the agent under test in the same session posts "Starting" node events too.
+        node_reason = f"Test{pod_name.replace('-', '')}"
+        recorder.record(ObjectRef.for_node(settings.node_name), "Normal", node_reason, "Starting kubelet.")
         await recorder.flush()
     async with KubeClient.from_kubeconfig(testbed.layout.admin_kubeconfig) as admin:
         listed = await admin.list(paths.events("default"), field_selector=f"involvedObject.name={pod_name}")
         node_events = await admin.list(
-            paths.events("default"), field_selector=f"involvedObject.name={settings.node_name},reason=Starting"
+            paths.events("default"), field_selector=f"involvedObject.name={settings.node_name},reason={node_reason}"
         )
     by_reason = {e["reason"]: e for e in listed["items"]}
     assert set(by_reason) == {"Failed", "Pulling"}

@@ -1,0 +1,401 @@
+"""The agent as users run it (`nodeagent run`), against the real control plane, scheduler and containerd.
+
+The agent runs as a subprocess with the testbed's node credential and config; the tests act as a user would,
+through the apiserver as admin, and look at containerd through the project's CRI client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from cri.client import CRIClient, connect
+from nodeagent.kube import paths
+from nodeagent.kube.client import KubeClient
+from nodeagent.kube.errors import NotFound
+from nodeagent.testbed import configs
+from nodeagent.testbed.layout import Settings
+from nodeagent.testbed.processes import tail
+from nodeagent.testbed.testbed import Testbed
+
+Obj = dict[str, Any]
+NS = "default"
+
+
+@dataclass
+class Agent:
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    def tail(self) -> str:
+        return tail(self.log, 60)
+
+
+def start_agent(testbed: Testbed, log: Path) -> Agent:
+    env = dict(os.environ)
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            [
+                sys.executable, "-m", "nodeagent", "run",
+                "--config", str(testbed.layout.agent_config),
+                "--kubeconfig", str(testbed.layout.node_kubeconfig),
+                "--node-ip", "127.0.0.1",
+            ],
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+        )  # fmt: skip
+    return Agent(proc, log)
+
+
+def stop_agent(agent: Agent) -> None:
+    if agent.proc.poll() is None:
+        agent.proc.send_signal(signal.SIGTERM)
+        try:
+            agent.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            agent.proc.kill()
+            agent.proc.wait(5)
+
+
+async def eventually(check: Callable[[], Awaitable[Any]], *, timeout: float, what: str, agent: Agent) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = await check()
+        if last:
+            return last
+        await asyncio.sleep(0.25)
+    raise AssertionError(f"{what}: not true after {timeout:.0f}s (last={last!r})\n--- agent log ---\n{agent.tail()}")
+
+
+def deployment_path() -> str:
+    return paths.api_path("deployments", group="apps", namespace=NS)
+
+
+def job_path() -> str:
+    return paths.api_path("jobs", group="batch", namespace=NS)
+
+
+def pod_template(labels: dict[str, str], image: str, command: list[str], **spec: Any) -> Obj:
+    return {
+        "metadata": {"labels": labels},
+        "spec": {
+            "terminationGracePeriodSeconds": 2,
+            "automountServiceAccountToken": False,
+            "containers": [{"name": "main", "image": image, "command": command}],
+            **spec,
+        },
+    }
+
+
+async def pods_with(admin: KubeClient, selector: str) -> list[Obj]:
+    listed = await admin.list(paths.pods(NS), label_selector=selector)
+    items: list[Obj] = listed["items"]
+    return items
+
+
+@pytest.fixture(scope="module")
+def agent(testbed: Testbed, settings: Settings) -> Iterator[Agent]:
+    running = start_agent(testbed, testbed.layout.logs / "agent.log")
+    try:
+        yield running
+    finally:
+        stop_agent(running)
+        asyncio.run(_clean_up(testbed, settings))
+
+
+async def _clean_up(testbed: Testbed, settings: Settings) -> None:
+    async with KubeClient.from_kubeconfig(testbed.layout.admin_kubeconfig) as admin:
+        for kind_path in (deployment_path(), job_path()):
+            for item in (await admin.list(kind_path))["items"]:
+                with contextlib.suppress(NotFound):
+                    await admin.delete(f"{kind_path}/{item['metadata']['name']}", propagation_policy="Background")
+        for pod in (await admin.list(paths.pods(NS)))["items"]:
+            with contextlib.suppress(NotFound):
+                await admin.delete(paths.pod(NS, pod["metadata"]["name"]), grace_period_seconds=0)
+        with contextlib.suppress(NotFound):
+            await admin.delete(paths.lease("kube-node-lease", settings.node_name))
+        with contextlib.suppress(NotFound):
+            await admin.delete(paths.node(settings.node_name))
+    async with connect(f"unix://{testbed.layout.containerd_socket}", timeout=30) as cri:
+        for sandbox in await cri.runtime.list_pod_sandbox():
+            await cri.runtime.stop_pod_sandbox(sandbox.id)
+            await cri.runtime.remove_pod_sandbox(sandbox.id)
+
+
+@pytest_asyncio.fixture
+async def admin(testbed: Testbed) -> AsyncIterator[KubeClient]:
+    async with KubeClient.from_kubeconfig(testbed.layout.admin_kubeconfig) as client:
+        yield client
+
+
+async def node_ready(admin: KubeClient, name: str) -> bool:
+    try:
+        node = await admin.get(paths.node(name))
+    except NotFound:
+        return False
+    return any(
+        c["type"] == "Ready" and c["status"] == "True" for c in (node.get("status") or {}).get("conditions") or []
+    )
+
+
+async def test_node_registers_ready_with_labels_and_lease(agent: Agent, admin: KubeClient, settings: Settings) -> None:
+    started = time.monotonic()
+    await eventually(lambda: node_ready(admin, settings.node_name), timeout=10, what="node Ready", agent=agent)
+    assert time.monotonic() - started < 10
+    node = await admin.get(paths.node(settings.node_name))
+    labels = node["metadata"]["labels"]
+    assert labels["kubernetes.io/hostname"] == settings.node_name
+    assert labels["kubernetes.io/os"] == "linux"
+    assert labels["kubernetes.io/arch"] in ("amd64", "arm64")
+    info = node["status"]["nodeInfo"]
+    assert info["containerRuntimeVersion"].startswith("containerd://1.7.")
+    assert {"cpu", "memory", "pods", "ephemeral-storage"} <= set(node["status"]["allocatable"])
+    lease = await admin.get(paths.lease("kube-node-lease", settings.node_name))
+    assert lease["spec"]["leaseDurationSeconds"] == 40
+    assert lease["metadata"]["ownerReferences"][0]["uid"] == node["metadata"]["uid"]
+
+
+async def test_deployment_becomes_available_and_its_deletion_empties_containerd(
+    agent: Agent, admin: KubeClient, settings: Settings, cri_client: CRIClient
+) -> None:
+    await eventually(lambda: node_ready(admin, settings.node_name), timeout=10, what="node Ready", agent=agent)
+    name = f"web-{uuid.uuid4().hex[:5]}"
+    labels = {"app": name}
+    image = configs.busybox_image(settings)
+    body = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "replicas": 3,
+            "selector": {"matchLabels": labels},
+            "template": pod_template(labels, image, ["sleep", "3600"]),
+        },
+    }
+    await admin.create(deployment_path(), body)
+
+    async def available() -> bool:
+        dep = await admin.get(f"{deployment_path()}/{name}")
+        return (dep.get("status") or {}).get("availableReplicas") == 3
+
+    await eventually(available, timeout=60, what="3 replicas available", agent=agent)
+    pods = await pods_with(admin, f"app={name}")
+    assert len(pods) == 3
+    subnet = settings.pod_cidr.rsplit(".", 1)[0] + "."
+    for pod in pods:
+        assert pod["spec"]["nodeName"] == settings.node_name
+        assert pod["status"]["phase"] == "Running"
+        assert pod["status"]["podIP"].startswith(subnet)
+        [container] = pod["status"]["containerStatuses"]
+        assert container["ready"] is True
+        assert container["containerID"].startswith("containerd://")
+    uids = {p["metadata"]["uid"] for p in pods}
+
+    await admin.delete(f"{deployment_path()}/{name}", propagation_policy="Foreground")
+    grace = 2
+
+    async def gone_from_containerd() -> bool:
+        sandboxes = await cri_client.runtime.list_pod_sandbox()
+        containers = await cri_client.runtime.list_containers()
+        ours = [s for s in sandboxes if s.labels.get("io.kubernetes.pod.uid") in uids]
+        ours += [c for c in containers if c.labels.get("io.kubernetes.pod.uid") in uids]
+        return not ours
+
+    # The pods are first deleted by the garbage collector; allow for it, then grace + 5 s for the agent.
+    await eventually(lambda: _no_pods(admin, name), timeout=30 + grace + 5, what="pods deleted", agent=agent)
+    await eventually(gone_from_containerd, timeout=grace + 5, what="containerd emptied", agent=agent)
+
+
+async def _no_pods(admin: KubeClient, name: str) -> bool:
+    return not await pods_with(admin, f"app={name}")
+
+
+async def _job_pod(admin: KubeClient, job: str) -> Obj | None:
+    pods = await pods_with(admin, f"job-name={job}")
+    return pods[0] if pods else None
+
+
+@pytest.mark.parametrize(
+    ("command", "phase", "exit_code", "reason"),
+    [
+        (["sh", "-c", "echo done"], "Succeeded", 0, "Completed"),
+        (["sh", "-c", "exit 7"], "Failed", 7, "Error"),
+    ],
+)
+async def test_job_pod_reports_its_exit(
+    agent: Agent,
+    admin: KubeClient,
+    settings: Settings,
+    command: list[str],
+    phase: str,
+    exit_code: int,
+    reason: str,
+) -> None:
+    name = f"job-{uuid.uuid4().hex[:5]}"
+    body = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "backoffLimit": 0,
+            "template": pod_template({}, configs.busybox_image(settings), command, restartPolicy="Never"),
+        },
+    }
+    await admin.create(job_path(), body)
+
+    async def finished() -> Obj | None:
+        pod = await _job_pod(admin, name)
+        return pod if pod and pod["status"].get("phase") in ("Succeeded", "Failed") else None
+
+    pod = await eventually(finished, timeout=60, what=f"job pod {phase}", agent=agent)
+    assert pod["status"]["phase"] == phase
+    terminated = pod["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert terminated["exitCode"] == exit_code
+    assert terminated["reason"] == reason
+    await admin.delete(f"{job_path()}/{name}", propagation_policy="Background")
+
+
+async def test_unknown_image_backs_off_while_other_pods_keep_running(
+    agent: Agent, admin: KubeClient, settings: Settings
+) -> None:
+    good, bad = f"good-{uuid.uuid4().hex[:5]}", f"bad-{uuid.uuid4().hex[:5]}"
+    for name, image in ((good, configs.busybox_image(settings)), (bad, f"{settings.registry}/missing:never")):
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NS}}
+        pod |= pod_template({}, image, ["sleep", "3600"])
+        pod["metadata"]["name"] = name
+        pod["metadata"]["namespace"] = NS
+        await admin.create(paths.pods(NS), pod)
+
+    seen: set[str] = set()
+
+    async def waiting_reasons() -> bool:
+        pod = await admin.get(paths.pod(NS, bad))
+        for status in (pod.get("status") or {}).get("containerStatuses") or []:
+            waiting = status.get("state", {}).get("waiting") or {}
+            if waiting.get("reason"):
+                seen.add(waiting["reason"])
+        return {"ErrImagePull", "ImagePullBackOff"} <= seen
+
+    await eventually(waiting_reasons, timeout=60, what="ErrImagePull then ImagePullBackOff", agent=agent)
+
+    async def good_running() -> bool:
+        pod = await admin.get(paths.pod(NS, good))
+        return bool((pod.get("status") or {}).get("phase") == "Running")
+
+    await eventually(good_running, timeout=30, what="the good pod runs", agent=agent)
+    events = await admin.list(paths.events(NS), field_selector=f"involvedObject.name={bad}")
+    assert any(e["reason"] == "Failed" and "missing" in e["message"] for e in events["items"])
+    for name in (good, bad):
+        await admin.delete(paths.pod(NS, name), grace_period_seconds=0)
+
+
+async def test_pod_that_does_not_fit_is_rejected(agent: Agent, admin: KubeClient, settings: Settings) -> None:
+    name = f"huge-{uuid.uuid4().hex[:5]}"
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS},
+        # Bound directly (no scheduler), as a pod the scheduler's view let through: the kubelet must refuse it.
+        "spec": {
+            "nodeName": settings.node_name,
+            "automountServiceAccountToken": False,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": configs.busybox_image(settings),
+                    "resources": {"requests": {"cpu": "1000"}},
+                }
+            ],
+        },
+    }
+    await admin.create(paths.pods(NS), pod)
+
+    async def failed() -> Obj | None:
+        got = await admin.get(paths.pod(NS, name))
+        return got if (got.get("status") or {}).get("phase") == "Failed" else None
+
+    got = await eventually(failed, timeout=30, what="pod rejected", agent=agent)
+    assert got["status"]["reason"] == "OutOfcpu"
+    assert "Node didn't have enough resource: cpu" in got["status"]["message"]
+    await admin.delete(paths.pod(NS, name), grace_period_seconds=0)
+
+
+async def _runtime_counts(cri: CRIClient) -> tuple[int, int]:
+    return len(await cri.runtime.list_pod_sandbox()), len(await cri.runtime.list_containers())
+
+
+async def test_restart_under_load_adopts_without_duplicates(
+    agent: Agent, admin: KubeClient, settings: Settings, testbed: Testbed, cri_client: CRIClient
+) -> None:
+    name = f"steady-{uuid.uuid4().hex[:5]}"
+    labels = {"app": name}
+    body = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "replicas": 4,
+            "selector": {"matchLabels": labels},
+            "template": pod_template(labels, configs.busybox_image(settings), ["sleep", "3600"]),
+        },
+    }
+    await admin.create(deployment_path(), body)
+
+    async def available() -> bool:
+        dep = await admin.get(f"{deployment_path()}/{name}")
+        return (dep.get("status") or {}).get("availableReplicas") == 4
+
+    await eventually(available, timeout=60, what="4 replicas available", agent=agent)
+    before = await _runtime_counts(cri_client)
+    statuses_before = {
+        p["metadata"]["uid"]: p["status"]["containerStatuses"] for p in await pods_with(admin, f"app={name}")
+    }
+    stop_agent(agent)
+    restarted = start_agent(testbed, agent.log)
+    agent.proc = restarted.proc
+    await eventually(lambda: node_ready(admin, settings.node_name), timeout=15, what="node Ready again", agent=agent)
+    await asyncio.sleep(5)  # several relists, sync ticks and a housekeeping pass
+    assert await _runtime_counts(cri_client) == before
+    after = {p["metadata"]["uid"]: p["status"]["containerStatuses"] for p in await pods_with(admin, f"app={name}")}
+    assert set(after) == set(statuses_before)
+    for uid, statuses in after.items():
+        assert [s["containerID"] for s in statuses] == [s["containerID"] for s in statuses_before[uid]]
+        assert [s["restartCount"] for s in statuses] == [0]
+    await admin.delete(f"{deployment_path()}/{name}", propagation_policy="Background")
+    await eventually(lambda: _no_pods(admin, name), timeout=40, what="pods deleted", agent=agent)
+
+
+async def test_stopped_agent_is_marked_not_ready_by_the_node_lifecycle_controller(
+    agent: Agent, admin: KubeClient, settings: Settings
+) -> None:
+    await eventually(lambda: node_ready(admin, settings.node_name), timeout=15, what="node Ready", agent=agent)
+    lease = await admin.get(paths.lease("kube-node-lease", settings.node_name))
+    first_renew = lease["spec"]["renewTime"]
+
+    async def renewed() -> bool:
+        again = await admin.get(paths.lease("kube-node-lease", settings.node_name))
+        return bool(again["spec"]["renewTime"] != first_renew)
+
+    await eventually(renewed, timeout=12, what="lease renewed within 10 +- 2 s", agent=agent)
+    stop_agent(agent)
+
+    async def not_ready() -> bool:
+        node = await admin.get(paths.node(settings.node_name))
+        ready = [c for c in node["status"]["conditions"] if c["type"] == "Ready"]
+        return bool(ready and ready[0]["status"] != "True" and ready[0]["reason"] == "NodeStatusUnknown")
+
+    # The testbed's controller-manager runs with a 16 s node-monitor grace period.
+    await eventually(not_ready, timeout=40, what="NotReady (NodeStatusUnknown)", agent=agent)
