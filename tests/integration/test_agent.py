@@ -163,7 +163,14 @@ async def test_node_registers_ready_with_labels_and_lease(agent: Agent, admin: K
     info = node["status"]["nodeInfo"]
     assert info["containerRuntimeVersion"].startswith("containerd://1.7.")
     assert {"cpu", "memory", "pods", "ephemeral-storage"} <= set(node["status"]["allocatable"])
-    lease = await admin.get(paths.lease("kube-node-lease", settings.node_name))
+
+    async def lease_exists() -> Obj | None:
+        with contextlib.suppress(NotFound):
+            return await admin.get(paths.lease("kube-node-lease", settings.node_name))
+        return None
+
+    # The status and lease loops start together; the Lease may land a moment after Ready.
+    lease = await eventually(lease_exists, timeout=5, what="lease created", agent=agent)
     assert lease["spec"]["leaseDurationSeconds"] == 40
     assert lease["metadata"]["ownerReferences"][0]["uid"] == node["metadata"]["uid"]
 
