@@ -44,6 +44,8 @@ async def _up(args: argparse.Namespace) -> int:
     installer.install()
     bed = Testbed(args.dir)
     await bed.up(node_name=args.node_name)
+    await bed.start_agent()
+    print(f"node {bed.settings.node_name} is Ready (agent log: {bed.layout.logs}/nodeagent.log)", flush=True)
     print(_usage(bed.layout), flush=True)
     if args.detach:
         print(f"detached; stop it with: nodeagent testbed down --dir {bed.layout.root}", flush=True)
@@ -52,7 +54,7 @@ async def _up(args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    print("running; Ctrl-C stops the testbed", flush=True)
+    print("running; Ctrl-C stops the agent and the testbed", flush=True)
     await stop.wait()
     await bed.down()
     return 0

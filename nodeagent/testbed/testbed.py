@@ -20,6 +20,7 @@ import shutil
 import signal
 import socket
 import ssl
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -37,7 +38,9 @@ from nodeagent.testbed.versions import cache_root, kubernetes_bin_dir
 log = logging.getLogger(__name__)
 
 # Stopped in this order by `down`: clients of the apiserver first, containerd after its sandboxes are gone.
+AGENT = "nodeagent"
 COMPONENTS = (
+    AGENT,
     "kube-controller-manager",
     "kube-scheduler",
     "kube-apiserver",
@@ -414,9 +417,28 @@ class Testbed:
             await registry.push_image(settings.registry, repository, tag, image)
             log.info("testbed image pushed image=%s/%s:%s", settings.registry, repository, tag)
 
+    async def start_agent(self) -> processes.Process:
+        """`nodeagent run` against this testbed, detached like the other components (`down` stops it first)."""
+        settings = self.settings
+        proc = self._start(
+            AGENT,
+            [
+                sys.executable, "-m", "nodeagent", "run",
+                "--config", str(self.layout.agent_config),
+                "--kubeconfig", str(self.layout.node_kubeconfig),
+                "--node-name", settings.node_name,
+                "--node-ip", "127.0.0.1",
+            ],
+        )  # fmt: skip
+        await _wait(AGENT, proc.log_path, lambda: _node_ready(self.layout, settings), proc)
+        return proc
+
     async def down(self) -> None:
         lay = self.layout
         settings = Settings.load(lay.settings_file) if lay.settings_file.exists() else None
+        agent = processes.load(lay.pids, AGENT)
+        if agent is not None:  # first: a running agent would recreate the sandboxes removed below
+            processes.stop(agent, pid_dir=lay.pids, grace=20)
         containerd = processes.load(lay.pids, "containerd")
         if containerd is not None and containerd.alive():
             try:
@@ -446,6 +468,17 @@ def _kill_tree(pid: int) -> None:
     for target in (pid, *kids):
         with contextlib.suppress(ProcessLookupError):
             os.kill(target, signal.SIGKILL)
+
+
+async def _node_ready(layout: Layout, settings: Settings) -> bool:
+    context = ssl.create_default_context(cafile=str(layout.pki / "ca.crt"))
+    context.load_cert_chain(str(layout.pki / "admin.crt"), str(layout.pki / "admin.key"))
+    async with httpx.AsyncClient(verify=context, timeout=2.0) as http:
+        resp = await http.get(f"{settings.apiserver_url}/api/v1/nodes/{settings.node_name}")
+    if resp.status_code != 200:
+        return False
+    conditions = resp.json().get("status", {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
 async def _registry_ready(settings: Settings) -> bool:
