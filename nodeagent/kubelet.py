@@ -306,9 +306,12 @@ class Kubelet:
         self.status_manager.set_pod_status(pod, status)
 
     def _schedule(self, uid: str, result: SyncResult) -> None:
-        # A container waiting on a back-off is looked at again soon; otherwise the periodic resync.
+        # A crash-loop back-off is looked at again when it expires; other waits (image pulls) soon; otherwise the
+        # periodic resync.
         delay = self.sync_frequency
-        if result.waiting:
+        if result.retry_after is not None:
+            delay = min(delay, max(result.retry_after, 0.0))
+        elif result.waiting:
             delay = min(delay, 2.0)
         self._next_sync[uid] = self.monotonic() + delay
 

@@ -71,6 +71,8 @@ class SyncResult:
     status: acts.RuntimePodStatus
     waiting: Mapping[str, Waiting]
     pod_ips: tuple[str, ...]
+    # Seconds until the earliest CrashLoopBackOff expires: the pod's next sync is due then, not at the next resync.
+    retry_after: float | None = None
 
 
 def _meta(pod: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -198,6 +200,7 @@ class RuntimeManager:
             startup_failed=startup_failed,
         )
         waiting: dict[str, Waiting] = {w.name: Waiting(w.reason, w.message) for w in plan.backoff}
+        retry_after = min((w.remaining for w in plan.backoff), default=None)
         for wait in plan.backoff:
             self._events(
                 pod,
@@ -222,9 +225,9 @@ class RuntimeManager:
                 message = f"Failed to create pod sandbox: {exc}"
                 self._events(pod, "Warning", "FailedCreatePodSandBox", message, "")
                 log.warning("sandbox create failed pod=%s uid=%s error=%s", _ref(pod), uid, exc)
-                return SyncResult(status, waiting, ())
+                return SyncResult(status, waiting, (), retry_after)
         if not sandbox_id:
-            return SyncResult(await self.get_pod_status(uid), waiting, ())
+            return SyncResult(await self.get_pod_status(uid), waiting, (), retry_after)
         sandbox_status = await self._runtime.pod_sandbox_status(sandbox_id)
         ips = tuple(ip for ip in [sandbox_status.status.network.ip] if ip) + tuple(
             p.ip for p in sandbox_status.status.network.additional_ips
@@ -236,7 +239,7 @@ class RuntimeManager:
             )
             if problem is not None:
                 waiting[name] = problem
-        return SyncResult(await self.get_pod_status(uid), waiting, ips)
+        return SyncResult(await self.get_pod_status(uid), waiting, ips, retry_after)
 
     def _sandbox_config(self, pod: Pod, attempt: int) -> api_pb2.PodSandboxConfig:
         cgroup_parent = pod_cgroup_parent(_uid(pod), pod_qos(pod), self._node.cgroup_root)

@@ -256,6 +256,18 @@ class Testbed:
             await _wait(
                 proc.name, proc.log_path, _https_check(f"https://127.0.0.1:{port}/healthz", ca=None, client=None), proc
             )
+        # Pods can be created only once the controller-manager has made the default ServiceAccount.
+        await _wait(
+            "kube-controller-manager",
+            kcm.log_path,
+            _https_check(
+                f"{settings.apiserver_url}/api/v1/namespaces/default/serviceaccounts/default",
+                ca=pki.ca.cert,
+                client=pki.admin,
+                expect='"name":"default"',
+            ),
+            kcm,
+        )
         lay.env_file.write_text(configs.env_file(lay, settings))
         return settings
 

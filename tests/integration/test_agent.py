@@ -340,6 +340,33 @@ async def test_pod_that_does_not_fit_is_rejected(agent: Agent, admin: KubeClient
     await admin.delete(paths.pod(NS, name), grace_period_seconds=0)
 
 
+async def test_crash_loop_backs_off_10_20_40_seconds(agent: Agent, admin: KubeClient, settings: Settings) -> None:
+    name = f"crash-{uuid.uuid4().hex[:5]}"
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NS}}
+    pod |= pod_template({}, configs.busybox_image(settings), ["sh", "-c", "exit 1"])
+    pod["metadata"] = {"name": name, "namespace": NS}
+    await admin.create(paths.pods(NS), pod)
+    seen_at: dict[int, float] = {}
+    reasons: set[str] = set()
+
+    async def four_restarts() -> bool:
+        got = await admin.get(paths.pod(NS, name))
+        for status in (got.get("status") or {}).get("containerStatuses") or []:
+            count = int(status.get("restartCount", 0))
+            seen_at.setdefault(count, time.monotonic())
+            reasons.add((status.get("state", {}).get("waiting") or {}).get("reason", ""))
+        return 4 in seen_at
+
+    await eventually(four_restarts, timeout=120, what="4 restarts", agent=agent)
+    gaps = [seen_at[n + 1] - seen_at[n] for n in (1, 2, 3) if n in seen_at and n + 1 in seen_at]
+    print(f"crash-loop restart gaps (s): {[round(g, 1) for g in gaps]}")
+    assert "CrashLoopBackOff" in reasons
+    assert len(gaps) == 3, seen_at
+    for gap, expected in zip(gaps, (10, 20, 40), strict=True):
+        assert expected * 0.75 <= gap <= expected * 1.25, (gaps, seen_at)
+    await admin.delete(paths.pod(NS, name), grace_period_seconds=0)
+
+
 async def _runtime_counts(cri: CRIClient) -> tuple[int, int]:
     return len(await cri.runtime.list_pod_sandbox()), len(await cri.runtime.list_containers())
 
