@@ -28,6 +28,7 @@ from nodeagent.kuberuntime.container_config import DataLookup, make_container_co
 from nodeagent.kuberuntime.errors import KubeRuntimeError
 from nodeagent.kuberuntime.qos import pod_qos
 from nodeagent.kuberuntime.sandbox_config import DNSSettings, make_sandbox_config, pod_cgroup_parent
+from nodeagent.podworkers import grace_period
 
 log = logging.getLogger(__name__)
 
@@ -384,11 +385,7 @@ class RuntimeManager:
 
 
 def _grace(pod: Mapping[str, Any]) -> int:
-    meta_grace = _meta(pod).get("deletionGracePeriodSeconds")
-    if meta_grace is not None:
-        return max(int(meta_grace), 0)
-    spec_grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
-    return 30 if spec_grace is None else max(int(spec_grace), 0)
+    return grace_period(dict(pod), None)
 
 
 def _ref(pod: Mapping[str, Any]) -> str:

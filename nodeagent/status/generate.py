@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from decimal import Decimal
 from typing import Any
 
-from nodeagent.config import parse_quantity
+from nodeagent.kuberuntime.qos import compute_pod_qos
 from nodeagent.status._common import JSON, format_time
 from nodeagent.status.conditions import (
     KUBELET_CONDITIONS,
@@ -25,36 +24,10 @@ from nodeagent.status.conditions import (
 from nodeagent.status.container_status import POD_INITIALIZING, ContainerInput, container_status
 from nodeagent.status.phase import get_phase
 
-_QOS_RESOURCES = ("cpu", "memory")
-
-
-def _nonzero(resources: Mapping[str, Any]) -> dict[str, Decimal]:
-    out: dict[str, Decimal] = {}
-    for name in _QOS_RESOURCES:
-        if name in resources:
-            value = parse_quantity(str(resources[name]))
-            if value != 0:
-                out[name] = value
-    return out
-
 
 def qos_class(pod_spec: Mapping[str, Any]) -> str:
-    """Guaranteed, Burstable or BestEffort from cpu and memory requests and limits (upstream ComputePodQOS)."""
-    containers = [*(pod_spec.get("initContainers") or ()), *(pod_spec.get("containers") or ())]
-    best_effort = True
-    guaranteed = True
-    for container in containers:
-        resources = container.get("resources") or {}
-        requests = _nonzero(resources.get("requests") or {})
-        limits = _nonzero(resources.get("limits") or {})
-        if requests or limits:
-            best_effort = False
-        full_limits = set(limits) == set(_QOS_RESOURCES)
-        if not full_limits or any(requests.get(name, limits[name]) != limits[name] for name in _QOS_RESOURCES):
-            guaranteed = False
-    if best_effort:
-        return "BestEffort"
-    return "Guaranteed" if guaranteed else "Burstable"
+    """Guaranteed, Burstable or BestEffort (upstream ComputePodQOS); one rule for the whole agent."""
+    return str(compute_pod_qos({"spec": pod_spec}))
 
 
 def _ip_list(ips: Sequence[str]) -> list[JSON]:
