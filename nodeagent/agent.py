@@ -15,6 +15,7 @@ import signal
 import socket
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from cri.client import CRIClient, connect
 from cri.errors import CRIError
@@ -22,9 +23,12 @@ from nodeagent import __version__
 from nodeagent.clock import SystemClock
 from nodeagent.config import KubeletConfiguration, load_config
 from nodeagent.events import EventRecorder, ObjectRef
+from nodeagent.kube import paths
 from nodeagent.kube.client import KubeClient
+from nodeagent.kube.errors import NotFound
 from nodeagent.kubelet import Kubelet, Pod
 from nodeagent.kuberuntime.manager import NodeContext, RuntimeManager
+from nodeagent.kuberuntime.references import ObjectFetcher
 from nodeagent.kuberuntime.sandbox_config import DNSSettings, ResolvConf
 from nodeagent.nodestatus import NodeFacts, gather_node_facts
 from nodeagent.nodestatus.manager import NodeStatusManager
@@ -75,6 +79,21 @@ def read_resolv_conf(path: str) -> ResolvConf:
         elif fields[0] == "options":
             options.extend(fields[1:])
     return ResolvConf(tuple(nameservers), tuple(searches), tuple(options))
+
+
+def _object_fetcher(client: KubeClient | None) -> ObjectFetcher | None:
+    """ConfigMaps and Secrets through the node's credential (the Node authorizer allows those its pods use)."""
+    if client is None:
+        return None
+    api = client
+
+    async def fetch(resource: str, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return await api.get(paths.api_path(resource, namespace=namespace, name=name))
+        except NotFound:
+            return None
+
+    return fetch
 
 
 async def _runtime_version(cri: CRIClient, endpoint: str) -> str:
@@ -203,6 +222,7 @@ async def _run(
             node_hostname=facts.hostname,
         ),
         events=pod_event,
+        fetch_object=_object_fetcher(client),
     )
     sources = [API_SOURCE] if client is not None else []
     pod_config = PodConfig(sources, now=lambda: datetime.datetime.now(datetime.UTC).isoformat())

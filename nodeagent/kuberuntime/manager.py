@@ -24,9 +24,11 @@ from cri.v1 import api_pb2
 from nodeagent.kuberuntime import actions as acts
 from nodeagent.kuberuntime import labels as kubelabels
 from nodeagent.kuberuntime.backoff import Backoff, container_backoff_key
-from nodeagent.kuberuntime.container_config import DataLookup, make_container_config
+from nodeagent.kuberuntime.container_config import make_container_config
 from nodeagent.kuberuntime.errors import KubeRuntimeError
+from nodeagent.kuberuntime.hooks import pre_stop_then_remaining_grace
 from nodeagent.kuberuntime.qos import pod_qos
+from nodeagent.kuberuntime.references import ObjectFetcher, lookups_for, pull_auth
 from nodeagent.kuberuntime.sandbox_config import DNSSettings, make_sandbox_config, pod_cgroup_parent
 from nodeagent.podworkers import grace_period
 
@@ -40,11 +42,6 @@ EventSink = Callable[[Pod, EventType, str, str, str], None]
 
 def _no_events(pod: Pod, type_: EventType, reason: str, message: str, field_path: str) -> None:
     del pod, type_, reason, message, field_path
-
-
-def _no_objects(namespace: str, name: str) -> Mapping[str, str] | None:
-    del namespace, name
-    return None
 
 
 @dataclass(frozen=True)
@@ -133,8 +130,7 @@ class RuntimeManager:
         wall_clock: Callable[[], float] = time.time,
         crash_backoff: Backoff | None = None,
         image_backoff: Backoff | None = None,
-        get_config_map: DataLookup = _no_objects,
-        get_secret: DataLookup = _no_objects,
+        fetch_object: ObjectFetcher | None = None,
     ) -> None:
         self._runtime = runtime
         self._images = images
@@ -143,8 +139,7 @@ class RuntimeManager:
         self._now = wall_clock
         self.crash_backoff = crash_backoff or Backoff(clock=wall_clock)
         self.image_backoff = image_backoff or Backoff(clock=wall_clock)
-        self._get_config_map = get_config_map
-        self._get_secret = get_secret
+        self._fetch = fetch_object
 
     # --- reading what runs ---------------------------------------------------------------------------------
 
@@ -214,9 +209,10 @@ class RuntimeManager:
         if plan.kill_pod:
             await self.kill_pod(pod, status, grace_period=_grace(pod))
         else:
+            ips = _sandbox_ips(status)
             for kill in plan.containers_to_kill:
                 self._events(pod, "Normal", "Killing", kill.message, _field_path(pod, kill.name))
-                await self._stop_container(kill.container_id, _grace(pod))
+                await self._kill_container(pod, kill.name, kill.container_id, _grace(pod), ips)
         sandbox_id = plan.sandbox_id
         attempt = plan.attempt
         if plan.create_sandbox:
@@ -282,7 +278,8 @@ class RuntimeManager:
         self._events(pod, "Normal", "Pulling", f'Pulling image "{image}"', field_path)
         started = time.monotonic()
         try:
-            ref = await self._images.pull_image(spec, None, sandbox)
+            auth = await pull_auth(self._fetch, pod, image)
+            ref = await self._images.pull_image(spec, auth, sandbox)
         except CRIError as exc:
             self.image_backoff.next(key)
             message = f'Failed to pull image "{image}": {exc.message}'
@@ -319,6 +316,7 @@ class RuntimeManager:
             return Waiting(exc.reason, exc.message)
         previous = status.find_container(name)
         restart_count = acts.next_restart_count(status, name)
+        config_maps, secrets = await lookups_for(self._fetch, str(_meta(pod).get("namespace", "")), container)
         try:
             config = make_container_config(
                 pod,
@@ -331,8 +329,8 @@ class RuntimeManager:
                 image_ref=image_ref,
                 memory_capacity=self._node.memory_capacity,
                 node_allocatable=self._node.node_allocatable,
-                get_config_map=self._get_config_map,
-                get_secret=self._get_secret,
+                get_config_map=config_maps,
+                get_secret=secrets,
             )
         except KubeRuntimeError as exc:
             self._events(pod, "Warning", "Failed", f"Error: {exc}", field_path)
@@ -363,13 +361,23 @@ class RuntimeManager:
         with contextlib.suppress(NotFoundError):  # idempotent, as CRI demands
             await self._runtime.stop_container(container_id, grace)
 
+    async def _kill_container(
+        self, pod: Pod | None, name: str, container_id: str, grace: int, ips: Sequence[str]
+    ) -> None:
+        spec = _container_spec(pod, name) if pod is not None else None
+        grace, hook_error = await pre_stop_then_remaining_grace(self._runtime, spec, container_id, ips, grace)
+        if hook_error is not None and pod is not None:
+            self._events(pod, "Warning", "FailedPreStopHook", hook_error, _field_path(pod, name))
+        await self._stop_container(container_id, grace)
+
     async def kill_pod(self, pod: Pod | None, status: acts.RuntimePodStatus, *, grace_period: int) -> None:
-        """Stop every container (in parallel, each with the grace period), then every sandbox."""
+        """Stop every container (in parallel: preStop hook, then StopContainer with the grace left), then sandboxes."""
         running = [c for c in status.containers if c.state is acts.ContainerState.RUNNING]
         for c in running:
             if pod is not None:
                 self._events(pod, "Normal", "Killing", f"Stopping container {c.name}", _field_path(pod, c.name))
-        await asyncio.gather(*(self._stop_container(c.id, grace_period) for c in running))
+        ips = _sandbox_ips(status)
+        await asyncio.gather(*(self._kill_container(pod, c.name, c.id, grace_period, ips) for c in running))
         for sandbox in status.sandboxes:
             with contextlib.suppress(NotFoundError):  # idempotent, as CRI demands
                 await self._runtime.stop_pod_sandbox(sandbox.id)
@@ -386,6 +394,13 @@ class RuntimeManager:
 
 def _grace(pod: Mapping[str, Any]) -> int:
     return grace_period(dict(pod), None)
+
+
+def _sandbox_ips(status: acts.RuntimePodStatus) -> tuple[str, ...]:
+    for sandbox in status.sandboxes:
+        if sandbox.ip:
+            return (sandbox.ip, *sandbox.additional_ips)
+    return ()
 
 
 def _ref(pod: Mapping[str, Any]) -> str:

@@ -4,6 +4,7 @@ waiting reasons without touching other pods, and kill + remove leave nothing beh
 from __future__ import annotations
 
 import asyncio
+import base64
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -123,3 +124,67 @@ async def test_kill_and_remove_leave_nothing(
     await manager.remove_pod(status)
     after = await manager.get_pod_status(pod["metadata"]["uid"])
     assert after.sandboxes == () and after.containers == ()
+
+
+async def test_pre_stop_hook_runs_before_stop_and_env_comes_from_referenced_objects(
+    cri_client: CRIClient, settings: Settings, tmp_path: Path
+) -> None:
+    objects = {
+        ("configmaps", "default", "cm"): {"data": {"GREETING": "hello"}},
+        ("secrets", "default", "sec"): {"data": {"TOKEN": base64.b64encode(b"s3cret").decode()}},
+    }
+
+    async def fetch(resource: str, namespace: str, name: str) -> dict[str, Any] | None:
+        return objects.get((resource, namespace, name))
+
+    events: list[tuple[str, str]] = []
+    manager = RuntimeManager(
+        cri_client.runtime,
+        cri_client.image,
+        NodeContext(node_name=settings.node_name, host_ip="127.0.0.1", pod_log_dir_root=str(tmp_path / "pods")),
+        events=lambda pod, type_, reason, message, field_path: events.append((reason, message)),
+        fetch_object=fetch,
+    )
+    pod = make_pod("hooked", configs.busybox_image(settings), ["sh", "-c", 'echo "env $GREETING $TOKEN"; sleep 3600'])
+    container = pod["spec"]["containers"][0]
+    container["env"] = [
+        {"name": "GREETING", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "GREETING"}}},
+        {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "sec", "key": "TOKEN"}}},
+    ]
+    # The hook writes to PID 1's stdout, i.e. the container log, so the test can see that it ran.
+    container["lifecycle"] = {"preStop": {"exec": {"command": ["sh", "-c", "echo prestop-ran > /proc/1/fd/1"]}}}
+    result = await manager.sync_pod(pod)
+    assert result.waiting == {}
+    meta = pod["metadata"]
+    log = tmp_path / "pods" / f"{meta['namespace']}_{meta['name']}_{meta['uid']}" / "main" / "0.log"
+    status = await manager.get_pod_status(meta["uid"])
+    await manager.kill_pod(pod, status, grace_period=5)
+    text = log.read_text()
+    assert "env hello s3cret" in text
+    assert "prestop-ran" in text
+    assert ("Killing", "Stopping container main") in events
+    await manager.remove_pod(await manager.get_pod_status(meta["uid"]))
+
+
+async def test_missing_config_map_is_a_create_container_config_error(
+    cri_client: CRIClient, settings: Settings, tmp_path: Path
+) -> None:
+    async def fetch(resource: str, namespace: str, name: str) -> dict[str, Any] | None:
+        return None
+
+    manager = RuntimeManager(
+        cri_client.runtime,
+        cri_client.image,
+        NodeContext(node_name=settings.node_name, host_ip="127.0.0.1", pod_log_dir_root=str(tmp_path / "pods")),
+        fetch_object=fetch,
+    )
+    pod = make_pod("noconfig", configs.busybox_image(settings), ["sleep", "3600"])
+    pod["spec"]["containers"][0]["env"] = [
+        {"name": "X", "valueFrom": {"configMapKeyRef": {"name": "absent", "key": "X"}}}
+    ]
+    result = await manager.sync_pod(pod)
+    assert result.waiting["main"].reason == "CreateContainerConfigError"
+    assert "absent" in result.waiting["main"].message
+    status = await manager.get_pod_status(pod["metadata"]["uid"])
+    await manager.kill_pod(pod, status, grace_period=0)
+    await manager.remove_pod(status)
