@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,7 +30,12 @@ from nodeagent.kuberuntime.errors import KubeRuntimeError
 from nodeagent.kuberuntime.hooks import pre_stop_then_remaining_grace
 from nodeagent.kuberuntime.qos import pod_qos
 from nodeagent.kuberuntime.references import ObjectFetcher, lookups_for, pull_auth
-from nodeagent.kuberuntime.sandbox_config import DNSSettings, make_sandbox_config, pod_cgroup_parent
+from nodeagent.kuberuntime.sandbox_config import (
+    DNSSettings,
+    make_sandbox_config,
+    pod_cgroup_parent,
+    pod_log_directory,
+)
 from nodeagent.podworkers import grace_period
 
 log = logging.getLogger(__name__)
@@ -390,6 +396,10 @@ class RuntimeManager:
         for sandbox in status.sandboxes:
             with contextlib.suppress(NotFoundError):  # idempotent, as CRI demands
                 await self._runtime.remove_pod_sandbox(sandbox.id)
+        if status.name and status.namespace:
+            # As the kubelet's pod cleanup: the pod's log directory goes with it.
+            log_dir = pod_log_directory(status.namespace, status.name, status.uid, root=self._node.pod_log_dir_root)
+            await asyncio.to_thread(shutil.rmtree, log_dir, True)
 
 
 def _grace(pod: Mapping[str, Any]) -> int:

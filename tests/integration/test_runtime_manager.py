@@ -188,3 +188,40 @@ async def test_missing_config_map_is_a_create_container_config_error(
     status = await manager.get_pod_status(pod["metadata"]["uid"])
     await manager.kill_pod(pod, status, grace_period=0)
     await manager.remove_pod(status)
+
+
+async def test_init_containers_run_in_order_and_a_sidecar_keeps_running(
+    manager: RuntimeManager, settings: Settings, tmp_path: Path
+) -> None:
+    image = configs.busybox_image(settings)
+    pod = make_pod("inits", image, ["sleep", "3600"])
+    pod["spec"]["initContainers"] = [
+        {"name": "first", "image": image, "command": ["sh", "-c", "sleep 1"], "imagePullPolicy": "IfNotPresent"},
+        {"name": "sidecar", "image": image, "command": ["sleep", "3600"], "restartPolicy": "Always",
+         "imagePullPolicy": "IfNotPresent"},
+    ]  # fmt: skip
+    uid = pod["metadata"]["uid"]
+
+    def states(status: Any) -> dict[str, ContainerState]:
+        return {c.name: c.state for c in status.containers}
+
+    first = await manager.sync_pod(pod)
+    assert set(states(first.status)) == {"first"}  # nothing else starts while an init container runs
+    for _ in range(100):
+        synced = await manager.sync_pod(pod)
+        if states(synced.status).get("main") is ContainerState.RUNNING:
+            break
+        await asyncio.sleep(0.2)
+    final = states((await manager.sync_pod(pod)).status)
+    assert final == {
+        "first": ContainerState.EXITED,
+        "sidecar": ContainerState.RUNNING,
+        "main": ContainerState.RUNNING,
+    }
+    meta = pod["metadata"]
+    log_dir = tmp_path / "pods" / f"{meta['namespace']}_{meta['name']}_{uid}"
+    assert (log_dir / "main" / "0.log").exists()
+    status = await manager.get_pod_status(uid)
+    await manager.kill_pod(pod, status, grace_period=0)
+    await manager.remove_pod(status)
+    assert not log_dir.exists()
