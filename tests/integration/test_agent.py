@@ -23,6 +23,7 @@ import pytest
 import pytest_asyncio
 
 from cri.client import CRIClient, connect
+from cri.v1 import api_pb2
 from nodeagent.kube import paths
 from nodeagent.kube.client import KubeClient
 from nodeagent.kube.errors import NotFound
@@ -30,6 +31,7 @@ from nodeagent.testbed import configs
 from nodeagent.testbed.layout import Settings
 from nodeagent.testbed.processes import tail
 from nodeagent.testbed.testbed import Testbed
+from tests.integration.crifixtures import sandbox_config
 
 Obj = dict[str, Any]
 NS = "default"
@@ -364,6 +366,69 @@ async def test_crash_loop_backs_off_10_20_40_seconds(agent: Agent, admin: KubeCl
     assert len(gaps) == 3, seen_at
     for gap, expected in zip(gaps, (10, 20, 40), strict=True):
         assert expected * 0.75 <= gap <= expected * 1.25, (gaps, seen_at)
+    await admin.delete(paths.pod(NS, name), grace_period_seconds=0)
+
+
+async def test_housekeeping_kills_only_unknown_pods_with_our_labels(
+    agent: Agent, settings: Settings, cri_client: CRIClient, tmp_path: Path
+) -> None:
+    labelled = sandbox_config("stray", tmp_path / "stray")  # carries io.kubernetes.pod.* labels, unknown to the API
+    foreign = sandbox_config("foreign", tmp_path / "foreign")
+    foreign.ClearField("labels")  # someone else's sandbox: no kubelet labels
+    foreign.labels["owner"] = "not-the-agent"
+    stray_id = await cri_client.runtime.run_pod_sandbox(labelled)
+    foreign_id = await cri_client.runtime.run_pod_sandbox(foreign)
+    try:
+
+        async def stray_gone() -> bool:
+            ids = {s.id for s in await cri_client.runtime.list_pod_sandbox()}
+            return stray_id not in ids
+
+        await eventually(stray_gone, timeout=15, what="stray labelled sandbox removed", agent=agent)
+        ids = {s.id for s in await cri_client.runtime.list_pod_sandbox()}
+        assert foreign_id in ids
+    finally:
+        await cri_client.runtime.stop_pod_sandbox(foreign_id)
+        await cri_client.runtime.remove_pod_sandbox(foreign_id)
+
+
+async def test_image_change_restarts_only_that_container(
+    agent: Agent, admin: KubeClient, settings: Settings, cri_client: CRIClient
+) -> None:
+    name = f"two-{uuid.uuid4().hex[:5]}"
+    image = configs.busybox_image(settings)
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "automountServiceAccountToken": False,
+            "containers": [
+                {"name": "a", "image": image, "command": ["sleep", "3600"]},
+                {"name": "b", "image": image, "command": ["sleep", "3600"]},
+            ],
+        },
+    }
+    await admin.create(paths.pods(NS), pod)
+
+    async def statuses() -> dict[str, Obj] | None:
+        got = await admin.get(paths.pod(NS, name))
+        by_name = {c["name"]: c for c in (got.get("status") or {}).get("containerStatuses") or []}
+        return by_name if all("running" in c.get("state", {}) for c in by_name.values()) and len(by_name) == 2 else None
+
+    before = await eventually(statuses, timeout=30, what="both containers running", agent=agent)
+    status = await cri_client.image.image_status(api_pb2.ImageSpec(image=image))
+    digest_ref = f"{image.rsplit(':', 1)[0]}@{status.image.repo_digests[0].split('@', 1)[1]}"
+    await admin.patch(paths.pod(NS, name), {"spec": {"containers": [{"name": "b", "image": digest_ref}]}})
+
+    async def b_restarted() -> dict[str, Obj] | None:
+        now = await statuses()
+        return now if now and now["b"]["containerID"] != before["b"]["containerID"] else None
+
+    after = await eventually(b_restarted, timeout=30, what="container b restarted", agent=agent)
+    assert after["a"]["containerID"] == before["a"]["containerID"]
+    assert after["a"]["restartCount"] == 0
     await admin.delete(paths.pod(NS, name), grace_period_seconds=0)
 
 
