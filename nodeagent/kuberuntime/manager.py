@@ -25,10 +25,11 @@ from cri.v1 import api_pb2
 from nodeagent.kuberuntime import actions as acts
 from nodeagent.kuberuntime import labels as kubelabels
 from nodeagent.kuberuntime.backoff import Backoff, container_backoff_key
+from nodeagent.kuberuntime.cgroups import remove_cgroup_tree
 from nodeagent.kuberuntime.container_config import make_container_config
 from nodeagent.kuberuntime.errors import KubeRuntimeError
 from nodeagent.kuberuntime.hooks import pre_stop_then_remaining_grace
-from nodeagent.kuberuntime.qos import pod_qos
+from nodeagent.kuberuntime.qos import QOSClass, pod_qos
 from nodeagent.kuberuntime.references import ObjectFetcher, lookups_for, pull_auth
 from nodeagent.kuberuntime.sandbox_config import (
     DNSSettings,
@@ -396,8 +397,10 @@ class RuntimeManager:
         for sandbox in status.sandboxes:
             with contextlib.suppress(NotFoundError):  # idempotent, as CRI demands
                 await self._runtime.remove_pod_sandbox(sandbox.id)
+        # As the kubelet's pod cleanup: the pod cgroup (whatever its QoS tier) and the log directory go with it.
+        for qos in QOSClass:
+            await asyncio.to_thread(remove_cgroup_tree, pod_cgroup_parent(status.uid, qos, self._node.cgroup_root))
         if status.name and status.namespace:
-            # As the kubelet's pod cleanup: the pod's log directory goes with it.
             log_dir = pod_log_directory(status.namespace, status.name, status.uid, root=self._node.pod_log_dir_root)
             await asyncio.to_thread(shutil.rmtree, log_dir, True)
 

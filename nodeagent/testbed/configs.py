@@ -25,6 +25,11 @@ def busybox_image(settings: Settings) -> str:
     return f"{settings.registry}/{BUSYBOX_IMAGE_REPOSITORY}:{BUSYBOX_IMAGE_TAG}"
 
 
+def agent_cgroup_root(settings: Settings) -> str:
+    """The agent's own cgroup root, so two agents on one machine never share a kubepods hierarchy."""
+    return f"/nodeagent-{settings.bridge}"
+
+
 def containerd_config(layout: Layout, settings: Settings) -> str:
     """containerd 1.7 (config version 2): own root, state and sockets, cgroupfs, CNI and registry from the testbed.
 
@@ -121,8 +126,7 @@ def agent_config(layout: Layout, settings: Settings) -> str:
         "containerRuntimeEndpoint": f"unix://{layout.containerd_socket}",
         "staticPodPath": str(layout.manifests),
         "cgroupDriver": "cgroupfs",
-        # Its own cgroup root, so two agents on one machine never share a kubepods hierarchy.
-        "cgroupRoot": f"/nodeagent-{settings.bridge}",
+        "cgroupRoot": agent_cgroup_root(settings),
         "podCIDR": settings.pod_cidr,
         "clusterDomain": "cluster.local",
         "address": "127.0.0.1",

@@ -29,6 +29,7 @@ from pathlib import Path
 import httpx
 
 from cri.client import connect
+from nodeagent.kuberuntime.cgroups import remove_cgroup_tree
 from nodeagent.testbed import configs, hostnet, images, processes, registry
 from nodeagent.testbed.kubeconfig import write_kubeconfig
 from nodeagent.testbed.layout import Layout, Settings
@@ -464,6 +465,8 @@ class Testbed:
         for pid in processes.pids_with_arg("containerd-shim-runc-v2", str(lay.containerd_socket)):
             log.warning("testbed down: killing leftover shim pid=%d", pid)
             _kill_tree(pid)
+        if settings is not None:  # the agent's cgroup root (cgroupRoot in nodeagent.yaml), now without processes
+            remove_cgroup_tree(configs.agent_cgroup_root(settings))
         points = hostnet.unmount_under(lay.root)
         if points:
             log.info("testbed down: unmounted count=%d", len(points))

@@ -38,7 +38,7 @@ async def manager(cri_client: CRIClient, settings: Settings, tmp_path: Path) -> 
     node = NodeContext(
         node_name=settings.node_name,
         host_ip="127.0.0.1",
-        cgroup_root=f"/nodeagent-{settings.bridge}",
+        cgroup_root=configs.agent_cgroup_root(settings),
         pod_log_dir_root=str(tmp_path / "pods"),
         memory_capacity=1 << 30,
     )
@@ -73,6 +73,13 @@ async def test_pod_runs_and_a_resync_creates_nothing_new(manager: RuntimeManager
     assert [c.id for c in adopted.containers] == [main.id]
     reasons = [r for n, r, _ in manager.recorded if n == "runs"]  # type: ignore[attr-defined]
     assert reasons[-2:] == ["Created", "Started"]
+    # The pod's cgroup sits in the BestEffort tier under the agent's own root, and goes with the pod.
+    pod_cgroup = Path("/sys/fs/cgroup/memory") / configs.agent_cgroup_root(settings).strip("/") / "kubepods"
+    pod_cgroup = pod_cgroup / "besteffort" / f"pod{pod['metadata']['uid']}"
+    assert pod_cgroup.is_dir()
+    await manager.kill_pod(pod, again.status, grace_period=0)
+    await manager.remove_pod(await manager.get_pod_status(pod["metadata"]["uid"]))
+    assert not pod_cgroup.exists()
 
 
 async def test_unknown_image_waits_with_err_image_pull_then_backoff(
@@ -141,7 +148,12 @@ async def test_pre_stop_hook_runs_before_stop_and_env_comes_from_referenced_obje
     manager = RuntimeManager(
         cri_client.runtime,
         cri_client.image,
-        NodeContext(node_name=settings.node_name, host_ip="127.0.0.1", pod_log_dir_root=str(tmp_path / "pods")),
+        NodeContext(
+            node_name=settings.node_name,
+            host_ip="127.0.0.1",
+            cgroup_root=configs.agent_cgroup_root(settings),
+            pod_log_dir_root=str(tmp_path / "pods"),
+        ),
         events=lambda pod, type_, reason, message, field_path: events.append((reason, message)),
         fetch_object=fetch,
     )
@@ -175,7 +187,12 @@ async def test_missing_config_map_is_a_create_container_config_error(
     manager = RuntimeManager(
         cri_client.runtime,
         cri_client.image,
-        NodeContext(node_name=settings.node_name, host_ip="127.0.0.1", pod_log_dir_root=str(tmp_path / "pods")),
+        NodeContext(
+            node_name=settings.node_name,
+            host_ip="127.0.0.1",
+            cgroup_root=configs.agent_cgroup_root(settings),
+            pod_log_dir_root=str(tmp_path / "pods"),
+        ),
         fetch_object=fetch,
     )
     pod = make_pod("noconfig", configs.busybox_image(settings), ["sleep", "3600"])
