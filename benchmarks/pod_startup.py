@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -167,6 +168,8 @@ async def main(argv: list[str]) -> int:
     finally:
         with contextlib.suppress(Exception):
             await bed.down()
+    if args.dir is None:  # a directory of our own: logs are kept only when the run failed (raised above)
+        shutil.rmtree(root, ignore_errors=True)
     print(json.dumps({"benchmark": "pod_startup", "results": results}))
     print(
         "pod_startup: "
