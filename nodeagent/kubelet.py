@@ -14,6 +14,7 @@ It owns no decisions of its own: admission is `nodeagent.admission.admit`, what 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime
 import logging
@@ -145,6 +146,7 @@ class Kubelet:
     workers: PodWorkers = field(init=False)
     _next_sync: dict[str, float] = field(default_factory=dict)
     _rejected: set[str] = field(default_factory=set)
+    _wakeups: dict[str, asyncio.TimerHandle] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.workers = PodWorkers(self)
@@ -243,6 +245,9 @@ class Kubelet:
 
     async def sync_terminated_pod(self, pod: Pod) -> None:
         self._next_sync.pop(_uid(pod), None)
+        wakeup = self._wakeups.pop(_uid(pod), None)
+        if wakeup is not None:
+            wakeup.cancel()
         if not _meta(pod).get("deletionTimestamp"):
             return  # finished (e.g. a completed Job): containers stay for logs until the pod is deleted
         await self.runtime.remove_pod(await self.runtime.get_pod_status(_uid(pod)))
@@ -311,9 +316,21 @@ class Kubelet:
         delay = self.sync_frequency
         if result.retry_after is not None:
             delay = min(delay, max(result.retry_after, 0.0))
+            # Exactly when the back-off expires, not at the next 1 s tick (upstream's work queue does the same).
+            handle = asyncio.get_running_loop().call_later(delay, self._resync, uid)
+            old = self._wakeups.pop(uid, None)
+            if old is not None:
+                old.cancel()
+            self._wakeups[uid] = handle
         elif result.waiting:
             delay = min(delay, 2.0)
         self._next_sync[uid] = self.monotonic() + delay
+
+    def _resync(self, uid: str) -> None:
+        self._wakeups.pop(uid, None)
+        pod = self.pod_config.pod_by_uid(uid)
+        if pod is not None and uid not in self._rejected:
+            self.workers.update_pod(UpdatePodOptions(UpdateType.SYNC, pod))
 
     def _reject(self, pod: Pod, reason: str, message: str) -> None:
         uid = _uid(pod)
