@@ -168,9 +168,14 @@ class Kubelet:
 
     async def handle_pod_updates(self, pods: Sequence[Pod]) -> None:
         for pod in pods:
+            deleting = bool(_meta(pod).get("deletionTimestamp"))
             if _uid(pod) in self._rejected:
-                continue
-            if _meta(pod).get("deletionTimestamp"):
+                if not deleting:
+                    continue
+                # A rejected pod being deleted: a worker goes straight to terminating (nothing runs) and then makes
+                # the final API delete, so the pod does not hang in Terminating.
+                self._rejected.discard(_uid(pod))
+            if deleting:
                 # A worker that already finished (a completed Job, say) starts again only to clean up.
                 self.workers.forget(_uid(pod))
             self.workers.update_pod(UpdatePodOptions(UpdateType.UPDATE, pod))
