@@ -152,12 +152,17 @@ async def _wait(name: str, log_path: Path, check: Callable[[], Awaitable[bool]],
     raise processes.ComponentFailed(name, f"not ready after {READY_TIMEOUT:.0f}s ({last_error})", log_path)
 
 
-def _https_check(
-    url: str, *, ca: Path | None, client: CertPair | None, expect: str = "ok"
-) -> Callable[[], Awaitable[bool]]:
+def _tls_context(ca: Path | None, client: CertPair | None) -> ssl.SSLContext:
     context = ssl.create_default_context(cafile=str(ca)) if ca else ssl._create_unverified_context()
     if client is not None:
         context.load_cert_chain(str(client.cert), str(client.key))
+    return context
+
+
+def _https_check(
+    url: str, *, ca: Path | None, client: CertPair | None, expect: str = "ok"
+) -> Callable[[], Awaitable[bool]]:
+    context = _tls_context(ca, client)
 
     async def check() -> bool:
         async with httpx.AsyncClient(verify=context, timeout=2.0) as http:
@@ -443,7 +448,7 @@ class Testbed:
                 "--node-ip", "127.0.0.1",
             ],
         )  # fmt: skip
-        await _wait(AGENT, proc.log_path, lambda: _node_ready(self.layout, settings), proc)
+        await _wait(AGENT, proc.log_path, _node_ready_check(self.layout, settings), proc)
         return proc
 
     async def down(self) -> None:
@@ -485,15 +490,19 @@ def _kill_tree(pid: int) -> None:
             os.kill(target, signal.SIGKILL)
 
 
-async def _node_ready(layout: Layout, settings: Settings) -> bool:
-    context = ssl.create_default_context(cafile=str(layout.pki / "ca.crt"))
-    context.load_cert_chain(str(layout.pki / "admin.crt"), str(layout.pki / "admin.key"))
-    async with httpx.AsyncClient(verify=context, timeout=2.0) as http:
-        resp = await http.get(f"{settings.apiserver_url}/api/v1/nodes/{settings.node_name}")
-    if resp.status_code != 200:
-        return False
-    conditions = resp.json().get("status", {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+def _node_ready_check(layout: Layout, settings: Settings) -> Callable[[], Awaitable[bool]]:
+    context = _tls_context(layout.pki / "ca.crt", CertPair(layout.pki / "admin.crt", layout.pki / "admin.key"))
+    url = f"{settings.apiserver_url}/api/v1/nodes/{settings.node_name}"
+
+    async def check() -> bool:
+        async with httpx.AsyncClient(verify=context, timeout=2.0) as http:
+            resp = await http.get(url)
+        if resp.status_code != 200:
+            return False
+        conditions = resp.json().get("status", {}).get("conditions") or []
+        return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+    return check
 
 
 async def _registry_ready(settings: Settings) -> bool:

@@ -17,6 +17,7 @@ import pytest
 import pytest_asyncio
 
 from cri.client import CRIClient, connect
+from nodeagent.kube.client import KubeClient
 from nodeagent.testbed.layout import Settings
 from nodeagent.testbed.testbed import Testbed
 
@@ -41,6 +42,13 @@ def testbed() -> Iterator[Testbed]:
 @pytest.fixture(scope="session")
 def settings(testbed: Testbed) -> Settings:
     return testbed.settings
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def admin(testbed: Testbed) -> AsyncIterator[KubeClient]:
+    """The admin's API client (system:masters). `testbed up` returns only once pods can be created."""
+    async with KubeClient.from_kubeconfig(testbed.layout.admin_kubeconfig) as client:
+        yield client
 
 
 @pytest_asyncio.fixture(loop_scope="session")

@@ -14,13 +14,12 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-import pytest_asyncio
 
 from cri.client import CRIClient, connect
 from cri.v1 import api_pb2
@@ -102,6 +101,28 @@ def pod_template(labels: dict[str, str], image: str, command: list[str], **spec:
     }
 
 
+async def run_deployment(admin: KubeClient, agent: Agent, name: str, image: str, *, replicas: int) -> None:
+    """A Deployment of `replicas` sleeping busybox pods labelled app=NAME, waited for until all are available."""
+    labels = {"app": name}
+    body = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            "template": pod_template(labels, image, ["sleep", "3600"]),
+        },
+    }
+    await admin.create(deployment_path(), body)
+
+    async def available() -> bool:
+        dep = await admin.get(f"{deployment_path()}/{name}")
+        return (dep.get("status") or {}).get("availableReplicas") == replicas
+
+    await eventually(available, timeout=60, what=f"{replicas} replicas available", agent=agent)
+
+
 async def pods_with(admin: KubeClient, selector: str) -> list[Obj]:
     listed = await admin.list(paths.pods(NS), label_selector=selector)
     items: list[Obj] = listed["items"]
@@ -135,12 +156,6 @@ async def _clean_up(testbed: Testbed, settings: Settings) -> None:
         for sandbox in await cri.runtime.list_pod_sandbox():
             await cri.runtime.stop_pod_sandbox(sandbox.id)
             await cri.runtime.remove_pod_sandbox(sandbox.id)
-
-
-@pytest_asyncio.fixture
-async def admin(testbed: Testbed) -> AsyncIterator[KubeClient]:
-    async with KubeClient.from_kubeconfig(testbed.layout.admin_kubeconfig) as client:
-        yield client
 
 
 async def node_ready(admin: KubeClient, name: str) -> bool:
@@ -182,25 +197,7 @@ async def test_deployment_becomes_available_and_its_deletion_empties_containerd(
 ) -> None:
     await eventually(lambda: node_ready(admin, settings.node_name), timeout=10, what="node Ready", agent=agent)
     name = f"web-{uuid.uuid4().hex[:5]}"
-    labels = {"app": name}
-    image = configs.busybox_image(settings)
-    body = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {
-            "replicas": 3,
-            "selector": {"matchLabels": labels},
-            "template": pod_template(labels, image, ["sleep", "3600"]),
-        },
-    }
-    await admin.create(deployment_path(), body)
-
-    async def available() -> bool:
-        dep = await admin.get(f"{deployment_path()}/{name}")
-        return (dep.get("status") or {}).get("availableReplicas") == 3
-
-    await eventually(available, timeout=60, what="3 replicas available", agent=agent)
+    await run_deployment(admin, agent, name, configs.busybox_image(settings), replicas=3)
     pods = await pods_with(admin, f"app={name}")
     assert len(pods) == 3
     subnet = settings.pod_cidr.rsplit(".", 1)[0] + "."
@@ -440,24 +437,7 @@ async def test_restart_under_load_adopts_without_duplicates(
     agent: Agent, admin: KubeClient, settings: Settings, testbed: Testbed, cri_client: CRIClient
 ) -> None:
     name = f"steady-{uuid.uuid4().hex[:5]}"
-    labels = {"app": name}
-    body = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {
-            "replicas": 4,
-            "selector": {"matchLabels": labels},
-            "template": pod_template(labels, configs.busybox_image(settings), ["sleep", "3600"]),
-        },
-    }
-    await admin.create(deployment_path(), body)
-
-    async def available() -> bool:
-        dep = await admin.get(f"{deployment_path()}/{name}")
-        return (dep.get("status") or {}).get("availableReplicas") == 4
-
-    await eventually(available, timeout=60, what="4 replicas available", agent=agent)
+    await run_deployment(admin, agent, name, configs.busybox_image(settings), replicas=4)
     before = await _runtime_counts(cri_client)
     statuses_before = {
         p["metadata"]["uid"]: p["status"]["containerStatuses"] for p in await pods_with(admin, f"app={name}")

@@ -5,9 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator
-
-import pytest
 
 from nodeagent.kube import paths
 from nodeagent.kube.client import KubeClient
@@ -40,17 +37,6 @@ async def wait_for(config: PodConfig, op: Operation, name: str) -> PodUpdate:
         update = await next_update(config)
         if update.op is op and any(p["metadata"]["name"] == name for p in update.pods):
             return update
-
-
-@pytest.fixture
-async def admin(testbed: Testbed) -> AsyncIterator[KubeClient]:
-    async with KubeClient.from_kubeconfig(testbed.layout.admin_kubeconfig) as client:
-        for _ in range(100):  # the controller-manager creates the default ServiceAccount shortly after start
-            with contextlib.suppress(NotFound):
-                await client.get(paths.api_path("serviceaccounts", namespace="default", name="default"))
-                break
-            await asyncio.sleep(0.2)
-        yield client
 
 
 async def test_pods_bound_to_the_node_flow_as_typed_updates(

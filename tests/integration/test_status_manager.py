@@ -64,17 +64,6 @@ async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 20.0
 
 
 @pytest.fixture
-async def admin(testbed: Testbed) -> AsyncIterator[KubeClient]:
-    async with KubeClient.from_kubeconfig(testbed.layout.admin_kubeconfig) as client:
-        for _ in range(100):  # the controller-manager creates the default ServiceAccount shortly after start
-            with contextlib.suppress(NotFound):
-                await client.get(paths.api_path("serviceaccounts", namespace="default", name="default"))
-                break
-            await asyncio.sleep(0.2)
-        yield client
-
-
-@pytest.fixture
 async def node_client(testbed: Testbed, settings: Settings, admin: KubeClient) -> AsyncIterator[KubeClient]:
     async with KubeClient.from_kubeconfig(testbed.layout.node_kubeconfig) as client:
         node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": settings.node_name}}
