@@ -8,85 +8,36 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import signal
-import subprocess
-import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from cri.client import CRIClient, connect
+from cri.client import CRIClient
 from cri.v1 import api_pb2
 from nodeagent.kube import paths
 from nodeagent.kube.client import KubeClient
 from nodeagent.kube.errors import NotFound
 from nodeagent.testbed import configs
 from nodeagent.testbed.layout import Settings
-from nodeagent.testbed.processes import tail
 from nodeagent.testbed.testbed import Testbed
+from tests.integration.agentproc import (
+    NS,
+    Agent,
+    clean_up,
+    deployment_path,
+    eventually,
+    job_path,
+    node_ready,
+    start_agent,
+    stop_agent,
+)
 from tests.integration.crifixtures import sandbox_config
 
 Obj = dict[str, Any]
-NS = "default"
-
-
-@dataclass
-class Agent:
-    proc: subprocess.Popen[bytes]
-    log: Path
-
-    def tail(self) -> str:
-        return tail(self.log, 60)
-
-
-def start_agent(testbed: Testbed, log: Path) -> Agent:
-    env = dict(os.environ)
-    with log.open("ab") as out:
-        proc = subprocess.Popen(
-            [
-                sys.executable, "-m", "nodeagent", "run",
-                "--config", str(testbed.layout.agent_config),
-                "--kubeconfig", str(testbed.layout.node_kubeconfig),
-                "--node-ip", "127.0.0.1",
-            ],
-            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-        )  # fmt: skip
-    return Agent(proc, log)
-
-
-def stop_agent(agent: Agent) -> None:
-    if agent.proc.poll() is None:
-        agent.proc.send_signal(signal.SIGTERM)
-        try:
-            agent.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            agent.proc.kill()
-            agent.proc.wait(5)
-
-
-async def eventually(check: Callable[[], Awaitable[Any]], *, timeout: float, what: str, agent: Agent) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = await check()
-        if last:
-            return last
-        await asyncio.sleep(0.25)
-    raise AssertionError(f"{what}: not true after {timeout:.0f}s (last={last!r})\n--- agent log ---\n{agent.tail()}")
-
-
-def deployment_path() -> str:
-    return paths.api_path("deployments", group="apps", namespace=NS)
-
-
-def job_path() -> str:
-    return paths.api_path("jobs", group="batch", namespace=NS)
 
 
 def pod_template(labels: dict[str, str], image: str, command: list[str], **spec: Any) -> Obj:
@@ -136,36 +87,7 @@ def agent(testbed: Testbed, settings: Settings) -> Iterator[Agent]:
         yield running
     finally:
         stop_agent(running)
-        asyncio.run(_clean_up(testbed, settings))
-
-
-async def _clean_up(testbed: Testbed, settings: Settings) -> None:
-    async with KubeClient.from_kubeconfig(testbed.layout.admin_kubeconfig) as admin:
-        for kind_path in (deployment_path(), job_path()):
-            for item in (await admin.list(kind_path))["items"]:
-                with contextlib.suppress(NotFound):
-                    await admin.delete(f"{kind_path}/{item['metadata']['name']}", propagation_policy="Background")
-        for pod in (await admin.list(paths.pods(NS)))["items"]:
-            with contextlib.suppress(NotFound):
-                await admin.delete(paths.pod(NS, pod["metadata"]["name"]), grace_period_seconds=0)
-        with contextlib.suppress(NotFound):
-            await admin.delete(paths.lease("kube-node-lease", settings.node_name))
-        with contextlib.suppress(NotFound):
-            await admin.delete(paths.node(settings.node_name))
-    async with connect(f"unix://{testbed.layout.containerd_socket}", timeout=30) as cri:
-        for sandbox in await cri.runtime.list_pod_sandbox():
-            await cri.runtime.stop_pod_sandbox(sandbox.id)
-            await cri.runtime.remove_pod_sandbox(sandbox.id)
-
-
-async def node_ready(admin: KubeClient, name: str) -> bool:
-    try:
-        node = await admin.get(paths.node(name))
-    except NotFound:
-        return False
-    return any(
-        c["type"] == "Ready" and c["status"] == "True" for c in (node.get("status") or {}).get("conditions") or []
-    )
+        asyncio.run(clean_up(testbed, settings))
 
 
 async def test_node_registers_ready_with_labels_and_lease(agent: Agent, admin: KubeClient, settings: Settings) -> None:

@@ -1,0 +1,130 @@
+"""The agent as a subprocess (`nodeagent run`) for integration tests, and what every such test module needs.
+
+`start_agent` runs the agent with the testbed's node credential and config (or a config derived from it with
+`agent_config`); `clean_up` deletes what a module left in the apiserver (Deployments, Jobs, pods, the Node and its
+Lease) and in containerd, so the next module starts from an empty node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from cri.client import connect
+from nodeagent.kube import paths
+from nodeagent.kube.client import KubeClient
+from nodeagent.kube.errors import NotFound
+from nodeagent.testbed.layout import Settings
+from nodeagent.testbed.processes import tail
+from nodeagent.testbed.testbed import Testbed
+
+NS = "default"
+
+
+@dataclass
+class Agent:
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    def tail(self) -> str:
+        return tail(self.log, 60)
+
+
+def agent_config(testbed: Testbed, path: Path, **overrides: Any) -> Path:
+    """The testbed's nodeagent.yaml with some KubeletConfiguration fields (camelCase) replaced, written to `path`."""
+    config = yaml.safe_load(testbed.layout.agent_config.read_text())
+    config.update(overrides)
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def start_agent(
+    testbed: Testbed,
+    log: Path,
+    *,
+    config: Path | None = None,
+    args: Sequence[str] = ("--kubeconfig", "<node>"),
+    env: dict[str, str] | None = None,
+) -> Agent:
+    """`nodeagent run` with the testbed's config (or `config`); "<node>" in `args` is the node's kubeconfig."""
+    argv = [str(testbed.layout.node_kubeconfig) if a == "<node>" else a for a in args]
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            [
+                sys.executable, "-m", "nodeagent", "run",
+                "--config", str(config or testbed.layout.agent_config),
+                "--node-ip", "127.0.0.1",
+                *argv,
+            ],
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})},
+        )  # fmt: skip
+    return Agent(proc, log)
+
+
+def stop_agent(agent: Agent) -> None:
+    if agent.proc.poll() is None:
+        agent.proc.send_signal(signal.SIGTERM)
+        try:
+            agent.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            agent.proc.kill()
+            agent.proc.wait(5)
+
+
+async def eventually(check: Callable[[], Awaitable[Any]], *, timeout: float, what: str, agent: Agent) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = await check()
+        if last:
+            return last
+        await asyncio.sleep(0.25)
+    raise AssertionError(f"{what}: not true after {timeout:.0f}s (last={last!r})\n--- agent log ---\n{agent.tail()}")
+
+
+async def node_ready(admin: KubeClient, name: str) -> bool:
+    try:
+        node = await admin.get(paths.node(name))
+    except NotFound:
+        return False
+    return any(
+        c["type"] == "Ready" and c["status"] == "True" for c in (node.get("status") or {}).get("conditions") or []
+    )
+
+
+def deployment_path() -> str:
+    return paths.api_path("deployments", group="apps", namespace=NS)
+
+
+def job_path() -> str:
+    return paths.api_path("jobs", group="batch", namespace=NS)
+
+
+async def clean_up(testbed: Testbed, settings: Settings) -> None:
+    async with KubeClient.from_kubeconfig(testbed.layout.admin_kubeconfig) as admin:
+        for kind_path in (deployment_path(), job_path()):
+            for item in (await admin.list(kind_path))["items"]:
+                with contextlib.suppress(NotFound):
+                    await admin.delete(f"{kind_path}/{item['metadata']['name']}", propagation_policy="Background")
+        for pod in (await admin.list(paths.pods(NS)))["items"]:
+            with contextlib.suppress(NotFound):
+                await admin.delete(paths.pod(NS, pod["metadata"]["name"]), grace_period_seconds=0)
+        with contextlib.suppress(NotFound):
+            await admin.delete(paths.lease("kube-node-lease", settings.node_name))
+        with contextlib.suppress(NotFound):
+            await admin.delete(paths.node(settings.node_name))
+    async with connect(f"unix://{testbed.layout.containerd_socket}", timeout=30) as cri:
+        for sandbox in await cri.runtime.list_pod_sandbox():
+            await cri.runtime.stop_pod_sandbox(sandbox.id)
+            await cri.runtime.remove_pod_sandbox(sandbox.id)
