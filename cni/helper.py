@@ -150,6 +150,8 @@ class Helper:
                 if size > MAX_REQUEST:
                     raise ValueError(f"request larger than {MAX_REQUEST} bytes")
                 chunks.append(chunk)
+            if not chunks:  # a readiness probe: connected and closed
+                return
             env, stdin = decode_request(b"".join(chunks))
             reply = execute(env, stdin, self._network_factory)
             status = reply.status
@@ -161,15 +163,20 @@ class Helper:
             conn.close()
             with self._lock:
                 self._threads.discard(threading.current_thread())
-                self.served += 1
-            log.info(
-                "cni request command=%s container=%s ifname=%s status=%d duration_ms=%.1f",
-                env.get("CNI_COMMAND", "-"),
-                env.get("CNI_CONTAINERID", "-")[:12],
-                env.get("CNI_IFNAME", "-"),
-                status,
-                (time.monotonic() - started) * 1000,
-            )
+            if env or status != -1:
+                self._finished(env, status, started)
+
+    def _finished(self, env: dict[str, str], status: int, started: float) -> None:
+        with self._lock:
+            self.served += 1
+        log.info(
+            "cni request command=%s container=%s ifname=%s status=%d duration_ms=%.1f",
+            env.get("CNI_COMMAND", "-"),
+            env.get("CNI_CONTAINERID", "-")[:12],
+            env.get("CNI_IFNAME", "-"),
+            status,
+            (time.monotonic() - started) * 1000,
+        )
 
 
 def run(path: Path) -> int:

@@ -14,7 +14,9 @@ PAUSE_IMAGE_REPOSITORY = "pause"
 PAUSE_IMAGE_TAG = "3.10"
 BUSYBOX_IMAGE_REPOSITORY = "busybox"
 BUSYBOX_IMAGE_TAG = "1.35"
-CNI_BIN_DIR = "/usr/lib/cni"
+# Debian's containernetworking-plugins: portmap and loopback are linked into each testbed's CNI bin dir, next to
+# the project's own plugin; bridge and host-local are the peer the CNI benchmark measures against.
+REFERENCE_CNI_DIR = "/usr/lib/cni"
 
 
 def pause_image(settings: Settings) -> str:
@@ -79,7 +81,7 @@ disabled_plugins = [
   SystemdCgroup = false
 
 [{cri}.cni]
-  bin_dir = "{CNI_BIN_DIR}"
+  bin_dir = "{layout.cni_bin_dir}"
   conf_dir = "{layout.cni_conf_dir}"
   max_conf_num = 1
 
@@ -95,24 +97,25 @@ def registry_hosts_toml(settings: Settings) -> str:
 
 
 def cni_conflist(layout: Layout, settings: Settings) -> str:
-    """The reference bridge + host-local plugins, until the project's own CNI plugin lands."""
+    """The project's plugin (cni/, `nodeagent-bridge`) chained with the reference portmap (hostPort)."""
     doc = {
         "cniVersion": "1.0.0",
         "name": f"nodeagent-{settings.bridge}",
         "plugins": [
             {
-                "type": "bridge",
+                "type": "nodeagent-bridge",
                 "bridge": settings.bridge,
                 "isGateway": True,
-                "ipMasq": False,
                 "hairpinMode": True,
+                "mtu": 1500,
                 "ipam": {
-                    "type": "host-local",
+                    "type": "nodeagent-ipam",
                     "ranges": [[{"subnet": settings.pod_cidr}]],
                     "routes": [{"dst": "0.0.0.0/0"}],
                     "dataDir": str(layout.cni_data_dir),
                 },
             },
+            {"type": "portmap", "capabilities": {"portMappings": True}},
         ],
     }
     return json.dumps(doc, indent=2) + "\n"

@@ -52,6 +52,14 @@ class Layout:
         return self.root / "cni" / "ipam"
 
     @property
+    def cni_bin_dir(self) -> Path:
+        return self.root / "cni" / "bin"
+
+    @property
+    def cni_helper_socket(self) -> Path:
+        return self.root / "cni" / "helper.sock"
+
+    @property
     def registry_data(self) -> Path:
         return self.root / "registry"
 

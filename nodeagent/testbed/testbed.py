@@ -30,7 +30,7 @@ import httpx
 
 from cri.client import connect
 from nodeagent.kuberuntime.cgroups import remove_cgroup_tree
-from nodeagent.testbed import configs, hostnet, images, processes, registry
+from nodeagent.testbed import cniplugin, configs, hostnet, images, processes, registry
 from nodeagent.testbed.kubeconfig import write_kubeconfig
 from nodeagent.testbed.layout import Layout, Settings
 from nodeagent.testbed.pki import CertificateAuthority, CertPair, service_account_keys
@@ -48,6 +48,7 @@ COMPONENTS = (
     "etcd",
     "registry",
     "containerd",
+    cniplugin.HELPER,  # after containerd: sandboxes removed at down still find it (they would not need it)
 )
 READY_TIMEOUT = 90.0
 
@@ -227,12 +228,14 @@ class Testbed:
         settings.save(lay.settings_file)
         pki = _make_pki(lay, node_name)
         self._write_configs(settings, pki)
+        cni_plugin = cniplugin.install_plugins(lay)
 
         etcd = self._start_etcd(settings, pki)
         reg = self._start(
             "registry",
             ["/usr/bin/docker-registry", "serve", str(lay.registry_data / "config.yml")],
         )
+        cni_helper = self._start(cniplugin.HELPER, cni_plugin.helper_argv())
         containerd = self._start("containerd", ["/usr/bin/containerd", "--config", str(lay.containerd_config)])
 
         await _wait(
@@ -247,6 +250,7 @@ class Testbed:
             etcd,
         )
         apiserver = self._start_apiserver(settings, pki)
+        await _wait(cniplugin.HELPER, cni_helper.log_path, lambda: cniplugin.helper_ready(lay), cni_helper)
         await _wait("registry", reg.log_path, lambda: _registry_ready(settings), reg)
         await self._push_images(settings)
         await _wait("containerd", containerd.log_path, lambda: _containerd_ready(lay), containerd)

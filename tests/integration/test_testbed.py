@@ -89,4 +89,5 @@ def test_second_testbed_beside_the_first_then_down_leaves_nothing(testbed: Testb
         "etcd",
         "registry",
         "containerd",
+        "cni-helper",
     }

@@ -7,9 +7,12 @@ import json
 import tomllib
 from pathlib import Path
 
+import pytest
 import yaml
 
-from nodeagent.testbed import configs, hostnet
+from cni.config import parse_netconf
+from cni.spec import Command
+from nodeagent.testbed import cniplugin, configs, hostnet
 from nodeagent.testbed.layout import Layout, Settings
 
 
@@ -42,16 +45,37 @@ def test_containerd_config_is_private_to_the_testbed(tmp_path: Path) -> None:
     assert cri["sandbox_image"] == "127.0.0.1:20006/pause:3.10"
     assert cri["stream_server_port"] == "20007"
     assert cri["cni"]["conf_dir"] == str(layout.cni_conf_dir)
+    assert cri["cni"]["bin_dir"] == str(layout.cni_bin_dir)
     assert cri["containerd"]["runtimes"]["runc"]["options"]["SystemdCgroup"] is False
 
 
-def test_cni_conflist_uses_the_testbed_bridge_and_range(tmp_path: Path) -> None:
-    doc = json.loads(configs.cni_conflist(Layout(tmp_path), _settings()))
+def test_cni_conflist_is_our_plugin_chained_with_portmap_on_the_testbed_bridge(tmp_path: Path) -> None:
+    layout = Layout(tmp_path)
+    raw = configs.cni_conflist(layout, _settings())
+    doc = json.loads(raw)
+    assert [p["type"] for p in doc["plugins"]] == ["nodeagent-bridge", "portmap"]
+    assert doc["plugins"][1]["capabilities"] == {"portMappings": True}
     bridge = doc["plugins"][0]
     assert bridge["bridge"] == "na0123456789"
     subnet = ipaddress.ip_network(bridge["ipam"]["ranges"][0][0]["subnet"])
     assert subnet.subnet_of(ipaddress.ip_network("198.18.0.0/15"))
-    assert bridge["ipMasq"] is False
+    assert bridge["ipam"]["dataDir"] == str(layout.cni_data_dir)
+    # The plugin itself accepts it (a chained plugin gets the list's cniVersion and name).
+    netconf = {**bridge, "cniVersion": doc["cniVersion"], "name": doc["name"]}
+    parsed = parse_netconf(json.dumps(netconf).encode(), Command.ADD)
+    assert parsed.is_gateway and parsed.hairpin and "ipMasq" not in bridge
+
+
+def test_cni_bin_dir_holds_our_plugin_and_links_to_the_reference_ones(tmp_path: Path) -> None:
+    layout = Layout(tmp_path)
+    installed = cniplugin.install_plugins(layout)
+    assert installed.path == layout.cni_bin_dir / "nodeagent-bridge"
+    assert installed.helper_socket == layout.cni_helper_socket
+    for name in ("portmap", "loopback"):
+        assert (layout.cni_bin_dir / name).resolve() == (Path(configs.REFERENCE_CNI_DIR) / name).resolve()
+    cniplugin.install_plugins(layout)  # again, over the links: idempotent
+    with pytest.raises(cniplugin.CNIInstallError, match="portmap is missing"):
+        cniplugin.install_plugins(layout, reference_dir=tmp_path / "nowhere")
 
 
 def test_agent_config_is_a_kubelet_configuration(tmp_path: Path) -> None:
