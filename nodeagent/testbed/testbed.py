@@ -3,7 +3,8 @@
 `up` starts, each with its own directory, ports, sockets and bridge so that two testbeds can run side by side:
 etcd and kube-apiserver (TLS, Node+RBAC authorization, NodeRestriction), kube-controller-manager and kube-scheduler,
 a docker-registry on loopback holding locally built pause and busybox images, and a containerd with its own root,
-state, socket and CNI config. It writes `DIR/env` and `DIR/nodeagent.yaml`. The daemons outlive the command.
+state, socket and CNI config, whose pods get their network from the project's CNI plugin and its helper (cni/).
+It writes `DIR/env` and `DIR/nodeagent.yaml`. The daemons outlive the command.
 
 `down` removes every sandbox through CRI (so CNI tears down veths and network namespaces), stops the daemons and
 containerd's shims by PID, unmounts what containerd mounted below DIR and deletes the bridge. A component that does
