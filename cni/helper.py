@@ -20,12 +20,11 @@ import socket
 import stat
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
 from cni.netlink import Netlink  # imported here, once: this is what the helper exists for
-from cni.plugin import NetworkFactory, Reply, execute
+from cni.plugin import NetworkFactory, execute
 from cni.shim import decode_request, encode_reply
 
 log = logging.getLogger("cni.helper")
@@ -34,8 +33,6 @@ SHUTDOWN_GRACE = 30.0
 REQUEST_READ_TIMEOUT = 30.0
 MAX_REQUEST = 4 * 1024 * 1024
 MAX_SOCKET_PATH = 107  # sun_path holds 108 bytes with the terminating NUL
-
-Executor = Callable[[dict[str, str], bytes], Reply]
 
 
 class HelperError(RuntimeError):

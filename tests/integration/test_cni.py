@@ -140,6 +140,48 @@ def test_installed_plugin_works_through_its_helper_and_without_it(bench: RealBen
     assert contract.allocations(bench) == []
 
 
+def test_fifty_concurrent_adds_through_the_helper_share_no_address(bench: RealBench, tmp_path: Path) -> None:
+    sock = tmp_path / "helper.sock"
+    plugin = install(tmp_path / "bin", helper_socket=sock)
+    conf = json.dumps(contract.netconf(bench)).encode()
+    namespaces = [bench.new_netns() for _ in range(50)]
+    helper = subprocess.Popen(plugin.helper_argv(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd="/")
+    try:
+        deadline = time.monotonic() + 60
+        while not sock.exists() and helper.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert sock.exists(), "the helper did not come up"
+
+        def spawn(command: str, i: int) -> subprocess.Popen[bytes]:
+            env = {"CNI_COMMAND": command, "CNI_CONTAINERID": f"many{i}", "CNI_NETNS": namespaces[i]}
+            return subprocess.Popen(
+                [str(plugin.path)],
+                env={**env, "CNI_IFNAME": "eth0"},
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd="/",
+            )
+
+        adds = [spawn("ADD", i) for i in range(50)]
+        replies = [p.communicate(conf, timeout=120) for p in adds]
+        assert [p.returncode for p in adds] == [0] * 50, [r for r in replies if b'"code"' in r[0]][:3]
+        addresses = [json.loads(out)["ips"][0]["address"] for out, _ in replies]
+        assert len(set(addresses)) == 50
+        assert len(contract.allocations(bench)) == 50
+        assert len(_ports(bench.bridge)) == 50
+        dels = [spawn("DEL", i) for i in range(50)]
+        for p in dels:
+            p.communicate(conf, timeout=120)
+        assert [p.returncode for p in dels] == [0] * 50
+        assert contract.allocations(bench) == []
+        assert _ports(bench.bridge) == set()
+    finally:
+        helper.terminate()
+        out = helper.communicate(timeout=30)[0].decode()
+    assert out.count("cni request command=ADD") == 50
+
+
 # --- through containerd ------------------------------------------------------------------------------------------
 
 
