@@ -34,7 +34,7 @@ from nodeagent.testbed import configs, hostnet, images, processes, registry
 from nodeagent.testbed.kubeconfig import write_kubeconfig
 from nodeagent.testbed.layout import Layout, Settings
 from nodeagent.testbed.pki import CertificateAuthority, CertPair, service_account_keys
-from nodeagent.testbed.versions import cache_root, kubernetes_bin_dir
+from nodeagent.testbed.versions import cache_root, grpc_health_path, kubernetes_bin_dir
 
 log = logging.getLogger(__name__)
 
@@ -429,6 +429,11 @@ class Testbed:
                 configs.BUSYBOX_IMAGE_REPOSITORY,
                 configs.BUSYBOX_IMAGE_TAG,
                 images.build_busybox_image(cache / "busybox"),
+            ),
+            (
+                configs.GRPC_HEALTH_IMAGE_REPOSITORY,
+                configs.GRPC_HEALTH_IMAGE_TAG,
+                images.build_grpc_health_image(cache / "grpc-health", grpc_health_path()),
             ),
         )
         for repository, tag, image in built:
