@@ -33,6 +33,7 @@ from nodeagent.kuberuntime.sandbox_config import DNSSettings, ResolvConf
 from nodeagent.nodestatus import NodeFacts, gather_node_facts
 from nodeagent.nodestatus.manager import NodeStatusManager
 from nodeagent.podconfig import PodConfig
+from nodeagent.prober import Prober, ProberManager, ProberMetrics
 from nodeagent.sources.apiserver import SOURCE as API_SOURCE
 from nodeagent.sources.apiserver import run_apiserver_source
 from nodeagent.status.manager import StatusManager
@@ -227,6 +228,9 @@ async def _run(
     sources = [API_SOURCE] if client is not None else []
     pod_config = PodConfig(sources, now=lambda: datetime.datetime.now(datetime.UTC).isoformat())
     status_manager = StatusManager(client, clock=clock)
+    channels = SyncLoopChannels(pod_config.updates, asyncio.Queue(maxsize=1000), asyncio.Queue(maxsize=1000))
+    prober = Prober(cri.runtime, events=pod_event)
+    probes = ProberManager(prober, status=status_manager, updates=channels.probes, metrics=ProberMetrics(), clock=clock)
     kubelet = Kubelet(
         node_name=node_name,
         pod_config=pod_config,
@@ -237,8 +241,8 @@ async def _run(
         host_ips=(facts.internal_ip,),
         record_event=pod_event,
         sync_frequency=config.sync_frequency.total_seconds(),
+        prober=probes,
     )
-    channels = SyncLoopChannels(pod_config.updates, asyncio.Queue(maxsize=1000), asyncio.Queue(maxsize=1000))
     relist = SimpleRelist(cri.runtime, channels.pleg)
     sync_loop = SyncLoop(
         channels,
@@ -265,6 +269,8 @@ async def _run(
     for task in (stopped, failed):
         task.cancel()
     await kubelet.workers.stop()
+    await probes.stop()
+    await prober.aclose()
     log.info("agent stopping node=%s", node_name)
     if failed.done() and not failed.cancelled() and supervisor.failed.is_set():
         raise AgentError("a background task failed; see the log above")

@@ -1,12 +1,15 @@
 """The Kubelet: the SyncHandler the syncLoop dispatches to, and the PodSyncer the pod workers call.
 
 It owns no decisions of its own: admission is `nodeagent.admission.admit`, what to do with a pod is
-`kuberuntime.compute_pod_actions` (carried out by RuntimeManager), and its status is
-`nodeagent.status.generate_pod_status`. This module routes between them:
+`kuberuntime.compute_pod_actions` (carried out by RuntimeManager), its status is
+`nodeagent.status.generate_pod_status`, and readiness and liveness are the prober's. This module routes between them:
 
 - additions are admitted (a rejected pod is set Failed with upstream's reason and message, and an event), then
   handed to a pod worker; updates, deletes and syncs go to the worker; a pod that left its source is killed;
-- a worker's sync runs the runtime manager and publishes the generated status; a final phase starts termination;
+- a worker's sync runs the runtime manager (containers whose liveness or startup probe failed are restarted), lets
+  the prober start and stop workers for what runs now, and publishes the generated status with the prober's
+  started/ready flags; a final phase starts termination;
+- termination first stops the liveness and startup probes (readiness goes on until the containers stop);
 - termination stops containers and sandbox with the grace period; a pod deleted through the API is then removed
   from the runtime and finally deleted from the API (grace 0, UID precondition), as the kubelet does;
 - housekeeping kills runtime pods carrying our labels that no source knows, and forgets finished workers.
@@ -31,6 +34,7 @@ from nodeagent.kuberuntime import actions as acts
 from nodeagent.kuberuntime.manager import RuntimeManager, SyncResult
 from nodeagent.podconfig import PodConfig
 from nodeagent.podworkers import PodWorkers, UpdatePodOptions, UpdateType
+from nodeagent.prober import ContainerProbeStatus, FailedProbes, ProbeManager
 from nodeagent.status import generate_pod_status
 from nodeagent.status.container_status import ContainerInput, RuntimeState, TerminatedRun
 
@@ -65,10 +69,19 @@ def _time(ns: int) -> datetime.datetime | None:
     return datetime.datetime.fromtimestamp(ns / 1e9, datetime.UTC) if ns else None
 
 
+# (container name, container id, running) -> the prober's started/ready view of that container.
+ProbeView = Callable[[str, str, bool], ContainerProbeStatus]
+
+
 def container_inputs(
-    spec_containers: Sequence[dict[str, Any]], status: acts.RuntimePodStatus, result: SyncResult | None
+    spec_containers: Sequence[dict[str, Any]],
+    status: acts.RuntimePodStatus,
+    result: SyncResult | None,
+    probes: ProbeView | None = None,
 ) -> list[ContainerInput]:
-    """What status generation needs per spec container: its newest instance, and the run before it."""
+    """What status generation needs per spec container: its newest instance, the run before it, and (from the
+    prober) whether it has started and is ready. Without a prober a running container is started and ready, as
+    upstream treats containers without probes."""
     out = []
     for spec in spec_containers:
         name = str(spec.get("name", ""))
@@ -85,6 +98,8 @@ def container_inputs(
             )
             continue
         current = instances[0]
+        running = current.state is acts.ContainerState.RUNNING
+        view = probes(name, current.id, running) if probes is not None else ContainerProbeStatus(running, running)
         previous = next((c for c in instances[1:] if c.state is acts.ContainerState.EXITED), None)
         last = None
         if previous is not None:
@@ -112,9 +127,8 @@ def container_inputs(
                 last_terminated=last,
                 waiting_reason=waiting.reason if waiting else "",
                 waiting_message=waiting.message if waiting else "",
-                # Readiness probes land with the prober; until then a running container is ready, as upstream
-                # treats containers without a readiness probe.
-                ready=current.state is acts.ContainerState.RUNNING,
+                ready=view.ready,
+                started=view.started,
             )
         )
     return out
@@ -140,6 +154,7 @@ class Kubelet:
     client: KubeClient | None = None
     host_ips: tuple[str, ...] = ()
     record_event: Callable[[Pod, str, str, str], None] = lambda pod, type_, reason, message: None
+    prober: ProbeManager | None = None
     sync_frequency: float = 60.0
     monotonic: Callable[[], float] = time.monotonic
     wall: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC)
@@ -198,6 +213,8 @@ class Kubelet:
         for uid in self.workers.known_uids():
             if uid not in known:
                 self.workers.forget(uid)
+        if self.prober is not None:
+            self.prober.cleanup_pods(known)
         busy = set(self.workers.known_uids())
         for uid, status in (await self.runtime.list_pods()).items():
             if uid in known or uid in busy:
@@ -232,7 +249,11 @@ class Kubelet:
         api_phase = (pod.get("status") or {}).get("phase")
         if api_phase in TERMINAL_PHASES:
             return True
-        result = await self.runtime.sync_pod(pod)
+        failed = self.prober.failed_containers(uid) if self.prober is not None else FailedProbes()
+        result = await self.runtime.sync_pod(pod, liveness_failed=failed.liveness, startup_failed=failed.startup)
+        if self.prober is not None:
+            # Workers start with the containers this sync started and stop with those that are gone.
+            self.prober.ensure_probes(pod, result.status, self._pod_ips(pod, result.status, result))
         status = self._generate(pod, result.status, result, sandbox_ready=self._sandbox_ready(result.status))
         self._publish(pod, status)
         self._schedule(uid, result)
@@ -240,8 +261,12 @@ class Kubelet:
 
     async def sync_terminating_pod(self, pod: Pod, grace_period: int, kill_reason: str | None) -> None:
         uid = _uid(pod)
+        if self.prober is not None:
+            self.prober.stop_liveness_and_startup(uid)
         status = await self.runtime.get_pod_status(uid)
         await self.runtime.kill_pod(pod, status, grace_period=grace_period)
+        if self.prober is not None:
+            self.prober.remove_pod(uid)
         after = await self.runtime.get_pod_status(uid)
         generated = self._generate(pod, after, None, sandbox_ready=False, terminal=True)
         if kill_reason:
@@ -296,21 +321,32 @@ class Kubelet:
         base = dict(pod)
         if published is not None:
             base["status"] = published
-        pod_ips = result.pod_ips if result is not None else ()
-        if not pod_ips:
-            pod_ips = tuple(ip for ip in [next((s.ip for s in runtime_status.sandboxes if s.ip), "")] if ip)
-        if spec.get("hostNetwork"):
-            pod_ips = self.host_ips
+        pod_ips = self._pod_ips(pod, runtime_status, result)
+        prober = self.prober
+        probes: ProbeView | None = None
+        if prober is not None:
+
+            def probes(name: str, container_id: str, running: bool) -> ContainerProbeStatus:
+                return prober.container_probe_status(pod, name, container_id, running=running)
+
         return generate_pod_status(
             base,
             now=self.wall(),
-            containers=container_inputs(spec.get("containers") or [], runtime_status, result),
-            init_containers=container_inputs(spec.get("initContainers") or [], runtime_status, result),
+            containers=container_inputs(spec.get("containers") or [], runtime_status, result, probes),
+            init_containers=container_inputs(spec.get("initContainers") or [], runtime_status, result, probes),
             sandbox_ready=sandbox_ready,
             pod_ips=pod_ips,
             host_ips=self.host_ips,
             pod_is_terminal=terminal,
         )
+
+    def _pod_ips(self, pod: Pod, runtime_status: acts.RuntimePodStatus, result: SyncResult | None) -> tuple[str, ...]:
+        if (pod.get("spec") or {}).get("hostNetwork"):
+            return self.host_ips
+        pod_ips = result.pod_ips if result is not None else ()
+        if not pod_ips:
+            pod_ips = tuple(ip for ip in [next((s.ip for s in runtime_status.sandboxes if s.ip), "")] if ip)
+        return tuple(pod_ips)
 
     def _publish(self, pod: Pod, status: dict[str, Any]) -> None:
         self.status_manager.set_pod_status(pod, status)

@@ -16,7 +16,8 @@ As upstream:
   exit, change spec or fail liveness.
 - A regular container that is not running starts again per ShouldContainerBeRestarted (Always; OnFailure after a
   non-zero exit; never for Never); a container in unknown state is killed first. A running container is killed when
-  its spec hash changed (and then always restarted), or its liveness or startup probe failed (restarted per policy).
+  its spec hash changed (and then always restarted), or its liveness or startup probe failed (restarted per policy,
+  within the probe's own terminationGracePeriodSeconds when it sets one, as upstream's setTerminationGracePeriod).
 - When nothing is left running and nothing is to start, the pod is killed (sidecars included).
 - A Succeeded or Failed pod, or one being deleted, starts nothing; whatever still runs is killed.
 
@@ -109,6 +110,8 @@ class ContainerToKill:
     name: str
     message: str
     reason: str = ""
+    # A failed probe's own terminationGracePeriodSeconds, which overrides the pod's; None: the pod's.
+    grace_period: int | None = None
 
 
 @dataclass(frozen=True)
@@ -366,12 +369,19 @@ def _running_container_kill(
             st.id, name, f"Container {name} definition changed, will be restarted", REASON_SPEC_CHANGED
         )
     if st.id in liveness_failed:
-        message, reason = f"Container {name} failed liveness probe", REASON_LIVENESS_PROBE
+        message, reason, probe = f"Container {name} failed liveness probe", REASON_LIVENESS_PROBE, "livenessProbe"
     elif st.id in startup_failed:
-        message, reason = f"Container {name} failed startup probe", REASON_STARTUP_PROBE
+        message, reason, probe = f"Container {name} failed startup probe", REASON_STARTUP_PROBE, "startupProbe"
     else:
         return None
-    return ContainerToKill(st.id, name, message + (", will be restarted" if restart else ""), reason)
+    grace = (container.get(probe) or {}).get("terminationGracePeriodSeconds")
+    return ContainerToKill(
+        st.id,
+        name,
+        message + (", will be restarted" if restart else ""),
+        reason,
+        grace_period=None if grace is None else max(int(grace), 0),
+    )
 
 
 def _apply_backoff(

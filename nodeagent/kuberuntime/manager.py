@@ -219,7 +219,7 @@ class RuntimeManager:
             ips = _sandbox_ips(status)
             for kill in plan.containers_to_kill:
                 self._events(pod, "Normal", "Killing", kill.message, _field_path(pod, kill.name))
-                await self._kill_container(pod, kill.name, kill.container_id, _grace(pod), ips)
+                await self._kill_container(pod, kill.name, kill.container_id, _kill_grace(pod, kill), ips)
         sandbox_id = plan.sandbox_id
         attempt = plan.attempt
         if plan.create_sandbox:
@@ -407,6 +407,13 @@ class RuntimeManager:
 
 def _grace(pod: Mapping[str, Any]) -> int:
     return grace_period(dict(pod), None)
+
+
+def _kill_grace(pod: Mapping[str, Any], kill: acts.ContainerToKill) -> int:
+    """A deletion's grace wins; else a failed probe's own grace; else the pod's (upstream setTerminationGracePeriod)."""
+    if kill.grace_period is not None and _meta(pod).get("deletionGracePeriodSeconds") is None:
+        return kill.grace_period
+    return _grace(pod)
 
 
 def _sandbox_ips(status: acts.RuntimePodStatus) -> tuple[str, ...]:

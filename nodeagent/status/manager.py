@@ -35,6 +35,7 @@ from nodeagent.kube.client import KubeClient
 from nodeagent.kube.errors import ApiError, ApiUnavailable, NotFound
 from nodeagent.status._common import JSON
 from nodeagent.status.compare import is_stale, needs_update, status_patch
+from nodeagent.status.probe_results import with_probe_result
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +123,32 @@ class StatusManager:
             entry.status = new
             entry.version += 1
         self._wake.set()
+
+    def set_container_readiness(self, pod: Mapping[str, Any], container_id: str, ready: bool) -> None:
+        """A readiness verdict, applied to the latest status at once (upstream SetContainerReadiness)."""
+        self._apply_probe_result(pod, container_id, ready=ready)
+
+    def set_container_startup(self, pod: Mapping[str, Any], container_id: str, started: bool) -> None:
+        """A startup verdict, applied to the latest status at once (upstream SetContainerStartup)."""
+        self._apply_probe_result(pod, container_id, started=started)
+
+    def _apply_probe_result(
+        self, pod: Mapping[str, Any], container_id: str, *, ready: bool | None = None, started: bool | None = None
+    ) -> None:
+        entry = self._entries.get(str(_metadata(pod).get("uid") or ""))
+        if entry is None:
+            return  # no status yet: the pod's first sync generates one with the prober's view
+        spec = pod.get("spec")
+        new = with_probe_result(
+            spec if isinstance(spec, Mapping) else {},
+            entry.status,
+            container_id,
+            now=self._clock.wall(),
+            ready=ready,
+            started=started,
+        )
+        if new is not None:
+            self.set_pod_status(pod, new)
 
     def get_pod_status(self, uid: str) -> JSON | None:
         """The latest status set for the pod (a copy), sent or not."""

@@ -14,6 +14,8 @@ PAUSE_IMAGE_REPOSITORY = "pause"
 PAUSE_IMAGE_TAG = "3.10"
 BUSYBOX_IMAGE_REPOSITORY = "busybox"
 BUSYBOX_IMAGE_TAG = "1.35"
+GRPC_HEALTH_IMAGE_REPOSITORY = "grpc-health"
+GRPC_HEALTH_IMAGE_TAG = "1"
 # Debian's containernetworking-plugins: portmap and loopback are linked into each testbed's CNI bin dir, next to
 # the project's own plugin; bridge and host-local are the peer the CNI benchmark measures against.
 REFERENCE_CNI_DIR = "/usr/lib/cni"
@@ -25,6 +27,10 @@ def pause_image(settings: Settings) -> str:
 
 def busybox_image(settings: Settings) -> str:
     return f"{settings.registry}/{BUSYBOX_IMAGE_REPOSITORY}:{BUSYBOX_IMAGE_TAG}"
+
+
+def grpc_health_image(settings: Settings) -> str:
+    return f"{settings.registry}/{GRPC_HEALTH_IMAGE_REPOSITORY}:{GRPC_HEALTH_IMAGE_TAG}"
 
 
 def agent_cgroup_root(settings: Settings) -> str:
@@ -148,6 +154,7 @@ def env_file(layout: Layout, settings: Settings) -> str:
         "REGISTRY": settings.registry,
         "PAUSE_IMAGE": pause_image(settings),
         "BUSYBOX_IMAGE": busybox_image(settings),
+        "GRPC_HEALTH_IMAGE": grpc_health_image(settings),
     }
     lines = ["# Written by `nodeagent testbed up`. Source it: . " + shlex.quote(str(layout.env_file))]
     lines += [f"export {k}={shlex.quote(v)}" for k, v in values.items()]

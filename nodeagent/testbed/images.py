@@ -1,7 +1,8 @@
-"""Build the testbed's container images (pause, busybox) as OCI image layouts, from files on this machine only.
+"""Build the testbed's container images (pause, busybox, grpc-health) as OCI image layouts, from local files only.
 
 These machines reach no registry but the package registries, so every image a test runs is built here: the pause
-image from `pause.c` (compiled with `gcc -static`), the busybox image from Debian's busybox-static. The result is an
+image from `pause.c` (compiled with `gcc -static`), the busybox image from Debian's busybox-static, and the
+grpc-health image from the static gRPC health server `nodeagent testbed install` builds from Go. The result is an
 OCI image layout (https://github.com/opencontainers/image-spec/blob/main/image-layout.md): `oci-layout`,
 `index.json` and content-addressed `blobs/sha256/...`, one manifest, one config, one gzip layer.
 
@@ -203,6 +204,20 @@ def build_busybox_image(dest: Path) -> OCIImage:
         return busybox_rootfs(binary, _busybox_applets())
 
     config = {"Cmd": ["sh"], "Env": [DEFAULT_PATH], "WorkingDir": "/"}
+    return _build(dest, inputs, files, config)
+
+
+def build_grpc_health_image(dest: Path, binary: Path) -> OCIImage:
+    """The grpc probe's target: the static gRPC health server as `/grpc-health`, its entrypoint (port 5000)."""
+    if not binary.is_file():
+        raise ImageBuildError(f"{binary} is missing: `nodeagent testbed install` builds the gRPC health server")
+    data = binary.read_bytes()
+    inputs = {"image": "grpc-health", "binary": sha256_digest(data), "architecture": host_architecture()}
+
+    def files() -> list[TarEntry]:
+        return [TarEntry.file("grpc-health", data, mode=0o755)]
+
+    config = {"Entrypoint": ["/grpc-health"], "Env": [DEFAULT_PATH], "User": PAUSE_USER, "WorkingDir": "/"}
     return _build(dest, inputs, files, config)
 
 

@@ -7,7 +7,9 @@ registries only (Debian, the Go module proxy), because these machines reach noth
   so that nothing else on the machine moves to trixie;
 - runc, iproute2, busybox-static and the reference CNI plugins from bookworm;
 - kube-apiserver, kube-controller-manager, kube-scheduler and kubectl built from one pinned release of the
-  `k8s.io/kubernetes` Go module, and crictl from `sigs.k8s.io/cri-tools`, into a versioned cache outside the repo.
+  `k8s.io/kubernetes` Go module, and crictl from `sigs.k8s.io/cri-tools`, into a versioned cache outside the repo;
+- the testbed's gRPC health server (`grpchealth/main.go`, on a pinned `google.golang.org/grpc`), built static, which
+  the testbed packs into the image that grpc probes are tested against.
 """
 
 from __future__ import annotations
@@ -25,9 +27,12 @@ from pathlib import Path
 
 from nodeagent.testbed.versions import (
     CRI_TOOLS_VERSION,
+    GRPC_GO_VERSION,
+    GRPC_HEALTH_SOURCE,
     KUBERNETES_VERSION,
     cache_root,
     crictl_path,
+    grpc_health_path,
     kubernetes_bin_dir,
 )
 
@@ -286,6 +291,35 @@ def build_crictl(progress: Progress) -> Path:
     return crictl
 
 
+def build_grpc_health(progress: Progress) -> Path:
+    """The gRPC health server, static (CGO_ENABLED=0, so it runs in an image holding nothing else)."""
+    binary = grpc_health_path()
+    if binary.exists():
+        progress.step(f"grpc-health (grpc {GRPC_GO_VERSION}): cached")
+        return binary
+    go = shutil.which("go") or "/usr/local/go/bin/go"
+    work = binary.parent.with_name(binary.parent.name + ".build")
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    (work / "main.go").write_bytes(GRPC_HEALTH_SOURCE.read_bytes())
+    (work / "go.mod").write_text(
+        f"module nodeagent.local/grpc-health\n\ngo 1.24.0\n\nrequire google.golang.org/grpc {GRPC_GO_VERSION}\n"
+    )
+    progress.step(f"grpc-health (grpc {GRPC_GO_VERSION}): go build")
+    partial = work / "grpc-health"
+    _run(
+        [go, "build", "-trimpath", "-ldflags", "-s -w", "-o", str(partial), "."],
+        env=_go_env(cache_root()),
+        cwd=work,
+        step="go build grpc-health",
+    )
+    binary.parent.mkdir(parents=True, exist_ok=True)
+    partial.replace(binary)  # the binary appears whole or not at all: its presence is the cache check
+    shutil.rmtree(work, ignore_errors=True)
+    return binary
+
+
 def install(progress: Progress | None = None) -> None:
     progress = progress or Progress(write=lambda line: print(line, file=sys.stderr, flush=True))
     if os.geteuid() != 0:
@@ -294,4 +328,5 @@ def install(progress: Progress | None = None) -> None:
     install_debian_packages(progress)
     build_kubernetes(progress)
     build_crictl(progress)
+    build_grpc_health(progress)
     progress.step(f"done in {time.monotonic() - started:.0f}s")

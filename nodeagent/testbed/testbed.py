@@ -35,7 +35,7 @@ from nodeagent.testbed import cniplugin, configs, hostnet, images, processes, re
 from nodeagent.testbed.kubeconfig import write_kubeconfig
 from nodeagent.testbed.layout import Layout, Settings
 from nodeagent.testbed.pki import CertificateAuthority, CertPair, service_account_keys
-from nodeagent.testbed.versions import cache_root, kubernetes_bin_dir
+from nodeagent.testbed.versions import cache_root, grpc_health_path, kubernetes_bin_dir
 
 log = logging.getLogger(__name__)
 
@@ -434,6 +434,11 @@ class Testbed:
                 configs.BUSYBOX_IMAGE_REPOSITORY,
                 configs.BUSYBOX_IMAGE_TAG,
                 images.build_busybox_image(cache / "busybox"),
+            ),
+            (
+                configs.GRPC_HEALTH_IMAGE_REPOSITORY,
+                configs.GRPC_HEALTH_IMAGE_TAG,
+                images.build_grpc_health_image(cache / "grpc-health", grpc_health_path()),
             ),
         )
         for repository, tag, image in built:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -9,6 +10,10 @@ KUBERNETES_VERSION = "v1.34.4"
 # The cri-api staging module released with KUBERNETES_VERSION: the wire-compatibility oracle of cri/.
 CRI_API_VERSION = "v0.34.4"
 CRI_TOOLS_VERSION = "v1.34.0"
+# google.golang.org/grpc for the testbed's gRPC health server (the grpc probe's target): the release Kubernetes
+# KUBERNETES_VERSION builds with, so the module cache of the control plane build already holds it.
+GRPC_GO_VERSION = "v1.72.1"
+GRPC_HEALTH_SOURCE = Path(__file__).with_name("grpchealth") / "main.go"
 
 
 def cache_root() -> Path:
@@ -21,3 +26,9 @@ def kubernetes_bin_dir() -> Path:
 
 def crictl_path() -> Path:
     return cache_root() / f"kubernetes-{KUBERNETES_VERSION}" / f"crictl-{CRI_TOOLS_VERSION}" / "crictl"
+
+
+def grpc_health_path() -> Path:
+    """The gRPC health server binary, keyed by its source and the grpc release, so an edit rebuilds it."""
+    digest = hashlib.sha256(GRPC_HEALTH_SOURCE.read_bytes()).hexdigest()[:12]
+    return cache_root() / f"grpc-health-{GRPC_GO_VERSION}-{digest}" / "grpc-health"

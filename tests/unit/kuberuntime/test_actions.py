@@ -326,6 +326,36 @@ def test_probe_failures(liveness: set[str], startup: set[str], policy: str, expe
     assert actions == expected
 
 
+@pytest.mark.parametrize(
+    ("probes", "liveness", "startup", "grace"),
+    [
+        # The failed probe's own terminationGracePeriodSeconds overrides the pod's.
+        ({"livenessProbe": {"terminationGracePeriodSeconds": 7}}, {"id-app"}, set(), 7),
+        ({"startupProbe": {"terminationGracePeriodSeconds": 0}}, set(), {"id-app"}, 0),
+        # Only the probe that failed counts: a liveness kill does not take the startup probe's grace.
+        ({"startupProbe": {"terminationGracePeriodSeconds": 9}}, {"id-app"}, set(), None),
+        # Without one, the pod's grace applies (None here; the runtime manager reads the pod's).
+        ({"livenessProbe": {"periodSeconds": 1}}, {"id-app"}, set(), None),
+    ],
+    ids=["liveness-own-grace", "startup-own-grace", "other-probe-grace-ignored", "no-probe-grace"],
+)
+def test_probe_kill_carries_the_probe_grace(
+    probes: dict[str, Any], liveness: set[str], startup: set[str], grace: int | None
+) -> None:
+    app = {**APP, **probes}
+    actions = compute_pod_actions(
+        pod(containers=[app]),
+        status(ctr("app", R, hash_=hash_container(app))),
+        now=NOW,
+        backoff=Backoff(),
+        liveness_failed=frozenset(liveness),
+        startup_failed=frozenset(startup),
+    )
+    [killed] = actions.containers_to_kill
+    assert killed.grace_period == grace
+    assert actions.containers_to_start == ("app",)
+
+
 def test_crash_loop_backoff_defers_start() -> None:
     backoff = Backoff(clock=lambda: NOW)
     runtime = status(ctr("app", E, 1, finished=NOW - 5))

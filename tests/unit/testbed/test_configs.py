@@ -95,6 +95,7 @@ def test_env_file_defines_what_users_and_tests_source(tmp_path: Path) -> None:
     for key in ("KUBECONFIG", "NODEAGENT_KUBECONFIG", "CONTAINERD_ADDRESS", "REGISTRY"):
         assert key in exported
     assert exported["REGISTRY"] == "127.0.0.1:20006"
+    assert exported["GRPC_HEALTH_IMAGE"] == "127.0.0.1:20006/grpc-health:1"
 
 
 def test_bridge_names_fit_linux_and_differ_per_directory(tmp_path: Path) -> None:

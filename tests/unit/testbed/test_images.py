@@ -293,3 +293,24 @@ def test_pause_reaps_orphans_as_pid_1(pause_binary: Path) -> None:
         unshare.wait(timeout=5)
         assert unshare.stderr is not None
         unshare.stderr.close()
+
+
+def test_grpc_health_image_packs_the_binary_as_its_entrypoint(tmp_path: Path) -> None:
+    binary = tmp_path / "grpc-health"
+    binary.write_bytes(b"\x7fELF not really, but the image only carries it")
+    image = images.build_grpc_health_image(tmp_path / "layout", binary)
+    verified = verify_layout(image.layout)
+    assert verified.config["config"]["Entrypoint"] == ["/grpc-health"]
+    assert verified.config["config"]["User"] == "65535:65535"
+    members = _members(verified.layer_tar)
+    assert list(members) == ["grpc-health"]
+    assert members["grpc-health"].mode == 0o755
+    assert _file(verified.layer_tar, "grpc-health") == binary.read_bytes()
+    assert images.build_grpc_health_image(tmp_path / "again", binary).manifest_digest == image.manifest_digest
+    binary.write_bytes(b"a new build")
+    assert images.build_grpc_health_image(tmp_path / "layout", binary).manifest_digest != image.manifest_digest
+
+
+def test_grpc_health_image_without_the_binary_says_how_to_get_it(tmp_path: Path) -> None:
+    with pytest.raises(images.ImageBuildError, match="nodeagent testbed install"):
+        images.build_grpc_health_image(tmp_path / "layout", tmp_path / "missing")

@@ -1,0 +1,65 @@
+"""The exec probe through the project's CRI client, against a scripted runtime on a real socket."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+import pytest
+
+from cri.client import CRIClient
+from cri.v1 import api_pb2
+from nodeagent.prober.execprobe import probe_exec, static_command
+from nodeagent.prober.probe import Outcome, ProbeError, ProbeOutcome
+from tests.unit.cri.scripted import Fail, ScriptedRuntime
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [
+        (api_pb2.ExecSyncResponse(exit_code=0, stdout=b"ok\n"), ProbeOutcome(Outcome.SUCCESS, "ok\n")),
+        (
+            api_pb2.ExecSyncResponse(exit_code=1, stderr=b"cat: can't open '/tmp/ready': No such file or directory\n"),
+            ProbeOutcome(Outcome.FAILURE, "cat: can't open '/tmp/ready': No such file or directory\n"),
+        ),
+        # stdout then stderr, as upstream's RunInContainer joins them.
+        (
+            api_pb2.ExecSyncResponse(exit_code=2, stdout=b"out ", stderr=b"err"),
+            ProbeOutcome(Outcome.FAILURE, "out err"),
+        ),
+        (api_pb2.ExecSyncResponse(exit_code=0, stdout=b"y" * 20_000), ProbeOutcome(Outcome.SUCCESS, "y" * 10240)),
+        # containerd answers DEADLINE_EXCEEDED when it killed the command at its timeout: a failure, not an error.
+        (
+            Fail(grpc.StatusCode.DEADLINE_EXCEEDED, "timeout 1s exceeded: context deadline exceeded"),
+            ProbeOutcome(Outcome.FAILURE, 'command "cat /tmp/ready" timed out'),
+        ),
+    ],
+    ids=["exit-0", "exit-1", "stdout-then-stderr", "output-truncated", "timeout"],
+)
+async def test_exec_outcomes(runtime: ScriptedRuntime, client: CRIClient, answer: Any, expected: ProbeOutcome) -> None:
+    runtime.script["ExecSync"] = answer
+    outcome = await probe_exec(client.runtime, "c1", ["cat", "/tmp/ready"], 3)
+    assert outcome == expected
+    [call] = runtime.calls_of("ExecSync")
+    assert isinstance(call.request, api_pb2.ExecSyncRequest)
+    assert (call.request.container_id, list(call.request.cmd), call.request.timeout) == ("c1", ["cat", "/tmp/ready"], 3)
+
+
+async def test_runtime_error_is_a_probe_error(runtime: ScriptedRuntime, client: CRIClient) -> None:
+    runtime.script["ExecSync"] = Fail(grpc.StatusCode.UNKNOWN, "cannot register an exec PID: container is stopping")
+    with pytest.raises(ProbeError) as caught:
+        await probe_exec(client.runtime, "c1", ["true"], 1)
+    assert str(caught.value) == ("rpc error: code = Unknown desc = cannot register an exec PID: container is stopping")
+
+
+@pytest.mark.parametrize(
+    ("command", "env", "expected"),
+    [
+        (["sh", "-c", "test -f $(FILE)"], [{"name": "FILE", "value": "/tmp/x"}], ["sh", "-c", "test -f /tmp/x"]),
+        # Only literal values: a valueFrom variable stays as written, as upstream's ExpandContainerCommandOnlyStatic.
+        (["echo", "$(SECRET)"], [{"name": "SECRET", "valueFrom": {"secretKeyRef": {}}}], ["echo", "$(SECRET)"]),
+        (["echo", "$$(X)"], [{"name": "X", "value": "1"}], ["echo", "$(X)"]),
+    ],
+)
+def test_static_command(command: list[str], env: list[dict[str, Any]], expected: list[str]) -> None:
+    assert static_command(command, {"env": env}) == expected

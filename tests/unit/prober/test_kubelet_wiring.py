@@ -1,0 +1,155 @@
+"""How the Kubelet uses the prober (through FakeProbeManager): readiness and started flags in the generated status,
+failed liveness/startup handed to the runtime manager, workers ensured after each sync with the pod IPs, and the
+order of termination (liveness and startup stop before the kill, everything goes after it)."""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from nodeagent.kubelet import Kubelet, container_inputs
+from nodeagent.kuberuntime.actions import (
+    ContainerState,
+    ContainerStatus,
+    RuntimePodStatus,
+    SandboxState,
+    SandboxStatus,
+)
+from nodeagent.kuberuntime.manager import SyncResult
+from nodeagent.podconfig import PodConfig
+from nodeagent.podworkers import UpdateType
+from nodeagent.prober.fake import FakeProbeManager
+from nodeagent.prober.results import Result
+from nodeagent.prober.spec import ProbeType
+from tests.unit.prober.harness import EXEC, pod
+
+R, E = ContainerState.RUNNING, ContainerState.EXITED
+SANDBOX = SandboxStatus(id="s1", state=SandboxState.READY, ip="198.18.0.9", host_network=False)
+
+
+def status(*containers: tuple[str, str, ContainerState]) -> RuntimePodStatus:
+    return RuntimePodStatus(
+        uid="u1",
+        name="pod-u1",
+        namespace="default",
+        sandboxes=(SANDBOX,),
+        containers=tuple(ContainerStatus(id=c, name=n, state=s, started_at=1) for c, n, s in containers),
+    )
+
+
+@pytest.mark.parametrize(
+    ("results", "state", "ready", "started"),
+    [
+        ({}, R, False, True),  # a readiness probe that has not said yes yet
+        ({(ProbeType.READINESS, "c1"): Result.SUCCESS}, R, True, True),
+        ({(ProbeType.READINESS, "c1"): Result.FAILURE}, R, False, True),
+        ({(ProbeType.READINESS, "c1"): Result.SUCCESS}, E, False, False),  # only a running container is ready
+    ],
+)
+def test_container_inputs_take_the_probers_view(
+    results: dict[tuple[ProbeType, str], Result], state: ContainerState, ready: bool, started: bool
+) -> None:
+    p = pod(readiness=EXEC)
+    fake = FakeProbeManager()
+    runtime = status(("c1", "app", state), ("p1", "plain", R))
+    fake.ensure_probes(p, runtime, ())
+    fake.results.update(results)
+
+    def view(name: str, cid: str, running: bool) -> Any:
+        return fake.container_probe_status(p, name, cid, running=running)
+
+    app, plain = container_inputs(p["spec"]["containers"], runtime, None, view)
+    assert (app.ready, app.started) == (ready, started)
+    assert (plain.ready, plain.started) == (True, True)  # no probes: ready while running
+    # Without a prober, a running container is ready (as before probes existed).
+    [unprobed, _] = container_inputs(p["spec"]["containers"], runtime, None)
+    assert unprobed.ready is (state is R)
+
+
+@dataclass
+class FakeRuntime:
+    status: RuntimePodStatus
+    calls: list[tuple[str, Any]] = field(default_factory=list)
+
+    async def sync_pod(
+        self, pod: dict[str, Any], *, liveness_failed: frozenset[str], startup_failed: frozenset[str]
+    ) -> SyncResult:
+        self.calls.append(("sync_pod", (liveness_failed, startup_failed)))
+        return SyncResult(self.status, {}, ("198.18.0.9",))
+
+    async def get_pod_status(self, uid: str) -> RuntimePodStatus:
+        return self.status
+
+    async def kill_pod(self, pod: Any, status: RuntimePodStatus, *, grace_period: int) -> None:
+        self.calls.append(("kill_pod", grace_period))
+
+
+@dataclass
+class Statuses:
+    published: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def set_pod_status(self, pod: dict[str, Any], status: dict[str, Any]) -> None:
+        self.published[pod["metadata"]["uid"]] = status
+
+    def get_pod_status(self, uid: str) -> dict[str, Any] | None:
+        return self.published.get(uid)
+
+    def remove_orphans(self, known_uids: set[str]) -> None:
+        pass
+
+
+def _kubelet(runtime: FakeRuntime, prober: FakeProbeManager, statuses: Statuses) -> Kubelet:
+    return Kubelet(
+        node_name="n1",
+        pod_config=PodConfig(["api"]),
+        runtime=runtime,  # type: ignore[arg-type]
+        status_manager=statuses,
+        node=lambda: None,
+        prober=prober,
+        wall=lambda: datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC),
+    )
+
+
+async def test_sync_pod_hands_failures_to_the_runtime_and_ensures_workers() -> None:
+    p = pod(liveness=EXEC, readiness=EXEC)
+    runtime = FakeRuntime(status(("c1", "app", R), ("p1", "plain", R)))
+    prober, statuses = FakeProbeManager(), Statuses()
+    kubelet = _kubelet(runtime, prober, statuses)
+
+    await kubelet.sync_pod(UpdateType.SYNC, p)
+    assert runtime.calls == [("sync_pod", (frozenset(), frozenset()))]
+    assert prober.calls == [("ensure_probes", "u1")]
+    generated = statuses.published["u1"]
+    assert [c["ready"] for c in generated["containerStatuses"]] == [False, True]
+    assert {c["type"]: c["status"] for c in generated["conditions"]}["Ready"] == "False"
+
+    prober.set_result(ProbeType.READINESS, "c1", Result.SUCCESS)
+    prober.set_result(ProbeType.LIVENESS, "c1", Result.FAILURE)
+    await kubelet.sync_pod(UpdateType.SYNC, p)
+    assert runtime.calls[-1] == ("sync_pod", (frozenset({"c1"}), frozenset()))
+    generated = statuses.published["u1"]
+    assert [c["ready"] for c in generated["containerStatuses"]] == [True, True]
+    assert {c["type"]: c["status"] for c in generated["conditions"]}["Ready"] == "True"
+
+
+async def test_termination_stops_killing_probes_first_and_removes_all_after() -> None:
+    p = pod(liveness=EXEC, readiness=EXEC)
+    runtime = FakeRuntime(status(("c1", "app", R)))
+    prober, statuses = FakeProbeManager(), Statuses()
+    kubelet = _kubelet(runtime, prober, statuses)
+    prober.ensure_probes(p, runtime.status, ())
+    order: list[str] = []
+    original_kill = runtime.kill_pod
+
+    async def kill(pod_: Any, st: RuntimePodStatus, *, grace_period: int) -> None:
+        order.append(f"kill after {prober.calls[-1][0]}")
+        await original_kill(pod_, st, grace_period=grace_period)
+
+    runtime.kill_pod = kill  # type: ignore[method-assign]
+    await kubelet.sync_terminating_pod(p, 5, None)
+    assert order == ["kill after stop_liveness_and_startup"]
+    assert prober.calls[-1] == ("remove_pod", "u1")
+    assert prober.results == {}
