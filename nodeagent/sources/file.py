@@ -180,14 +180,14 @@ class FileSource:
         self._clock = clock or SystemClock()
         self._watcher = watcher
         self._state = ""  # what the path was at the last read: ok, missing, unreadable (to log changes only)
-        self.reads = 0
+        self.reads = 0  # completed reads of the path
 
     async def sync_once(self) -> Listing | None:
         """Read the path and push the SET. None when the path could not be read (nothing was pushed)."""
-        self.reads += 1
         try:
             listing = await asyncio.to_thread(list_manifests, self._path, node_name=self._node_name)
         except OSError as exc:
+            self.reads += 1
             if self._state != "unreadable":
                 log.error("static pod path unreadable, its pods are kept path=%s error=%s", self._path, exc)
             self._state = "unreadable"
@@ -202,6 +202,7 @@ class FileSource:
             self._state = "ok"
         self._problems.report(listing.problems)
         self._push(SourceUpdate(SOURCE, Operation.SET, listing.pods, origins=listing.origins))
+        self.reads += 1
         return listing
 
     async def run(self) -> None:

@@ -296,12 +296,35 @@ async def test_editing_the_manifest_restarts_the_pod_with_a_new_uid(
     name = f"edit-{static_agent.node}"
     first = await eventually(lambda: running_mirror(admin, name), timeout=60, what="first version Running", agent=agent)
     old_uid = first["metadata"]["annotations"][HASH]
+    ready_uids: list[set[str]] = []  # the UIDs of the pod's ready sandboxes, sampled until the new version runs
 
+    async def sample_once() -> None:
+        sandboxes = await cri_client.runtime.list_pod_sandbox()
+        ready_uids.append({s.labels[UID_LABEL] for s in sandboxes if s.metadata.name == name and s.state == 0})
+
+    async def sample() -> None:
+        while True:
+            await sample_once()
+            await asyncio.sleep(0.1)
+
+    sampler = asyncio.create_task(sample())
     static_agent.write("edit.yaml", pod_manifest("edit", image, marker="v2"))
-    second = await eventually(
-        lambda: running_mirror(admin, name, not_hash=old_uid), timeout=60, what="edited version Running", agent=agent
-    )
+    try:
+        second = await eventually(
+            lambda: running_mirror(admin, name, not_hash=old_uid),
+            timeout=60,
+            what="edited version Running",
+            agent=agent,
+        )
+    finally:
+        sampler.cancel()
+        await asyncio.gather(sampler, return_exceptions=True)
+    await sample_once()
     new_uid = second["metadata"]["annotations"][HASH]
+    # The old pod was terminated before the new one started (its sleep ignores SIGTERM: 2 s of grace to wait out):
+    # the two were never ready at once.
+    assert ready_uids[0] == {old_uid} and ready_uids[-1] == {new_uid}
+    assert not [r for r in ready_uids if len(r) > 1]
     assert new_uid != old_uid
     assert second["metadata"]["labels"]["marker"] == "v2"
     assert second["metadata"]["uid"] != first["metadata"]["uid"]  # a new mirror pod for the new version

@@ -128,16 +128,16 @@ class Harness:
 
     async def start(self) -> None:
         self.task = asyncio.create_task(self.source.run())
-        await self.settle()
+        await self.settle(reads=1)
 
     async def settle(self, reads: int | None = None) -> None:
-        """Let the source work (reads run in a thread) until it has done `reads` reads and waits again."""
-        for _ in range(400):
+        """Let the source work until it has completed `reads` reads (they run in a thread) and waits again."""
+        deadline = asyncio.get_running_loop().time() + 30
+        while reads is not None and self.source.reads < reads:
+            assert asyncio.get_running_loop().time() < deadline, f"{self.source.reads} reads, not {reads}"
             await asyncio.sleep(0.005)
-            if reads is None or self.source.reads >= reads:
-                if reads is not None:
-                    await asyncio.sleep(0.02)
-                return
+        for _ in range(20):  # the source goes on to its next wait (the clock or the watcher)
+            await asyncio.sleep(0)
 
     async def stop(self) -> None:
         assert self.task is not None
