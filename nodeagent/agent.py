@@ -33,7 +33,7 @@ from nodeagent.kubelet import Kubelet, Pod
 from nodeagent.kuberuntime.manager import NodeContext, RuntimeManager
 from nodeagent.kuberuntime.references import ObjectFetcher
 from nodeagent.kuberuntime.sandbox_config import DNSSettings, ResolvConf
-from nodeagent.localserver import LocalServer
+from nodeagent.localserver import LocalServer, running_pods
 from nodeagent.nodestatus import NodeFacts, gather_node_facts
 from nodeagent.nodestatus.manager import NodeStatusManager
 from nodeagent.podconfig import FAILED_VALIDATION, PodConfig
@@ -42,7 +42,7 @@ from nodeagent.sources import url as url_source
 from nodeagent.sources.apiserver import SOURCE as API_SOURCE
 from nodeagent.sources.apiserver import run_apiserver_source
 from nodeagent.sources.problems import ManifestProblem
-from nodeagent.staticpods import MirrorPods, is_mirror_pod
+from nodeagent.staticpods import MirrorPods
 from nodeagent.status.manager import StatusManager
 from nodeagent.syncloop import SyncLoop, SyncLoopChannels
 from nodeagent.tasks import Supervisor
@@ -318,23 +318,12 @@ async def _run(
     supervisor.start("relist", relist.run())
     supervisor.start("sync-loop", sync_loop.run())
     if config.healthz_port:
-
-        def running_pods() -> list[Pod]:
-            out = []
-            for pod in pod_config.pods():
-                if is_mirror_pod(pod):
-                    continue
-                status = status_manager.get_pod_status(str(pod["metadata"].get("uid", "")))
-                if status is not None:
-                    pod["status"] = status
-                out.append(pod)
-            return out
-
-        def health() -> tuple[bool, str]:
-            return not supervisor.failed.is_set(), "a background task failed; see the agent log"
-
         local = LocalServer(
-            config.healthz_bind_address, config.healthz_port, pods=running_pods, health=health, clock=clock
+            config.healthz_bind_address,
+            config.healthz_port,
+            pods=lambda: running_pods(pod_config.pods(), status_manager.get_pod_status),
+            health=lambda: (not supervisor.failed.is_set(), "a background task failed; see the agent log"),
+            clock=clock,
         )
         supervisor.start("local-server", local.run())
     log.info(

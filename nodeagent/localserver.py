@@ -26,6 +26,7 @@ from typing import Any
 import httpx
 
 from nodeagent.clock import Clock, SystemClock
+from nodeagent.podconfig.storage import CONFIG_MIRROR_ANNOTATION
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,17 @@ MAX_REQUEST_HEAD = 8192
 
 HealthCheck = Callable[[], tuple[bool, str]]
 PodLister = Callable[[], Sequence[Pod]]
+
+
+def running_pods(pods: Sequence[Pod], status_of: Callable[[str], dict[str, Any] | None]) -> list[Pod]:
+    """What /pods lists: the pods of every source but mirror pods, each with the latest status the agent generated."""
+    out = []
+    for pod in pods:
+        if CONFIG_MIRROR_ANNOTATION in ((pod.get("metadata") or {}).get("annotations") or {}):
+            continue
+        status = status_of(str((pod.get("metadata") or {}).get("uid", "")))
+        out.append({**pod, "status": status} if status is not None else pod)
+    return out
 
 
 def pod_list(pods: Sequence[Pod]) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from nodeagent.localserver import LocalServer, LocalServerUnreachable, fetch_pods, format_pods
+from nodeagent.localserver import LocalServer, LocalServerUnreachable, fetch_pods, format_pods, running_pods
 from tests.unit.fakeclock import FakeClock
 
 POD: dict[str, Any] = {
@@ -104,3 +104,16 @@ async def test_a_real_server_on_loopback_and_a_taken_port_is_retried() -> None:
         blocker.close()
     with pytest.raises(LocalServerUnreachable, match="is `nodeagent run` running"):
         await fetch_pods("127.0.0.1", port, timeout=2)
+
+
+def test_running_pods_leaves_mirror_pods_out_and_shows_the_generated_status() -> None:
+    static = {
+        "metadata": {"uid": "s1", "annotations": {"kubernetes.io/config.source": "file"}},
+        "status": {"phase": "Pending"},
+    }
+    mirror = {"metadata": {"uid": "m1", "annotations": {"kubernetes.io/config.mirror": "s1"}}}
+    api = {"metadata": {"uid": "a1"}, "status": {"phase": "Running"}}
+    generated = {"s1": {"phase": "Running"}}
+    listed = running_pods([static, mirror, api], generated.get)
+    assert [(p["metadata"]["uid"], p["status"]["phase"]) for p in listed] == [("s1", "Running"), ("a1", "Running")]
+    assert static["status"] == {"phase": "Pending"}  # the caller's pods are not changed
