@@ -1,9 +1,12 @@
 """`nodeagent run`: build the agent's parts from its config and run them as supervised tasks until stopped.
 
 Order at start, as the kubelet: load the config (unknown fields warn, invalid values stop with a clear error),
-connect to the runtime and wait for it, register the node, then start the pod source, the relist, the status
-managers, the lease and the syncLoop. On SIGINT/SIGTERM the tasks stop in reverse order; pods keep running (a
-restarted agent adopts them).
+connect to the runtime and wait for it, register the node, then start the pod sources, the relist, the status
+managers, the lease, the syncLoop and the local endpoint. On SIGINT/SIGTERM the tasks stop in reverse order; pods
+keep running (a restarted agent adopts them).
+
+With `standalone` there is no apiserver at all: no registration, no lease, no events, no mirror pods; the pods come
+from the static sources only (staticPodPath, staticPodURL) and `nodeagent pods` reads them from the local endpoint.
 """
 
 from __future__ import annotations
@@ -30,12 +33,17 @@ from nodeagent.kubelet import Kubelet, Pod
 from nodeagent.kuberuntime.manager import NodeContext, RuntimeManager
 from nodeagent.kuberuntime.references import ObjectFetcher
 from nodeagent.kuberuntime.sandbox_config import DNSSettings, ResolvConf
+from nodeagent.localserver import LocalServer, running_pods
 from nodeagent.nodestatus import NodeFacts, gather_node_facts
 from nodeagent.nodestatus.manager import NodeStatusManager
-from nodeagent.podconfig import PodConfig
+from nodeagent.podconfig import FAILED_VALIDATION, PodConfig
 from nodeagent.prober import Prober, ProberManager, ProberMetrics
+from nodeagent.sources import file as file_source
+from nodeagent.sources import url as url_source
 from nodeagent.sources.apiserver import SOURCE as API_SOURCE
 from nodeagent.sources.apiserver import run_apiserver_source
+from nodeagent.sources.problems import ManifestProblem
+from nodeagent.staticpods import MirrorPods
 from nodeagent.status.manager import StatusManager
 from nodeagent.syncloop import SyncLoop, SyncLoopChannels
 from nodeagent.tasks import Supervisor
@@ -126,6 +134,8 @@ async def run_agent(options: AgentOptions) -> None:
     node_name = (options.node_name or socket.gethostname()).lower()
     if not options.standalone and options.kubeconfig is None:
         raise AgentError("--kubeconfig is required (or --standalone for static pods only)")
+    if options.standalone and options.kubeconfig is not None:
+        raise AgentError("--standalone runs without an apiserver: drop --kubeconfig")
     clock = SystemClock()
     supervisor = Supervisor()
     stop = asyncio.Event()
@@ -189,6 +199,16 @@ async def _run(
         if recorder is not None:
             recorder.record(ObjectRef.for_node(node_name), type_, reason, message)  # type: ignore[arg-type]
 
+    def manifest_problem(problem: ManifestProblem) -> None:
+        # No pod to attach it to: the event goes on the Node (upstream only logs "Could not process manifest file").
+        log.warning("static pod manifest ignored origin=%s error=%s", problem.origin, problem.message)
+        node_event("Warning", FAILED_VALIDATION, str(problem))
+
+    def invalid_pod(pod: Pod, message: str) -> None:
+        meta = pod.get("metadata") or {}
+        log.warning("pod ignored pod=%s/%s error=%s", meta.get("namespace"), meta.get("name"), message)
+        pod_event(pod, "Warning", FAILED_VALIDATION, message)
+
     node_status = None
     if client is not None:
         node_status = NodeStatusManager(
@@ -226,8 +246,23 @@ async def _run(
         fetch_object=_object_fetcher(client),
     )
     sources = [API_SOURCE] if client is not None else []
-    pod_config = PodConfig(sources, now=lambda: datetime.datetime.now(datetime.UTC).isoformat())
-    status_manager = StatusManager(client, clock=clock)
+    if config.static_pod_path:
+        sources.append(file_source.SOURCE)
+    if config.static_pod_url:
+        sources.append(url_source.SOURCE)
+    pod_config = PodConfig(sources, now=lambda: datetime.datetime.now(datetime.UTC).isoformat(), on_invalid=invalid_pod)
+    mirror_pods = None
+    if client is not None:
+        mirror_pods = MirrorPods(
+            client,
+            node_name=node_name,
+            pods_by_full_name=pod_config.pods_by_full_name,
+            pod_by_uid=pod_config.pod_by_uid,
+            node=(node_status.node if node_status is not None else lambda: None),
+        )
+    status_manager = StatusManager(
+        client, clock=clock, pod_api_uid=mirror_pods.api_uid if mirror_pods is not None else None
+    )
     channels = SyncLoopChannels(pod_config.updates, asyncio.Queue(maxsize=1000), asyncio.Queue(maxsize=1000))
     prober = Prober(cri.runtime, events=pod_event)
     probes = ProberManager(prober, status=status_manager, updates=channels.probes, metrics=ProberMetrics(), clock=clock)
@@ -242,6 +277,7 @@ async def _run(
         record_event=pod_event,
         sync_frequency=config.sync_frequency.total_seconds(),
         prober=probes,
+        mirror_pods=mirror_pods,
     )
     relist = SimpleRelist(cri.runtime, channels.pleg)
     sync_loop = SyncLoop(
@@ -260,9 +296,46 @@ async def _run(
     supervisor.start("status-manager", status_manager.run())
     if client is not None:
         supervisor.start("source-api", run_apiserver_source(client, node_name, pod_config.push))
+    if config.static_pod_path:
+        files = file_source.FileSource(
+            config.static_pod_path,
+            node_name=node_name,
+            push=pod_config.push,
+            check_frequency=config.file_check_frequency.total_seconds(),
+            on_problem=manifest_problem,
+            clock=clock,
+        )
+        supervisor.start("source-file", files.run())
+    if config.static_pod_url:
+        url = url_source.URLSource(
+            config.static_pod_url,
+            node_name=node_name,
+            push=pod_config.push,
+            check_frequency=config.http_check_frequency.total_seconds(),
+            on_problem=manifest_problem,
+            headers=config.static_pod_url_header,
+            clock=clock,
+        )
+        supervisor.start("source-url", url.run())
+    if options.standalone and not sources:
+        log.warning("standalone mode without staticPodPath or staticPodURL: no pod will ever run")
     supervisor.start("relist", relist.run())
     supervisor.start("sync-loop", sync_loop.run())
-    log.info("agent running node=%s sources=%s", node_name, ",".join(sources) or "none")
+    if config.healthz_port:
+        local = LocalServer(
+            config.healthz_bind_address,
+            config.healthz_port,
+            pods=lambda: running_pods(pod_config.pods(), status_manager.get_pod_status),
+            health=lambda: (not supervisor.failed.is_set(), "a background task failed; see the agent log"),
+            clock=clock,
+        )
+        supervisor.start("local-server", local.run())
+    log.info(
+        "agent running node=%s sources=%s standalone=%s",
+        node_name,
+        ",".join(sources) or "none",
+        options.standalone,
+    )
     stopped = asyncio.create_task(stop.wait())
     failed = asyncio.create_task(supervisor.failed.wait())
     await asyncio.wait([stopped, failed], return_when=asyncio.FIRST_COMPLETED)

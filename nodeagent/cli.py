@@ -1,16 +1,19 @@
-"""The `nodeagent` command line: `up` (the embedded default) and `testbed install|up|down`."""
+"""The `nodeagent` command line: `up` (the embedded default), `run`, `pods` and `testbed install|up|down`."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime
+import json
 import logging
 import signal
 import sys
 from pathlib import Path
 
 from nodeagent.agent import AgentError, AgentOptions, run_agent
-from nodeagent.config import ConfigError
+from nodeagent.config import ConfigError, load_config
+from nodeagent.localserver import LocalServerUnreachable, fetch_pods, format_pods
 from nodeagent.testbed import install as installer
 from nodeagent.testbed.layout import Layout
 from nodeagent.testbed.processes import ComponentFailed
@@ -26,7 +29,7 @@ def _setup_logging(verbose: bool) -> None:
         stream=sys.stderr,
     )
     # One line per HTTP request drowns the testbed's own progress; keep their warnings only.
-    for noisy in ("httpx", "httpcore"):
+    for noisy in ("httpx", "httpcore", "watchfiles"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
@@ -36,6 +39,7 @@ def _usage(layout: Layout) -> str:
         f"  . {layout.env_file}    # KUBECONFIG, CONTAINER_RUNTIME_ENDPOINT, REGISTRY; kubectl and crictl on PATH\n"
         "  kubectl get nodes,pods -A\n"
         "  crictl pods\n"
+        f"  python3 -m nodeagent pods --config {layout.agent_config}    # what the agent runs (its local /pods)\n"
         f"  logs: {layout.logs}/\n"
     )
 
@@ -86,6 +90,30 @@ async def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _host_port(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+async def _pods(args: argparse.Namespace) -> int:
+    address, port = "127.0.0.1", 10248
+    if args.config is not None:
+        config = load_config(args.config).config
+        address, port = config.healthz_bind_address, config.healthz_port
+        if port == 0:
+            raise LocalServerUnreachable(f"healthzPort is 0 in {args.config}: the agent serves no local endpoint")
+    if args.address is not None:
+        address, port = args.address
+    pods = await fetch_pods(address, port)
+    if args.output == "json":
+        print(json.dumps(pods, indent=2))
+    else:
+        print(format_pods(pods, now=datetime.datetime.now(datetime.UTC)))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nodeagent", description="A kubelet written in Python.")
     parser.add_argument("-v", "--verbose", action="store_true")
@@ -105,6 +133,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--standalone", action="store_true", help="no apiserver: static pods only")
     run.set_defaults(handler=_run)
 
+    pods = sub.add_parser("pods", help="list the pods a running agent runs, with their status (its local /pods)")
+    pods.add_argument("--config", type=Path, default=None, help="the agent's config: its healthzBindAddress/Port")
+    pods.add_argument(
+        "--address", type=_host_port, default=None, help="HOST:PORT of the agent's local endpoint (default :10248)"
+    )
+    pods.add_argument("-o", "--output", choices=("wide", "json"), default="wide")
+    pods.set_defaults(handler=_pods)
+
     testbed = sub.add_parser("testbed", help="the hermetic set of real parts")
     actions = testbed.add_subparsers(dest="action", required=True)
     actions.add_parser("install", help="install containerd, etcd, registry; build the control plane (idempotent)")
@@ -122,7 +158,14 @@ def main(argv: list[str] | None = None) -> int:
     _setup_logging(args.verbose)
     try:
         code: int = asyncio.run(args.handler(args))
-    except (installer.InstallError, TestbedError, ComponentFailed, AgentError, ConfigError) as exc:
+    except (
+        installer.InstallError,
+        TestbedError,
+        ComponentFailed,
+        AgentError,
+        ConfigError,
+        LocalServerUnreachable,
+    ) as exc:
         print(f"nodeagent: {exc}", file=sys.stderr)
         return 1
     return code

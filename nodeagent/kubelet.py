@@ -12,7 +12,10 @@ It owns no decisions of its own: admission is `nodeagent.admission.admit`, what 
 - termination first stops the liveness and startup probes (readiness goes on until the containers stop);
 - termination stops containers and sandbox with the grace period; a pod deleted through the API is then removed
   from the runtime and finally deleted from the API (grace 0, UID precondition), as the kubelet does;
-- housekeeping kills runtime pods carrying our labels that no source knows, and forgets finished workers.
+- housekeeping kills runtime pods carrying our labels that no source knows, and forgets finished workers;
+- static pods (`nodeagent.staticpods`): a mirror pod is never run, a change to one syncs its static pod; a static
+  pod's sync puts its mirror right and waits while an earlier pod of the same full name terminates; housekeeping
+  deletes mirror pods whose static pod is gone.
 """
 
 from __future__ import annotations
@@ -33,8 +36,9 @@ from nodeagent.kube.errors import NotFound
 from nodeagent.kuberuntime import actions as acts
 from nodeagent.kuberuntime.manager import RuntimeManager, SyncResult
 from nodeagent.podconfig import PodConfig
-from nodeagent.podworkers import PodWorkers, UpdatePodOptions, UpdateType
+from nodeagent.podworkers import PodWorkers, UpdatePodOptions, UpdateType, WorkState
 from nodeagent.prober import ContainerProbeStatus, FailedProbes, ProbeManager
+from nodeagent.staticpods import MirrorPods, StaticPodGate, full_name, is_mirror_pod, is_static_pod
 from nodeagent.status import generate_pod_status
 from nodeagent.status.container_status import ContainerInput, RuntimeState, TerminatedRun
 
@@ -156,12 +160,14 @@ class Kubelet:
     record_event: Callable[[Pod, str, str, str], None] = lambda pod, type_, reason, message: None
     prober: ProbeManager | None = None
     sync_frequency: float = 60.0
+    mirror_pods: MirrorPods | None = None  # None without an apiserver (standalone)
     monotonic: Callable[[], float] = time.monotonic
     wall: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC)
     workers: PodWorkers = field(init=False)
     _next_sync: dict[str, float] = field(default_factory=dict)
     _rejected: set[str] = field(default_factory=set)
     _wakeups: dict[str, asyncio.TimerHandle] = field(default_factory=dict)
+    _static_gate: StaticPodGate = field(default_factory=StaticPodGate)
 
     def __post_init__(self) -> None:
         self.workers = PodWorkers(self)
@@ -170,6 +176,9 @@ class Kubelet:
 
     async def handle_pod_additions(self, pods: Sequence[Pod]) -> None:
         for pod in sorted(pods, key=lambda p: str(_meta(p).get("creationTimestamp", ""))):
+            if is_mirror_pod(pod):
+                self._handle_mirror_pod(pod)
+                continue
             if (pod.get("status") or {}).get("phase") in TERMINAL_PHASES and not self._known(pod):
                 continue  # finished before we saw it: nothing to run
             node = self.node()
@@ -183,6 +192,9 @@ class Kubelet:
 
     async def handle_pod_updates(self, pods: Sequence[Pod]) -> None:
         for pod in pods:
+            if is_mirror_pod(pod):
+                self._handle_mirror_pod(pod)
+                continue
             deleting = bool(_meta(pod).get("deletionTimestamp"))
             if _uid(pod) in self._rejected:
                 if not deleting:
@@ -197,6 +209,9 @@ class Kubelet:
 
     async def handle_pod_removes(self, pods: Sequence[Pod]) -> None:
         for pod in pods:
+            if is_mirror_pod(pod):
+                self._handle_mirror_pod(pod)
+                continue
             self._rejected.discard(_uid(pod))
             self.workers.update_pod(UpdatePodOptions(UpdateType.KILL, pod))
 
@@ -205,7 +220,7 @@ class Kubelet:
 
     async def handle_pod_syncs(self, pods: Sequence[Pod]) -> None:
         for pod in pods:
-            if _uid(pod) not in self._rejected:
+            if _uid(pod) not in self._rejected and not is_mirror_pod(pod):
                 self.workers.update_pod(UpdatePodOptions(UpdateType.SYNC, pod))
 
     async def handle_pod_cleanups(self) -> None:
@@ -228,6 +243,11 @@ class Kubelet:
             await self.runtime.kill_pod(None, status, grace_period=0)
             await self.runtime.remove_pod(status)
         self.status_manager.remove_orphans(known)
+        if self.mirror_pods is not None:
+            busy = {
+                full_name(p) for uid in self.workers.known_uids() if self._alive(uid) and (p := self.workers.pod(uid))
+            }
+            await self.mirror_pods.delete_orphans(self.pod_config.pods(), busy)
 
     def pods_due(self) -> list[Pod]:
         now = self.monotonic()
@@ -249,6 +269,13 @@ class Kubelet:
         api_phase = (pod.get("status") or {}).get("phase")
         if api_phase in TERMINAL_PHASES:
             return True
+        if is_static_pod(pod):
+            if not self._static_gate.allow_start(pod, alive=self._alive):
+                log.info("static pod waits for the earlier pod of its name to terminate pod=%s uid=%s", _ref(pod), uid)
+                self._next_sync[uid] = self.monotonic() + 1.0
+                return False
+            if self.mirror_pods is not None:
+                await self.mirror_pods.sync(pod)
         failed = self.prober.failed_containers(uid) if self.prober is not None else FailedProbes()
         result = await self.runtime.sync_pod(pod, liveness_failed=failed.liveness, startup_failed=failed.startup)
         if self.prober is not None:
@@ -274,6 +301,7 @@ class Kubelet:
         self._publish(pod, generated)
 
     async def sync_terminated_pod(self, pod: Pod) -> None:
+        self._static_gate.finished(pod)
         self._next_sync.pop(_uid(pod), None)
         wakeup = self._wakeups.pop(_uid(pod), None)
         if wakeup is not None:
@@ -292,6 +320,17 @@ class Kubelet:
         log.info("pod deleted from the apiserver pod=%s uid=%s", _ref(pod), _uid(pod))
 
     # --- helpers -----------------------------------------------------------------------------------------------
+
+    def _handle_mirror_pod(self, mirror: Pod) -> None:
+        """A mirror pod changed, appeared or went away: sync its static pod, which puts the mirror right."""
+        if self.mirror_pods is None:
+            return
+        for pod in self.mirror_pods.static_pods_of(mirror):
+            if self.workers.state(_uid(pod)) is WorkState.SYNCING and _uid(pod) not in self._rejected:
+                self.workers.update_pod(UpdatePodOptions(UpdateType.SYNC, pod))
+
+    def _alive(self, uid: str) -> bool:
+        return self.workers.state(uid) in (WorkState.SYNCING, WorkState.TERMINATING)
 
     def _known(self, pod: Pod) -> bool:
         return self.workers.state(_uid(pod)) is not None

@@ -140,6 +140,11 @@ class PodWorkers:
     def known_uids(self) -> list[str]:
         return list(self._workers)
 
+    def pod(self, uid: str) -> Pod | None:
+        """The pod as its worker last saw it (also after its source removed it, while it terminates)."""
+        worker = self._workers.get(uid)
+        return None if worker is None else worker.pod
+
     def forget(self, uid: str) -> None:
         """Drop a terminated worker's record (housekeeping, once the pod is gone from every source)."""
         worker = self._workers.get(uid)

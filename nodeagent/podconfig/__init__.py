@@ -5,6 +5,23 @@ those reports into typed, deduplicated updates (ADD, UPDATE, DELETE, REMOVE, REC
 """
 
 from nodeagent.podconfig.config import PodConfig
-from nodeagent.podconfig.storage import Operation, PodStorage, PodUpdate, SourceUpdate
+from nodeagent.podconfig.storage import (
+    FAILED_VALIDATION,
+    InvalidPodSink,
+    Operation,
+    PodStorage,
+    PodUpdate,
+    SourceUpdate,
+    pod_full_name,
+)
 
-__all__ = ["Operation", "PodConfig", "PodStorage", "PodUpdate", "SourceUpdate"]
+__all__ = [
+    "FAILED_VALIDATION",
+    "InvalidPodSink",
+    "Operation",
+    "PodConfig",
+    "PodStorage",
+    "PodUpdate",
+    "SourceUpdate",
+    "pod_full_name",
+]

@@ -5,15 +5,21 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 
-from nodeagent.podconfig.storage import Pod, PodStorage, PodUpdate, SourceUpdate, pod_uid
+from nodeagent.podconfig.storage import InvalidPodSink, Pod, PodStorage, PodUpdate, SourceUpdate
 
 
 class PodConfig:
     """Merges the reports of the named sources. The update queue is unbounded: a config change is never dropped."""
 
-    def __init__(self, sources: Sequence[str], *, now: Callable[[], str] | None = None) -> None:
+    def __init__(
+        self,
+        sources: Sequence[str],
+        *,
+        now: Callable[[], str] | None = None,
+        on_invalid: InvalidPodSink | None = None,
+    ) -> None:
         self._sources = tuple(sources)
-        self._storage = PodStorage(now=now)
+        self._storage = PodStorage(now=now, on_invalid=on_invalid)
         self.updates: asyncio.Queue[PodUpdate] = asyncio.Queue()
 
     @property
@@ -33,7 +39,7 @@ class PodConfig:
         return self._storage.pods()
 
     def pod_by_uid(self, uid: str) -> Pod | None:
-        for pod in self._storage.pods():
-            if pod_uid(pod) == uid:
-                return pod
-        return None
+        return self._storage.pod_by_uid(uid)
+
+    def pods_by_full_name(self, full_name: str) -> list[Pod]:
+        return self._storage.pods_by_full_name(full_name)

@@ -6,6 +6,12 @@ when it carries a deletionTimestamp (graceful deletion); a change to its status 
 SET no longer lists, or that a REMOVE names, is a REMOVE. Updates come out in upstream's order: removes, adds,
 updates, deletes, reconciles. A source's first SET always produces an update (possibly empty) so that "all
 sources ready" can be known.
+
+Within one report, a pod whose full name (name and namespace) an earlier pod of the report already has is ignored
+and reported once through `on_invalid` (upstream's filterInvalidPods: a FailedValidation event), naming where both
+came from when the source says so (`SourceUpdate.origins`: the manifest files of the static directory, say).
+The source annotation is always the storing source's own name, as upstream overwrites it: a mirror pod copies its
+static pod's annotations, yet it came from the apiserver.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ Pod = dict[str, Any]
 # Set on a pod the first time any source reports it (upstream: kubernetes.io/config.seen).
 CONFIG_SEEN_ANNOTATION = "kubernetes.io/config.seen"
 CONFIG_SOURCE_ANNOTATION = "kubernetes.io/config.source"
+CONFIG_MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+FAILED_VALIDATION = "FailedValidation"  # upstream's event reason
 
 
 class Operation(enum.Enum):
@@ -39,6 +47,8 @@ class SourceUpdate:
     source: str
     op: Operation
     pods: tuple[Pod, ...]
+    # Where each pod (by UID) came from, for messages about it: a manifest file, "URL items[2]". Optional.
+    origins: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -54,10 +64,20 @@ def pod_uid(pod: Pod) -> str:
     return str(pod.get("metadata", {}).get("uid", ""))
 
 
+def pod_full_name(pod: Pod) -> str:
+    """Upstream's GetPodFullName: name_namespace, unique among the pods of a node."""
+    meta = pod.get("metadata", {})
+    return f"{meta.get('name', '')}_{meta.get('namespace', '')}"
+
+
+# (pod, message): a pod of a report that was ignored, and why (the caller logs it and posts a FailedValidation event).
+InvalidPodSink = Callable[[Pod, str], None]
+
+
 def _semantic_view(pod: Pod) -> tuple[Any, ...]:
     meta = pod.get("metadata", {})
-    # The annotations this storage adds itself are not part of what the source said.
-    ours = (CONFIG_SEEN_ANNOTATION, CONFIG_SOURCE_ANNOTATION)
+    # The annotations the kubelet adds itself are not part of what the source said (upstream: localAnnotations).
+    ours = (CONFIG_SEEN_ANNOTATION, CONFIG_SOURCE_ANNOTATION, CONFIG_MIRROR_ANNOTATION)
     annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k not in ours}
     return (
         pod.get("spec"),
@@ -73,8 +93,10 @@ class PodStorage:
     """Per-source pods by UID, and the set of sources that have reported at least once."""
 
     now: Callable[[], str] | None = None  # the seen-time stamp (upstream: time.Now().String()); injected
+    on_invalid: InvalidPodSink | None = None
     _pods: dict[str, dict[str, Pod]] = field(default_factory=dict)
     _seen_sources: set[str] = field(default_factory=set)
+    _reported_duplicates: dict[str, set[str]] = field(default_factory=dict)  # source -> UIDs already reported
 
     def seen_all(self, sources: Sequence[str]) -> bool:
         """Housekeeping may kill unknown pods only once every source has reported (upstream: sourcesReady)."""
@@ -85,6 +107,19 @@ class PodStorage:
 
     def pods_of(self, source: str) -> Mapping[str, Pod]:
         return dict(self._pods.get(source, {}))
+
+    def pod_by_uid(self, uid: str) -> Pod | None:
+        for by_uid in self._pods.values():
+            pod = by_uid.get(uid)
+            if pod is not None:
+                return copy.deepcopy(pod)
+        return None
+
+    def pods_by_full_name(self, full_name: str) -> list[Pod]:
+        """Every source's pods of that full name (a static pod and its mirror pod share one)."""
+        return [
+            copy.deepcopy(p) for by_uid in self._pods.values() for p in by_uid.values() if pod_full_name(p) == full_name
+        ]
 
     def merge(self, update: SourceUpdate) -> list[PodUpdate]:
         first_report = update.source not in self._seen_sources
@@ -100,7 +135,7 @@ class PodStorage:
                     removes.append(existing)
         else:
             reported: dict[str, Pod] = {}
-            for pod in update.pods:
+            for pod in self._filter_duplicate_names(update):
                 uid = pod_uid(pod)
                 if uid and uid not in reported:  # dedup within one report: the first wins, as upstream
                     reported[uid] = pod
@@ -120,6 +155,41 @@ class PodStorage:
             out.append(self._update(update.source, Operation.RECONCILE, by_op[Operation.RECONCILE]))
         return out
 
+    def _filter_duplicate_names(self, update: SourceUpdate) -> list[Pod]:
+        """The report without the pods whose full name an earlier pod of it has (upstream: filterInvalidPods)."""
+        first_by_name: dict[str, Pod] = {}
+        kept: list[Pod] = []
+        duplicates: set[str] = set()
+        already = self._reported_duplicates.get(update.source, set())
+        for pod in update.pods:
+            name = pod_full_name(pod)
+            first = first_by_name.setdefault(name, pod)
+            if first is pod or pod_uid(first) == pod_uid(pod):
+                kept.append(pod)
+                continue
+            uid = pod_uid(pod)
+            duplicates.add(uid)
+            if uid not in already and self.on_invalid is not None:
+                self.on_invalid(pod, self._duplicate_message(update, pod, first))
+        if update.op is Operation.SET or duplicates:
+            self._reported_duplicates[update.source] = (
+                duplicates if update.op is Operation.SET else already | duplicates
+            )
+        return kept
+
+    @staticmethod
+    def _duplicate_message(update: SourceUpdate, pod: Pod, first: Pod) -> str:
+        meta = pod.get("metadata", {})
+        ref = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        mine = update.origins.get(pod_uid(pod))
+        theirs = update.origins.get(pod_uid(first))
+        where = f" ({mine})" if mine else ""
+        kept = f"; the pod from {theirs} keeps the name" if theirs else ""
+        return (
+            f"Error validating pod {ref} from {update.source}{where}, ignoring: "
+            f'metadata.name: Duplicate value: "{meta.get("name", "")}"{kept}'
+        )
+
     @staticmethod
     def _update(source: str, op: Operation, pods: list[Pod]) -> PodUpdate:
         return PodUpdate(source, op, tuple(copy.deepcopy(p) for p in pods))
@@ -135,12 +205,12 @@ class PodStorage:
         fresh = copy.deepcopy(pod)
         meta = fresh.setdefault("metadata", {})
         annotations = meta["annotations"] = dict(meta.get("annotations") or {})
-        annotations.setdefault(CONFIG_SOURCE_ANNOTATION, source)
+        annotations[CONFIG_SOURCE_ANNOTATION] = source
         seen = None if existing is None else (existing["metadata"].get("annotations") or {}).get(CONFIG_SEEN_ANNOTATION)
         if seen is not None:
             annotations[CONFIG_SEEN_ANNOTATION] = seen
         elif self.now is not None:
-            annotations.setdefault(CONFIG_SEEN_ANNOTATION, self.now())
+            annotations[CONFIG_SEEN_ANNOTATION] = self.now()
         stored[uid] = fresh
         if existing is None:
             return Operation.ADD, fresh

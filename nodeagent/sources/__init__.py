@@ -1,1 +1,1 @@
-"""Pod sources: the apiserver (pods bound to this node); static directory and URL sources come with their issue."""
+"""Pod sources: the apiserver (pods bound to this node), the static pod directory (`file`) and URL (`url`)."""

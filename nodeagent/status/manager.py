@@ -17,6 +17,11 @@ status. The errors, as the upstream syncPod treats them:
 - ApiUnavailable: retried next round.
 
 One pod's failure never stops the others from being sent. With no client (standalone mode) statuses are only kept.
+
+A static pod's status goes to its mirror pod (upstream: TranslatePodUID). `pod_api_uid` names the API object that
+carries a pod's status: the pod itself, a static pod's current mirror, or none yet. The patch's UID precondition is
+that object's UID; a status waits while there is none; and when the object changes (a mirror deleted and created
+again) the new one is read and the status sent to it, even if the status itself did not change.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import asyncio
 import contextlib
 import copy
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,6 +58,8 @@ class _Entry:
     synced_version: int = 0  # the version the apiserver has confirmed
     refresh: bool = False  # GET the pod before the next patch (after a refusal whose GET failed)
     gone: bool = False  # the pod with this UID no longer exists in the apiserver: never send again
+    api_uid: str = ""  # the UID of the API object the status goes to (a static pod's mirror; else `uid`)
+    waiting: bool = False  # no API object carries this pod's status yet (a static pod without its mirror)
 
     @property
     def ref(self) -> str:
@@ -60,7 +67,7 @@ class _Entry:
 
     @property
     def dirty(self) -> bool:
-        return not self.gone and self.synced_version < self.version
+        return not self.gone and not self.waiting and self.synced_version < self.version
 
 
 def _metadata(pod: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -76,10 +83,18 @@ def _status_of(pod: Mapping[str, Any]) -> JSON:
 class StatusManager:
     """The latest status of every pod on the node, sent to the apiserver by the task `run()`."""
 
-    def __init__(self, client: KubeClient | None, *, clock: Clock, sync_period: float = DEFAULT_SYNC_PERIOD) -> None:
+    def __init__(
+        self,
+        client: KubeClient | None,
+        *,
+        clock: Clock,
+        sync_period: float = DEFAULT_SYNC_PERIOD,
+        pod_api_uid: Callable[[str], str | None] | None = None,
+    ) -> None:
         self._client = client
         self._clock = clock
         self._sync_period = sync_period
+        self._pod_api_uid = pod_api_uid
         self._entries: dict[str, _Entry] = {}
         self._wake = asyncio.Event()
         self.patches_sent = 0  # status patches sent to the apiserver, whatever their outcome
@@ -108,6 +123,8 @@ class StatusManager:
             )
             return
         if entry is not None and not needs_update(entry.status, status):
+            if self._pod_api_uid is not None and self._pod_api_uid(uid) != entry.api_uid:
+                self._wake.set()  # the same status, but a new API object to carry it (a recreated mirror pod)
             return  # the same status again (times aside): nothing new to send
         new = copy.deepcopy(dict(status))
         if entry is None:
@@ -118,6 +135,7 @@ class StatusManager:
                 status=new,
                 version=1,
                 api_status=_status_of(pod),
+                api_uid=uid,
             )
         else:
             entry.status = new
@@ -188,11 +206,27 @@ class StatusManager:
         """One round: send every status the apiserver has not confirmed; a pod's failure only skips that pod."""
         if self._client is None:
             return
+        for entry in list(self._entries.values()):
+            self._retarget(entry)
         for entry in [e for e in self._entries.values() if e.dirty]:
             try:
                 await self._sync_pod(self._client, entry)
             except Exception:
                 log.exception("pod status sync failed pod=%s uid=%s", entry.ref, entry.uid)
+
+    def _retarget(self, entry: _Entry) -> None:
+        """Follow the API object that carries the pod's status (a static pod's mirror comes and goes)."""
+        if self._pod_api_uid is None:
+            return
+        target = self._pod_api_uid(entry.uid)
+        entry.waiting = target is None
+        if target is None or target == entry.api_uid:
+            return
+        log.debug("pod status target changed pod=%s uid=%s api_uid=%s", entry.ref, entry.uid, target)
+        entry.api_uid = target
+        entry.gone = False
+        entry.refresh = True  # read the new object's status: the base of the next patch
+        entry.synced_version = 0  # and send the status to it even if it did not change
 
     async def _sync_pod(self, client: KubeClient, entry: _Entry) -> None:
         if entry.refresh and not await self._refresh(client, entry):
@@ -201,7 +235,7 @@ class StatusManager:
         if not needs_update(entry.api_status, status):
             entry.synced_version = version  # the apiserver already says this
             return
-        patch = status_patch(entry.api_status, status, uid=entry.uid)
+        patch = status_patch(entry.api_status, status, uid=entry.api_uid)
         self.patches_sent += 1
         try:
             answer = await client.patch(
@@ -236,7 +270,7 @@ class StatusManager:
             log.warning("pod not read, will retry pod=%s uid=%s error=%s", entry.ref, entry.uid, exc)
             return False
         entry.refresh = False
-        if pod is None or _metadata(pod).get("uid") != entry.uid:
+        if pod is None or _metadata(pod).get("uid") != entry.api_uid:
             # As upstream: "Pod was deleted and then recreated, skipping status update".
             log.info("pod status not sent, the pod is gone or was recreated pod=%s uid=%s", entry.ref, entry.uid)
             entry.gone = True

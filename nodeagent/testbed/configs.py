@@ -129,7 +129,7 @@ def cni_conflist(layout: Layout, settings: Settings) -> str:
 
 def agent_config(layout: Layout, settings: Settings) -> str:
     """A KubeletConfiguration (kubelet.config.k8s.io/v1beta1) pointing into this testbed."""
-    doc = {
+    doc: dict[str, object] = {
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
         "containerRuntimeEndpoint": f"unix://{layout.containerd_socket}",
@@ -140,6 +140,9 @@ def agent_config(layout: Layout, settings: Settings) -> str:
         "clusterDomain": "cluster.local",
         "address": "127.0.0.1",
     }
+    if settings.healthz_port:
+        # Its own port, so agents of two testbeds on one machine never fight over the default 10248.
+        doc["healthzPort"] = settings.healthz_port
     return yaml.safe_dump(doc, sort_keys=False)
 
 

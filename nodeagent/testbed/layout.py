@@ -107,6 +107,7 @@ class Settings:
     bridge: str
     pod_cidr: str
     service_cidr: str
+    healthz_port: int = 0  # the agent's local endpoint (/healthz, /pods); 0 in a testbed.json written before it
 
     @property
     def apiserver_url(self) -> str:

@@ -211,7 +211,7 @@ class Testbed:
 
     async def _up(self, node_name: str) -> Settings:
         lay = self.layout
-        ports = _free_ports(7)
+        ports = _free_ports(8)
         bridge = hostnet.bridge_name(lay.root)
         settings = Settings(
             node_name=node_name,
@@ -225,6 +225,7 @@ class Testbed:
             bridge=bridge,
             pod_cidr=hostnet.choose_pod_cidr(lay.root, taken=set()),
             service_cidr=hostnet.SERVICE_CIDR,
+            healthz_port=ports[7],
         )
         settings.save(lay.settings_file)
         pki = _make_pki(lay, node_name)

@@ -114,3 +114,60 @@ def test_updates_are_copies_not_views_of_storage() -> None:
     [added] = storage.merge(SourceUpdate("api", Operation.SET, (pod("a"),)))
     added.pods[0]["spec"]["containers"][0]["image"] = "mutated"
     assert storage.pods()[0]["spec"]["containers"][0]["image"] == "busybox"
+
+
+def named(uid: str, name: str, namespace: str = "default") -> Pod:
+    out = pod(uid)
+    out["metadata"].update(name=name, namespace=namespace)
+    return out
+
+
+def test_a_duplicate_full_name_is_ignored_and_reported_once_naming_both_origins() -> None:
+    reports: list[tuple[str, str]] = []
+    storage = PodStorage(on_invalid=lambda p, message: reports.append((p["metadata"]["uid"], message)))
+    update = SourceUpdate(
+        "file",
+        Operation.SET,
+        (named("a", "web"), named("b", "web"), named("c", "web", namespace="other")),
+        origins={"a": "/m/a.yaml", "b": "/m/b.yaml"},
+    )
+    assert summary(storage.merge(update)) == [("ADD", ["a", "c"])]
+    [(uid, message)] = reports
+    assert uid == "b"
+    assert message == (
+        'Error validating pod default/web from file (/m/b.yaml), ignoring: metadata.name: Duplicate value: "web"; '
+        "the pod from /m/a.yaml keeps the name"
+    )
+    # The same report again: still ignored, not reported again.
+    assert storage.merge(update) == []
+    assert len(reports) == 1
+    # Once the duplicate is gone and comes back, it is reported again.
+    storage.merge(SourceUpdate("file", Operation.SET, (named("a", "web"),)))
+    storage.merge(update)
+    assert len(reports) == 2
+
+
+def test_duplicates_are_per_source() -> None:
+    reports: list[str] = []
+    storage = PodStorage(on_invalid=lambda p, message: reports.append(message))
+    storage.merge(SourceUpdate("file", Operation.SET, (named("a", "web"),)))
+    assert summary(storage.merge(SourceUpdate("http", Operation.SET, (named("b", "web"),)))) == [("ADD", ["b"])]
+    assert reports == []
+    assert sorted(p["metadata"]["uid"] for p in storage.pods_by_full_name("web_default")) == ["a", "b"]
+    assert storage.pod_by_uid("b") == storage.pods_of("http")["b"]
+    assert storage.pod_by_uid("zz") is None
+
+
+def test_the_source_annotation_is_the_storing_source_even_when_the_pod_says_otherwise() -> None:
+    # A mirror pod copies its static pod's annotations (config.source "file"), yet it comes from the apiserver.
+    mirror = named("m", "web")
+    mirror["metadata"]["annotations"] = {
+        "kubernetes.io/config.source": "file",
+        "kubernetes.io/config.seen": "static-time",
+        "kubernetes.io/config.mirror": "h1",
+    }
+    storage = PodStorage(now=lambda: "t1")
+    [added] = storage.merge(SourceUpdate("api", Operation.SET, (mirror,)))
+    annotations = added.pods[0]["metadata"]["annotations"]
+    assert annotations["kubernetes.io/config.source"] == "api"
+    assert annotations["kubernetes.io/config.seen"] == "t1"

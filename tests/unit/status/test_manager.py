@@ -303,3 +303,39 @@ async def test_run_sends_when_woken_and_retries_every_sync_period(script: Script
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+# --- a static pod's status goes to its mirror pod -----------------------------------------------------------------
+
+
+async def test_a_static_pods_status_waits_for_its_mirror_and_follows_it_when_recreated(
+    script: Script, client: KubeClient
+) -> None:
+    target: dict[str, str | None] = {"u1": None}
+    manager = StatusManager(client, clock=FakeClock(), pod_api_uid=target.get)
+    static = pod(uid="u1", api_status={"phase": "Pending"})
+
+    manager.set_pod_status(static, pod_status())
+    await manager.sync_once()
+    assert script.requests == []  # no mirror pod yet: nothing to patch
+
+    first = pod(uid="m1")  # the mirror appears, with the apiserver's status for a new pod
+    target["u1"] = "m1"
+    script.add("GET", POD_PATH, httpx.Response(200, json=first)).add("PATCH", PATH, apiserver(first))
+    await manager.sync_once()
+    assert body(script.requests[-1]) == {"metadata": {"uid": "m1"}, "status": pod_status()}
+    assert first["status"] == pod_status()
+
+    # A user deletes the mirror; the kubelet makes a new one. The same status goes to it, though it did not change.
+    target["u1"] = None
+    manager.set_pod_status(static, pod_status())
+    await manager.sync_once()
+    second = pod(uid="m2")
+    target["u1"] = "m2"
+    manager.set_pod_status(static, pod_status())  # an unchanged status wakes the sync task for the new mirror
+    assert manager._wake.is_set()
+    script.add("GET", POD_PATH, httpx.Response(200, json=second)).add("PATCH", PATH, apiserver(second))
+    await manager.sync_once()
+    assert body(script.requests[-1])["metadata"] == {"uid": "m2"}
+    assert second["status"] == pod_status()
+    assert manager.patches_sent == 2

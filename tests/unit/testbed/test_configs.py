@@ -85,6 +85,9 @@ def test_agent_config_is_a_kubelet_configuration(tmp_path: Path) -> None:
     assert doc["kind"] == "KubeletConfiguration"
     assert doc["containerRuntimeEndpoint"] == f"unix://{layout.containerd_socket}"
     assert doc["staticPodPath"] == str(tmp_path / "manifests")
+    assert "healthzPort" not in doc  # a testbed.json from before the local endpoint: the upstream default
+    doc = yaml.safe_load(configs.agent_config(layout, _settings(healthz_port=20008)))
+    assert doc["healthzPort"] == 20008
 
 
 def test_env_file_defines_what_users_and_tests_source(tmp_path: Path) -> None:

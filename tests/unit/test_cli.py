@@ -1,0 +1,35 @@
+"""The command line's own checks, before anything is started or connected."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nodeagent.cli import main
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Path:
+    path = tmp_path / "nodeagent.yaml"
+    path.write_text("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nhealthzPort: 0\n")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ([], "--kubeconfig is required (or --standalone for static pods only)"),
+        (["--standalone", "--kubeconfig", "/nonexistent"], "--standalone runs without an apiserver: drop --kubeconfig"),
+    ],
+)
+def test_run_needs_exactly_one_of_kubeconfig_and_standalone(
+    config: Path, extra: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["run", "--config", str(config), *extra]) == 1
+    assert message in capsys.readouterr().err
+
+
+def test_pods_says_when_the_config_turns_the_endpoint_off(config: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["pods", "--config", str(config)]) == 1
+    assert "healthzPort is 0" in capsys.readouterr().err
