@@ -1,9 +1,10 @@
 """`nodeagent run`: build the agent's parts from its config and run them as supervised tasks until stopped.
 
 Order at start, as the kubelet: load the config (unknown fields warn, invalid values stop with a clear error),
-connect to the runtime and wait for it, register the node, then start the pod source, the relist, the status
-managers, the lease and the syncLoop. On SIGINT/SIGTERM the tasks stop in reverse order; pods keep running (a
-restarted agent adopts them).
+connect to the runtime and wait for it, relist it once (so the node's first status already knows the PLEG's health
+and the pod status cache is filled), register the node, then start the pod source, the PLEG (`pleg: generic |
+evented | auto`), the status managers, the lease and the syncLoop. On SIGINT/SIGTERM the tasks stop in reverse
+order; pods keep running (a restarted agent adopts them).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from prometheus_client import CollectorRegistry
 
 from cri.client import CRIClient, connect
 from cri.errors import CRIError
@@ -38,7 +41,11 @@ from nodeagent.sources.apiserver import run_apiserver_source
 from nodeagent.status.manager import StatusManager
 from nodeagent.syncloop import SyncLoop, SyncLoopChannels
 from nodeagent.tasks import Supervisor
-from pleg.relist import SimpleRelist
+from pleg.cache import Cache
+from pleg.events import PodLifecycleEvent
+from pleg.generator import new_pleg
+from pleg.health import CHANNEL_CAPACITY
+from pleg.metrics import PLEGMetrics
 
 log = logging.getLogger(__name__)
 
@@ -188,6 +195,19 @@ async def _run(
         if recorder is not None:
             recorder.record(ObjectRef.for_node(node_name), type_, reason, message)  # type: ignore[arg-type]
 
+    pod_cache = Cache()
+    pleg = new_pleg(
+        config.pleg.value,
+        cri.runtime,
+        asyncio.Queue[PodLifecycleEvent](maxsize=CHANNEL_CAPACITY),
+        pod_cache,
+        clock=clock,
+        metrics=PLEGMetrics(CollectorRegistry()),
+        relist_threshold=config.pleg_relist_threshold.total_seconds(),
+    )
+    await pleg.relist()
+    log.info("pleg started mode=%s type=%s", config.pleg.value, type(pleg).__name__)
+
     node_status = None
     if client is not None:
         node_status = NodeStatusManager(
@@ -198,6 +218,7 @@ async def _run(
             runtime_health=lambda: _runtime_health(cri),
             clock=clock,
             record_event=node_event,
+            pleg_health=pleg.healthy,
         )
         await node_status.register()
 
@@ -233,13 +254,14 @@ async def _run(
         runtime=runtime,
         status_manager=status_manager,
         node=(node_status.node if node_status is not None else lambda: None),
+        pod_cache=pod_cache,
         client=client,
         host_ips=(facts.internal_ip,),
         record_event=pod_event,
+        request_relist=pleg.request_relist,
         sync_frequency=config.sync_frequency.total_seconds(),
     )
-    channels = SyncLoopChannels(pod_config.updates, asyncio.Queue(maxsize=1000), asyncio.Queue(maxsize=1000))
-    relist = SimpleRelist(cri.runtime, channels.pleg)
+    channels = SyncLoopChannels(pod_config.updates, pleg.watch(), asyncio.Queue(maxsize=1000))
     sync_loop = SyncLoop(
         channels,
         kubelet,
@@ -256,7 +278,7 @@ async def _run(
     supervisor.start("status-manager", status_manager.run())
     if client is not None:
         supervisor.start("source-api", run_apiserver_source(client, node_name, pod_config.push))
-    supervisor.start("relist", relist.run())
+    supervisor.start("pleg", pleg.run())
     supervisor.start("sync-loop", sync_loop.run())
     log.info("agent running node=%s sources=%s", node_name, ",".join(sources) or "none")
     stopped = asyncio.create_task(stop.wait())

@@ -6,9 +6,12 @@ It owns no decisions of its own: admission is `nodeagent.admission.admit`, what 
 
 - additions are admitted (a rejected pod is set Failed with upstream's reason and message, and an event), then
   handed to a pod worker; updates, deletes and syncs go to the worker; a pod that left its source is killed;
-- a worker's sync runs the runtime manager and publishes the generated status; a final phase starts termination;
-- termination stops containers and sandbox with the grace period; a pod deleted through the API is then removed
-  from the runtime and finally deleted from the API (grace 0, UID precondition), as the kubelet does;
+- a worker's sync gets the pod's runtime status from the PLEG's cache (newer than its last sync), runs the runtime
+  manager with it and publishes the status generated from it; a sync that changed the runtime asks the PLEG to relist
+  the pod at once; a final phase starts termination;
+- termination stops containers and sandbox with the grace period, then reads the runtime directly to report what is
+  left (as upstream); a pod deleted through the API is then removed from the runtime and finally deleted from the API
+  (grace 0, UID precondition), as the kubelet does;
 - housekeeping kills runtime pods carrying our labels that no source knows, and forgets finished workers.
 """
 
@@ -30,9 +33,10 @@ from nodeagent.kube.errors import NotFound
 from nodeagent.kuberuntime import actions as acts
 from nodeagent.kuberuntime.manager import RuntimeManager, SyncResult
 from nodeagent.podconfig import PodConfig
-from nodeagent.podworkers import PodWorkers, UpdatePodOptions, UpdateType
+from nodeagent.podworkers import PodStatusSource, PodWorkers, UpdatePodOptions, UpdateType
 from nodeagent.status import generate_pod_status
 from nodeagent.status.container_status import ContainerInput, RuntimeState, TerminatedRun
+from pleg.status import PodStatus
 
 log = logging.getLogger(__name__)
 
@@ -137,9 +141,12 @@ class Kubelet:
     runtime: RuntimeManager
     status_manager: PodStatusStore
     node: Callable[[], dict[str, Any] | None]
+    pod_cache: PodStatusSource
     client: KubeClient | None = None
     host_ips: tuple[str, ...] = ()
     record_event: Callable[[Pod, str, str, str], None] = lambda pod, type_, reason, message: None
+    # The PLEG's on-demand relist of one pod (upstream: RequestPodRelist after a SyncPod that acted).
+    request_relist: Callable[[str], None] = lambda uid: None
     sync_frequency: float = 60.0
     monotonic: Callable[[], float] = time.monotonic
     wall: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC)
@@ -149,7 +156,7 @@ class Kubelet:
     _wakeups: dict[str, asyncio.TimerHandle] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.workers = PodWorkers(self)
+        self.workers = PodWorkers(self, pod_cache=self.pod_cache, now=lambda: self.wall().timestamp())
 
     # --- SyncHandler -------------------------------------------------------------------------------------------
 
@@ -226,36 +233,44 @@ class Kubelet:
 
     # --- PodSyncer ---------------------------------------------------------------------------------------------
 
-    async def sync_pod(self, update_type: UpdateType, pod: Pod) -> bool:
+    async def sync_pod(self, update_type: UpdateType, pod: Pod, status: PodStatus) -> bool:
         del update_type
         uid = _uid(pod)
         api_phase = (pod.get("status") or {}).get("phase")
         if api_phase in TERMINAL_PHASES:
             return True
-        result = await self.runtime.sync_pod(pod)
-        status = self._generate(pod, result.status, result, sandbox_ready=self._sandbox_ready(result.status))
-        self._publish(pod, status)
+        runtime_status = acts.from_pod_status(status)
+        result = await self.runtime.sync_pod(pod, runtime_status)
+        # As upstream, the API status comes from the status the sync decided on; what the sync started shows in
+        # the next one, which the relist asked for here brings on at once.
+        generated = self._generate(pod, runtime_status, result, sandbox_ready=self._sandbox_ready(runtime_status))
+        self._publish(pod, generated)
         self._schedule(uid, result)
-        return status["phase"] in TERMINAL_PHASES
+        if result.changed:
+            self.request_relist(uid)
+        return generated["phase"] in TERMINAL_PHASES
 
-    async def sync_terminating_pod(self, pod: Pod, grace_period: int, kill_reason: str | None) -> None:
+    async def sync_terminating_pod(
+        self, pod: Pod, status: PodStatus, grace_period: int, kill_reason: str | None
+    ) -> None:
         uid = _uid(pod)
-        status = await self.runtime.get_pod_status(uid)
-        await self.runtime.kill_pod(pod, status, grace_period=grace_period)
+        await self.runtime.kill_pod(pod, acts.from_pod_status(status), grace_period=grace_period)
+        self.request_relist(uid)
+        # Straight from the runtime, as upstream: nothing may still run once this returns.
         after = await self.runtime.get_pod_status(uid)
         generated = self._generate(pod, after, None, sandbox_ready=False, terminal=True)
         if kill_reason:
             generated.update(phase="Failed", reason=kill_reason)
         self._publish(pod, generated)
 
-    async def sync_terminated_pod(self, pod: Pod) -> None:
+    async def sync_terminated_pod(self, pod: Pod, status: PodStatus) -> None:
         self._next_sync.pop(_uid(pod), None)
         wakeup = self._wakeups.pop(_uid(pod), None)
         if wakeup is not None:
             wakeup.cancel()
         if not _meta(pod).get("deletionTimestamp"):
             return  # finished (e.g. a completed Job): containers stay for logs until the pod is deleted
-        await self.runtime.remove_pod(await self.runtime.get_pod_status(_uid(pod)))
+        await self.runtime.remove_pod(acts.from_pod_status(status))
         if self.client is None or _meta(pod).get("annotations", {}).get("kubernetes.io/config.source") != API_SOURCE:
             return
         with contextlib.suppress(NotFound):
@@ -298,7 +313,7 @@ class Kubelet:
             base["status"] = published
         pod_ips = result.pod_ips if result is not None else ()
         if not pod_ips:
-            pod_ips = tuple(ip for ip in [next((s.ip for s in runtime_status.sandboxes if s.ip), "")] if ip)
+            pod_ips = runtime_status.ips
         if spec.get("hostNetwork"):
             pod_ips = self.host_ips
         return generate_pod_status(
