@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from cri.errors import CRIError
 from nodeagent.admission import admit
 from nodeagent.kube import paths
 from nodeagent.kube.client import KubeClient
@@ -206,8 +207,16 @@ class Kubelet:
             if uid not in known:
                 self.workers.forget(uid)
         busy = set(self.workers.known_uids())
+        try:
+            await self._remove_unknown_runtime_pods(known | busy)
+        except CRIError as exc:
+            # As upstream ("Failed cleaning pods"): the runtime may be down; the next housekeeping tries again.
+            log.warning("housekeeping failed cleaning pods error=%s", exc)
+        self.status_manager.remove_orphans(known)
+
+    async def _remove_unknown_runtime_pods(self, wanted: set[str]) -> None:
         for uid, status in (await self.runtime.list_pods()).items():
-            if uid in known or uid in busy:
+            if uid in wanted:
                 continue
             if not any(c.state is acts.ContainerState.RUNNING for c in status.containers) and not any(
                 s.state is acts.SandboxState.READY for s in status.sandboxes
@@ -217,7 +226,6 @@ class Kubelet:
             log.info("housekeeping killing unwanted pod uid=%s pod=%s/%s", uid, status.namespace, status.name)
             await self.runtime.kill_pod(None, status, grace_period=0)
             await self.runtime.remove_pod(status)
-        self.status_manager.remove_orphans(known)
 
     def pods_due(self) -> list[Pod]:
         now = self.monotonic()
