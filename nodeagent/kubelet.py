@@ -263,13 +263,14 @@ class Kubelet:
     ) -> None:
         uid = _uid(pod)
         await self.runtime.kill_pod(pod, acts.from_pod_status(status), grace_period=grace_period)
-        self.request_relist(uid)
         # Straight from the runtime, as upstream: nothing may still run once this returns.
         after = await self.runtime.get_pod_status(uid)
         generated = self._generate(pod, after, None, sandbox_ready=False, terminal=True)
         if kill_reason:
             generated.update(phase="Failed", reason=kill_reason)
         self._publish(pod, generated)
+        # Last, so the relist's time is past the end of this sync and answers the cleanup's wait at once.
+        self.request_relist(uid)
 
     async def sync_terminated_pod(self, pod: Pod, status: PodStatus) -> None:
         self._next_sync.pop(_uid(pod), None)
