@@ -8,7 +8,8 @@ that status goes into the pod status cache at the event's own time, and the even
 
 The GenericPLEG keeps running underneath with upstream's evented settings (relist every 5 min, unhealthy after 10)
 as a safety net, and does the relists the stream needs. Every 2 s the cache's global timestamp moves to now, so a
-worker waiting for a newer status is never stuck behind a lost event.
+worker waiting for a newer status is never stuck behind a lost event (only while a stream is open: without one,
+the worker waits for a relist).
 
 When the stream fails it is opened again after a back-off (0.5 s doubling), each failure forcing a relist. After 5
 failures in a row the PLEG falls back: the relist runs every second with the generic threshold (3 min), and the
@@ -115,6 +116,7 @@ class EventedPLEG:
         self._healthy_after = healthy_stream_after
         self._cache_period = global_cache_update_period
         self.in_use = False
+        self.streaming = False  # a stream is open right now
         self.events_received = 0
         self.fallbacks = 0
 
@@ -172,6 +174,7 @@ class EventedPLEG:
         first = True
         error: CRIError | None = None
         stream = self._runtime.get_container_events()
+        self.streaming = True
         try:
             async for event in stream:
                 self._proved(proved)
@@ -184,6 +187,7 @@ class EventedPLEG:
         except CRIError as exc:
             error = exc
         finally:
+            self.streaming = False
             timer.cancel()
             close = getattr(stream, "aclose", None)  # ends the call at once, also when this task is cancelled
             if close is not None:
@@ -220,7 +224,8 @@ class EventedPLEG:
     async def _tick_cache(self) -> None:
         while True:
             await self._clock.sleep(self._cache_period)
-            if self.in_use:
+            # Only while events can arrive: with the stream down, a waiting worker waits for a relist instead.
+            if self.in_use and self.streaming:
                 self._cache.update_time(wall_seconds(self._clock))
 
     # --- one event ---------------------------------------------------------------------------------------------

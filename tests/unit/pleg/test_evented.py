@@ -268,3 +268,18 @@ async def test_a_runtime_without_the_call(
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_without_a_stream_the_cache_is_not_declared_fresh(
+    running: EventedPLEG, runtime: FakeRuntime, clock: FakeClock, cache: Cache
+) -> None:
+    await clock.advance(2)
+    assert cache.timestamp == clock.wall().timestamp()  # the tick, while the stream is open
+    runtime.fail["ListPodSandbox"] = DOWN  # the runtime is gone: relists fail too
+    runtime.open_failures = [DOWN] * 3
+    runtime.break_stream(DOWN)
+    stamp = cache.timestamp
+    for delay in (0, 0.5, 1.0, 0.5):
+        await clock.advance(delay)
+    assert running.in_use and not running.streaming
+    assert cache.timestamp == stamp  # a worker waiting for a newer status keeps waiting
