@@ -20,7 +20,8 @@ Sandboxes count as containers (ready is running, not ready is exited); a created
   as soon as its own inspection is done: one slow pod does not hold back the others.
 - When the whole relist is done, the cache's global timestamp moves to the relist's start (`update_time`).
 - `request_relist(uid)` asks for one pod to be relisted now (upstream's on-demand relist): a worker that just
-  started or killed something gets a status newer than its sync without waiting for the next period.
+  started or killed something gets a status newer than its sync without waiting for the next period. Requests
+  that queue up meanwhile are served together, by one pair of list calls.
 - Health is the age of the last successful relist against the threshold (`pleg.health`).
 """
 
@@ -37,7 +38,7 @@ from pleg.cache import PodStatusCache
 from pleg.clock import Clock, wall_seconds
 from pleg.events import PodLifecycleEvent, PodLifecycleEventType, send
 from pleg.health import GENERIC_RELIST, RelistDuration, relist_health
-from pleg.inspect import RuntimePod, inspect_pod, list_pod, list_pods
+from pleg.inspect import RuntimePod, inspect_pod, list_pods
 from pleg.metrics import PLEGMetrics
 from pleg.status import preserve_ips
 
@@ -183,9 +184,14 @@ class GenericPLEG:
                 continue
             request = await self._wait(next_relist - now)
             if request is not None:
-                uid, asked_at = request
-                if self._last_relist_wall is None or asked_at > self._last_relist_wall:
-                    await self.relist_pod(uid)
+                # Every request queued by now is served by the same lists (pods often start in bursts).
+                requests = [request]
+                while not self._requests.empty():
+                    requests.append(self._requests.get_nowait())
+                done = self._last_relist_wall
+                uids = list(dict.fromkeys(uid for uid, asked_at in requests if done is None or asked_at > done))
+                if uids:
+                    await self.relist_pods(uids)
 
     # --- relisting -------------------------------------------------------------------------------------------
 
@@ -218,21 +224,24 @@ class GenericPLEG:
             finally:
                 self._metrics.relist_duration.observe(self._clock.monotonic() - started)
 
-    async def relist_pod(self, uid: str) -> None:
-        """Relist one pod now (two filtered list calls) and mark it observed even when nothing changed."""
+    async def relist_pods(self, uids: list[str]) -> None:
+        """Relist these pods now (the two list calls, only these pods compared and inspected) and mark them
+        observed even when nothing changed (upstream's relistPod + SetObservedTime)."""
         async with self._lock:
             timestamp = wall_seconds(self._clock)
             try:
-                pod = await list_pod(self._runtime, uid, timeout=self._timeout)
+                pods = await list_pods(self._runtime, timeout=self._timeout)
             except CRIError as exc:
-                log.warning("pleg pod relist failed pod_uid=%s error=%s", uid, exc)
+                log.warning("pleg pod relist failed pods=%d error=%s", len(uids), exc)
                 return
-            record = self._records.setdefault(uid, _Record())
-            record.current = pod
-            await self._reconcile_changed([uid])
-            if uid in self._records and self._records[uid].old is None and self._records[uid].current is None:
-                del self._records[uid]
-            self._cache.set_observed_time(uid, timestamp)
+            for uid in uids:
+                self._records.setdefault(uid, _Record()).current = pods.get(uid)
+            await self._reconcile_changed(uids)
+            for uid in uids:
+                record = self._records.get(uid)
+                if record is not None and record.old is None and record.current is None:
+                    del self._records[uid]
+                self._cache.set_observed_time(uid, timestamp)
 
     async def _reconcile_changed(self, uids: list[str]) -> None:
         work: list[tuple[str, list[PodLifecycleEvent]]] = []

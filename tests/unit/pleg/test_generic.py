@@ -252,7 +252,7 @@ async def test_a_newer_status_from_an_event_is_not_overwritten(
     assert cache.get("u1").name == "from-an-event"
 
 
-async def test_relist_pod_updates_one_pod_and_marks_it_observed(
+async def test_relist_pods_updates_those_pods_and_marks_them_observed(
     generic: GenericPLEG,
     runtime: FakeRuntime,
     cache: Cache,
@@ -266,13 +266,13 @@ async def test_relist_pod_updates_one_pod_and_marks_it_observed(
     c1, c2 = runtime.run_container(sb1, "main"), runtime.run_container(sb2, "main")
     runtime.calls.clear()
     reader = asyncio.create_task(cache.get_newer_than("u1", clock.wall().timestamp() - 1))
-    await generic.relist_pod("u1")
+    await generic.relist_pods(["u1"])
     assert drain(channel) == [E("u1", T.CONTAINER_STARTED, c1)]
     assert "ListPodSandbox" in runtime.calls and (await reader).containers[0].status.id == c1
     # An unchanged pod is marked observed, so a worker waiting on it is answered.
     await clock.advance(1)
     unchanged = asyncio.create_task(cache.get_newer_than("u1", clock.wall().timestamp() - 0.5))
-    await generic.relist_pod("u1")
+    await generic.relist_pods(["u1"])
     assert (await unchanged).containers[0].status.id == c1
     await generic.relist()
     assert drain(channel) == [E("u2", T.CONTAINER_STARTED, c2)]
@@ -305,5 +305,30 @@ async def test_run_relists_every_period_and_serves_requests_between(
         for _ in range(6):
             await clock.advance(1)
         assert generic.healthy() == (False, "pleg was last seen active 6s ago; threshold is 5s")
+    finally:
+        task.cancel()
+
+
+async def test_queued_relist_requests_are_served_by_one_pair_of_lists(
+    generic: GenericPLEG,
+    runtime: FakeRuntime,
+    clock: FakeClock,
+    cache: Cache,
+    channel: asyncio.Queue[PodLifecycleEvent],
+) -> None:
+    task = asyncio.create_task(generic.run())
+    try:
+        await clock.advance(0)
+        sandboxes = [runtime.run_sandbox(f"u{i}") for i in range(5)]
+        await clock.advance(0.1)
+        runtime.calls.clear()
+        gone = asyncio.create_task(cache.get_newer_than("gone", clock.wall().timestamp() - 0.05))
+        for i in range(5):
+            generic.request_relist(f"u{i}")
+        generic.request_relist("gone")  # a pod the runtime has nothing of: its waiting worker is answered too
+        await clock.advance(0)
+        assert runtime.calls.count("ListPodSandbox") == 1
+        assert {e.data for e in drain(channel)} == set(sandboxes)
+        assert await gone == PodStatus(uid="gone")
     finally:
         task.cancel()
