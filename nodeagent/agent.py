@@ -1,9 +1,10 @@
 """`nodeagent run`: build the agent's parts from its config and run them as supervised tasks until stopped.
 
 Order at start, as the kubelet: load the config (unknown fields warn, invalid values stop with a clear error),
-connect to the runtime and wait for it, register the node, then start the pod sources, the relist, the status
-managers, the lease, the syncLoop and the local endpoint. On SIGINT/SIGTERM the tasks stop in reverse order; pods
-keep running (a restarted agent adopts them).
+connect to the runtime and wait for it, relist it once (so the node's first status already knows the PLEG's health
+and the pod status cache is filled), register the node, then start the pod sources, the PLEG (`pleg: generic |
+evented | auto`), the status managers, the lease, the syncLoop and the local endpoint. On SIGINT/SIGTERM the tasks
+stop in reverse order; pods keep running (a restarted agent adopts them).
 
 With `standalone` there is no apiserver at all: no registration, no lease, no events, no mirror pods; the pods come
 from the static sources only (staticPodPath, staticPodURL) and `nodeagent pods` reads them from the local endpoint.
@@ -19,6 +20,8 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from prometheus_client import CollectorRegistry
 
 from cri.client import CRIClient, connect
 from cri.errors import CRIError
@@ -47,7 +50,11 @@ from nodeagent.staticpods import MirrorPods
 from nodeagent.status.manager import StatusManager
 from nodeagent.syncloop import SyncLoop, SyncLoopChannels
 from nodeagent.tasks import Supervisor
-from pleg.relist import SimpleRelist
+from pleg.cache import Cache
+from pleg.events import PodLifecycleEvent
+from pleg.generator import new_pleg
+from pleg.health import CHANNEL_CAPACITY
+from pleg.metrics import PLEGMetrics
 
 log = logging.getLogger(__name__)
 
@@ -209,6 +216,19 @@ async def _run(
         log.warning("pod ignored pod=%s/%s error=%s", meta.get("namespace"), meta.get("name"), message)
         pod_event(pod, "Warning", FAILED_VALIDATION, message)
 
+    pod_cache = Cache()
+    pleg = new_pleg(
+        config.pleg.value,
+        cri.runtime,
+        asyncio.Queue[PodLifecycleEvent](maxsize=CHANNEL_CAPACITY),
+        pod_cache,
+        clock=clock,
+        metrics=PLEGMetrics(CollectorRegistry()),
+        relist_threshold=config.pleg_relist_threshold.total_seconds(),
+    )
+    await pleg.relist()
+    log.info("pleg started mode=%s type=%s", config.pleg.value, type(pleg).__name__)
+
     node_status = None
     if client is not None:
         node_status = NodeStatusManager(
@@ -219,6 +239,7 @@ async def _run(
             runtime_health=lambda: _runtime_health(cri),
             clock=clock,
             record_event=node_event,
+            pleg_health=pleg.healthy,
         )
         await node_status.register()
 
@@ -263,7 +284,7 @@ async def _run(
     status_manager = StatusManager(
         client, clock=clock, pod_api_uid=mirror_pods.api_uid if mirror_pods is not None else None
     )
-    channels = SyncLoopChannels(pod_config.updates, asyncio.Queue(maxsize=1000), asyncio.Queue(maxsize=1000))
+    channels = SyncLoopChannels(pod_config.updates, pleg.watch(), asyncio.Queue(maxsize=1000))
     prober = Prober(cri.runtime, events=pod_event)
     probes = ProberManager(prober, status=status_manager, updates=channels.probes, metrics=ProberMetrics(), clock=clock)
     kubelet = Kubelet(
@@ -272,14 +293,15 @@ async def _run(
         runtime=runtime,
         status_manager=status_manager,
         node=(node_status.node if node_status is not None else lambda: None),
+        pod_cache=pod_cache,
         client=client,
         host_ips=(facts.internal_ip,),
         record_event=pod_event,
+        request_relist=pleg.request_relist,
         sync_frequency=config.sync_frequency.total_seconds(),
         prober=probes,
         mirror_pods=mirror_pods,
     )
-    relist = SimpleRelist(cri.runtime, channels.pleg)
     sync_loop = SyncLoop(
         channels,
         kubelet,
@@ -319,7 +341,7 @@ async def _run(
         supervisor.start("source-url", url.run())
     if options.standalone and not sources:
         log.warning("standalone mode without staticPodPath or staticPodURL: no pod will ever run")
-    supervisor.start("relist", relist.run())
+    supervisor.start("pleg", pleg.run())
     supervisor.start("sync-loop", sync_loop.run())
     if config.healthz_port:
         local = LocalServer(

@@ -6,12 +6,14 @@ It owns no decisions of its own: admission is `nodeagent.admission.admit`, what 
 
 - additions are admitted (a rejected pod is set Failed with upstream's reason and message, and an event), then
   handed to a pod worker; updates, deletes and syncs go to the worker; a pod that left its source is killed;
-- a worker's sync runs the runtime manager (containers whose liveness or startup probe failed are restarted), lets
-  the prober start and stop workers for what runs now, and publishes the generated status with the prober's
-  started/ready flags; a final phase starts termination;
-- termination first stops the liveness and startup probes (readiness goes on until the containers stop);
-- termination stops containers and sandbox with the grace period; a pod deleted through the API is then removed
-  from the runtime and finally deleted from the API (grace 0, UID precondition), as the kubelet does;
+- a worker's sync gets the pod's runtime status from the PLEG's cache (newer than its last sync), runs the runtime
+  manager with it (containers whose liveness or startup probe failed are restarted), lets the prober start and stop
+  workers for what runs, and publishes the status generated from it with the prober's started/ready flags; a sync
+  that changed the runtime asks the PLEG to relist the pod at once; a final phase starts termination;
+- termination first stops the liveness and startup probes (readiness goes on until the containers stop), then stops
+  containers and sandbox with the grace period and reads the runtime directly to report what is left (as upstream);
+  a pod deleted through the API is then removed from the runtime and finally deleted from the API (grace 0, UID
+  precondition), as the kubelet does;
 - housekeeping kills runtime pods carrying our labels that no source knows, and forgets finished workers;
 - static pods (`nodeagent.staticpods`): a mirror pod is never run, a change to one syncs its static pod; a static
   pod's sync puts its mirror right and waits while an earlier pod of the same full name terminates; housekeeping
@@ -29,6 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from cri.errors import CRIError
 from nodeagent.admission import admit
 from nodeagent.kube import paths
 from nodeagent.kube.client import KubeClient
@@ -36,11 +39,12 @@ from nodeagent.kube.errors import NotFound
 from nodeagent.kuberuntime import actions as acts
 from nodeagent.kuberuntime.manager import RuntimeManager, SyncResult
 from nodeagent.podconfig import PodConfig
-from nodeagent.podworkers import PodWorkers, UpdatePodOptions, UpdateType, WorkState
+from nodeagent.podworkers import PodStatusSource, PodWorkers, UpdatePodOptions, UpdateType, WorkState
 from nodeagent.prober import ContainerProbeStatus, FailedProbes, ProbeManager
 from nodeagent.staticpods import MirrorPods, StaticPodGate, full_name, is_mirror_pod, is_static_pod
 from nodeagent.status import generate_pod_status
 from nodeagent.status.container_status import ContainerInput, RuntimeState, TerminatedRun
+from pleg.status import PodStatus
 
 log = logging.getLogger(__name__)
 
@@ -155,10 +159,13 @@ class Kubelet:
     runtime: RuntimeManager
     status_manager: PodStatusStore
     node: Callable[[], dict[str, Any] | None]
+    pod_cache: PodStatusSource
     client: KubeClient | None = None
     host_ips: tuple[str, ...] = ()
     record_event: Callable[[Pod, str, str, str], None] = lambda pod, type_, reason, message: None
     prober: ProbeManager | None = None
+    # The PLEG's on-demand relist of one pod (upstream: RequestPodRelist after a SyncPod that acted).
+    request_relist: Callable[[str], None] = lambda uid: None
     sync_frequency: float = 60.0
     mirror_pods: MirrorPods | None = None  # None without an apiserver (standalone)
     monotonic: Callable[[], float] = time.monotonic
@@ -170,7 +177,7 @@ class Kubelet:
     _static_gate: StaticPodGate = field(default_factory=StaticPodGate)
 
     def __post_init__(self) -> None:
-        self.workers = PodWorkers(self)
+        self.workers = PodWorkers(self, pod_cache=self.pod_cache, now=lambda: self.wall().timestamp())
 
     # --- SyncHandler -------------------------------------------------------------------------------------------
 
@@ -231,8 +238,21 @@ class Kubelet:
         if self.prober is not None:
             self.prober.cleanup_pods(known)
         busy = set(self.workers.known_uids())
+        try:
+            await self._remove_unknown_runtime_pods(known | busy)
+        except CRIError as exc:
+            # As upstream ("Failed cleaning pods"): the runtime may be down; the next housekeeping tries again.
+            log.warning("housekeeping failed cleaning pods error=%s", exc)
+        self.status_manager.remove_orphans(known)
+        if self.mirror_pods is not None:
+            alive = {
+                full_name(p) for uid in self.workers.known_uids() if self._alive(uid) and (p := self.workers.pod(uid))
+            }
+            await self.mirror_pods.delete_orphans(self.pod_config.pods(), alive)
+
+    async def _remove_unknown_runtime_pods(self, wanted: set[str]) -> None:
         for uid, status in (await self.runtime.list_pods()).items():
-            if uid in known or uid in busy:
+            if uid in wanted:
                 continue
             if not any(c.state is acts.ContainerState.RUNNING for c in status.containers) and not any(
                 s.state is acts.SandboxState.READY for s in status.sandboxes
@@ -242,12 +262,6 @@ class Kubelet:
             log.info("housekeeping killing unwanted pod uid=%s pod=%s/%s", uid, status.namespace, status.name)
             await self.runtime.kill_pod(None, status, grace_period=0)
             await self.runtime.remove_pod(status)
-        self.status_manager.remove_orphans(known)
-        if self.mirror_pods is not None:
-            busy = {
-                full_name(p) for uid in self.workers.known_uids() if self._alive(uid) and (p := self.workers.pod(uid))
-            }
-            await self.mirror_pods.delete_orphans(self.pod_config.pods(), busy)
 
     def pods_due(self) -> list[Pod]:
         now = self.monotonic()
@@ -263,7 +277,7 @@ class Kubelet:
 
     # --- PodSyncer ---------------------------------------------------------------------------------------------
 
-    async def sync_pod(self, update_type: UpdateType, pod: Pod) -> bool:
+    async def sync_pod(self, update_type: UpdateType, pod: Pod, status: PodStatus) -> bool:
         del update_type
         uid = _uid(pod)
         api_phase = (pod.get("status") or {}).get("phase")
@@ -276,31 +290,42 @@ class Kubelet:
                 return False
             if self.mirror_pods is not None:
                 await self.mirror_pods.sync(pod)
+        runtime_status = acts.from_pod_status(status)
         failed = self.prober.failed_containers(uid) if self.prober is not None else FailedProbes()
-        result = await self.runtime.sync_pod(pod, liveness_failed=failed.liveness, startup_failed=failed.startup)
+        result = await self.runtime.sync_pod(
+            pod, runtime_status, liveness_failed=failed.liveness, startup_failed=failed.startup
+        )
         if self.prober is not None:
-            # Workers start with the containers this sync started and stop with those that are gone.
-            self.prober.ensure_probes(pod, result.status, self._pod_ips(pod, result.status, result))
-        status = self._generate(pod, result.status, result, sandbox_ready=self._sandbox_ready(result.status))
-        self._publish(pod, status)
+            # Workers start with the containers in this status and stop with those that are gone; what this sync
+            # started gets its workers at the next sync, which the relist asked for below brings on at once.
+            self.prober.ensure_probes(pod, runtime_status, self._pod_ips(pod, runtime_status, result))
+        # As upstream, the API status comes from the status the sync decided on.
+        generated = self._generate(pod, runtime_status, result, sandbox_ready=self._sandbox_ready(runtime_status))
+        self._publish(pod, generated)
         self._schedule(uid, result)
-        return status["phase"] in TERMINAL_PHASES
+        if result.changed:
+            self.request_relist(uid)
+        return generated["phase"] in TERMINAL_PHASES
 
-    async def sync_terminating_pod(self, pod: Pod, grace_period: int, kill_reason: str | None) -> None:
+    async def sync_terminating_pod(
+        self, pod: Pod, status: PodStatus, grace_period: int, kill_reason: str | None
+    ) -> None:
         uid = _uid(pod)
         if self.prober is not None:
             self.prober.stop_liveness_and_startup(uid)
-        status = await self.runtime.get_pod_status(uid)
-        await self.runtime.kill_pod(pod, status, grace_period=grace_period)
+        await self.runtime.kill_pod(pod, acts.from_pod_status(status), grace_period=grace_period)
         if self.prober is not None:
             self.prober.remove_pod(uid)
+        # Straight from the runtime, as upstream: nothing may still run once this returns.
         after = await self.runtime.get_pod_status(uid)
         generated = self._generate(pod, after, None, sandbox_ready=False, terminal=True)
         if kill_reason:
             generated.update(phase="Failed", reason=kill_reason)
         self._publish(pod, generated)
+        # Last, so the relist's time is past the end of this sync and answers the cleanup's wait at once.
+        self.request_relist(uid)
 
-    async def sync_terminated_pod(self, pod: Pod) -> None:
+    async def sync_terminated_pod(self, pod: Pod, status: PodStatus) -> None:
         self._static_gate.finished(pod)
         self._next_sync.pop(_uid(pod), None)
         wakeup = self._wakeups.pop(_uid(pod), None)
@@ -308,7 +333,7 @@ class Kubelet:
             wakeup.cancel()
         if not _meta(pod).get("deletionTimestamp"):
             return  # finished (e.g. a completed Job): containers stay for logs until the pod is deleted
-        await self.runtime.remove_pod(await self.runtime.get_pod_status(_uid(pod)))
+        await self.runtime.remove_pod(acts.from_pod_status(status))
         if self.client is None or _meta(pod).get("annotations", {}).get("kubernetes.io/config.source") != API_SOURCE:
             return
         with contextlib.suppress(NotFound):
@@ -384,7 +409,7 @@ class Kubelet:
             return self.host_ips
         pod_ips = result.pod_ips if result is not None else ()
         if not pod_ips:
-            pod_ips = tuple(ip for ip in [next((s.ip for s in runtime_status.sandboxes if s.ip), "")] if ip)
+            pod_ips = runtime_status.ips
         return tuple(pod_ips)
 
     def _publish(self, pod: Pod, status: dict[str, Any]) -> None:

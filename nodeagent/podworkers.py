@@ -12,6 +12,10 @@ As upstream's pod_workers.go, each pod moves through an explicit state machine:
 `update_pod` never blocks: it stores the update as the worker's pending work (replacing any older pending one,
 since the newest spec is the only one that matters) and wakes the worker. Once a pod is terminating, later updates
 cannot bring it back to syncing; a new pod with the same name gets a new UID and a new worker.
+
+Before each of those calls the worker reads the pod's runtime status from the PLEG's cache, *newer than* the end of
+its own last sync (upstream: podCache.GetNewerThan(uid, lastSyncTime)), and waits until there is one: a worker never
+decides from a status that predates what it did itself.
 """
 
 from __future__ import annotations
@@ -19,9 +23,12 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from pleg.status import PodStatus
 
 log = logging.getLogger(__name__)
 
@@ -52,13 +59,22 @@ class UpdatePodOptions:
 
 
 class PodSyncer(Protocol):
-    """What a worker calls; the kubelet's SyncPod / SyncTerminatingPod / SyncTerminatedPod."""
+    """What a worker calls; the kubelet's SyncPod / SyncTerminatingPod / SyncTerminatedPod, each with the pod's
+    runtime status from the cache."""
 
-    async def sync_pod(self, update_type: UpdateType, pod: Pod) -> bool: ...
+    async def sync_pod(self, update_type: UpdateType, pod: Pod, status: PodStatus) -> bool: ...
 
-    async def sync_terminating_pod(self, pod: Pod, grace_period: int, kill_reason: str | None) -> None: ...
+    async def sync_terminating_pod(
+        self, pod: Pod, status: PodStatus, grace_period: int, kill_reason: str | None
+    ) -> None: ...
 
-    async def sync_terminated_pod(self, pod: Pod) -> None: ...
+    async def sync_terminated_pod(self, pod: Pod, status: PodStatus) -> None: ...
+
+
+class PodStatusSource(Protocol):
+    """The narrow part of the PLEG's pod status cache a worker reads (pleg.cache.PodStatusCache)."""
+
+    async def get_newer_than(self, uid: str, min_time: float) -> PodStatus: ...
 
 
 def pod_uid(pod: Pod) -> str:
@@ -100,13 +116,23 @@ class _Worker:
     syncs: int = 0
     finished: bool = False  # sync_terminated_pod succeeded: nothing is left to do for this UID
     busy: bool = False
+    last_sync_time: float = 0.0  # wall seconds at the end of the last sync: the next one needs a newer status
 
 
 class PodWorkers:
     """The set of per-pod workers. Decisions live in the syncer; this class only orders and serialises work."""
 
-    def __init__(self, syncer: PodSyncer, *, on_error: Callable[[str, BaseException], None] | None = None) -> None:
+    def __init__(
+        self,
+        syncer: PodSyncer,
+        *,
+        pod_cache: PodStatusSource,
+        now: Callable[[], float] = time.time,
+        on_error: Callable[[str, BaseException], None] | None = None,
+    ) -> None:
         self._syncer = syncer
+        self._cache = pod_cache
+        self._now = now
         self._workers: dict[str, _Worker] = {}
         self._on_error = on_error
         self._changed = asyncio.Condition()
@@ -192,20 +218,29 @@ class PodWorkers:
             if worker.finished:
                 return
 
+    async def _fresh_status(self, worker: _Worker) -> PodStatus:
+        return await self._cache.get_newer_than(worker.uid, worker.last_sync_time)
+
     async def _step(self, worker: _Worker, options: UpdatePodOptions) -> None:
         worker.syncs += 1
-        if worker.state is WorkState.SYNCING:
-            finished = await self._syncer.sync_pod(options.update_type, worker.pod)
-            if finished and worker.state is WorkState.SYNCING:
-                worker.state = WorkState.TERMINATING
-                worker.wake.set()
-                worker.pending = worker.pending or UpdatePodOptions(UpdateType.SYNC, worker.pod)
-            return
-        if worker.state is WorkState.TERMINATING:
-            grace = grace_period(worker.pod, worker.grace_override)
-            await self._syncer.sync_terminating_pod(worker.pod, grace, worker.kill_reason)
-            worker.state = WorkState.TERMINATED
-            log.info("pod terminated pod=%s uid=%s", _pod_ref(worker.pod), worker.uid)
-        if worker.state is WorkState.TERMINATED:
-            await self._syncer.sync_terminated_pod(worker.pod)
-            worker.finished = True
+        try:
+            if worker.state is WorkState.SYNCING:
+                status = await self._fresh_status(worker)
+                finished = await self._syncer.sync_pod(options.update_type, worker.pod, status)
+                if finished and worker.state is WorkState.SYNCING:
+                    worker.state = WorkState.TERMINATING
+                    worker.wake.set()
+                    worker.pending = worker.pending or UpdatePodOptions(UpdateType.SYNC, worker.pod)
+                return
+            if worker.state is WorkState.TERMINATING:
+                grace = grace_period(worker.pod, worker.grace_override)
+                status = await self._fresh_status(worker)
+                await self._syncer.sync_terminating_pod(worker.pod, status, grace, worker.kill_reason)
+                worker.last_sync_time = self._now()
+                worker.state = WorkState.TERMINATED
+                log.info("pod terminated pod=%s uid=%s", _pod_ref(worker.pod), worker.uid)
+            if worker.state is WorkState.TERMINATED:
+                await self._syncer.sync_terminated_pod(worker.pod, await self._fresh_status(worker))
+                worker.finished = True
+        finally:
+            worker.last_sync_time = self._now()

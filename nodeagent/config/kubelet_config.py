@@ -23,6 +23,9 @@ Project extensions: fields that are not in upstream v1beta1. The upstream kubele
 - `pleg` (`PLEGMode`, default "auto"): which pod lifecycle event generator to run. "generic" relists the runtime,
   "evented" follows CRI GetContainerEvents, "auto" uses evented when the runtime supports it. Upstream chooses with
   the EventedPLEG feature gate instead.
+- `plegRelistThreshold` (`pleg_relist_threshold`, default 3m0s): how old the generic relist's last success may be
+  before the PLEG is unhealthy and the node NotReady ("PLEG is not healthy: ..."). Upstream hard-codes 3 minutes
+  (10 for the evented PLEG's safety-net relist, which stays so); tests shorten it.
 
 Not in the subset (an upstream field here is warned about and ignored): TLS serving files, certificate rotation,
 event QPS, CPU/memory/topology managers, image GC ages, logging, tracing, graceful shutdown by pod priority, swap,
@@ -204,6 +207,7 @@ class KubeletConfiguration:
 
     # Project extensions (not upstream; see the module docstring).
     pleg: PLEGMode = PLEGMode.AUTO
+    pleg_relist_threshold: timedelta = timedelta(minutes=3)
 
 
 def defaults() -> KubeletConfiguration:

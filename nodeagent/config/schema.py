@@ -130,7 +130,7 @@ UPSTREAM_ONLY_FIELDS: frozenset[str] = frozenset(
 )
 
 # Fields of this project that upstream does not have; documented in `kubelet_config`.
-PROJECT_EXTENSION_FIELDS: frozenset[str] = frozenset({"pleg"})
+PROJECT_EXTENSION_FIELDS: frozenset[str] = frozenset({"pleg", "plegRelistThreshold"})
 
 
 def show(raw: object) -> str:
@@ -479,6 +479,7 @@ _KUBELET_CONFIGURATION = _Struct(
         _Field("volumePluginDir", "volume_plugin_dir", _STR, zero_is_unset=True),
         _Field("featureGates", "feature_gates", _Map(_BOOL)),
         _Field("pleg", "pleg", _Enum(PLEGMode), zero_is_unset=True),
+        _Field("plegRelistThreshold", "pleg_relist_threshold", _DURATION, zero_is_unset=True),
     ],
     ignored=("apiVersion", "kind"),
     unsupported=UPSTREAM_ONLY_FIELDS,

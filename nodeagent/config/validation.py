@@ -156,6 +156,7 @@ def _check_runtime(config: KubeletConfiguration, found: Findings) -> None:
     _not_negative(found, "fileCheckFrequency", config.file_check_frequency)
     _not_negative(found, "httpCheckFrequency", config.http_check_frequency)
     _not_negative(found, "syncFrequency", config.sync_frequency)
+    _not_negative(found, "plegRelistThreshold", config.pleg_relist_threshold)
 
 
 def _check_server(config: KubeletConfiguration, found: Findings) -> None:

@@ -2,9 +2,10 @@
 ShouldContainerBeRestarted, and the sidecar-aware computeInitContainerActions).
 
 The input is `RuntimePodStatus`, a frozen view of the runtime built from CRI ListPodSandbox / ListContainers /
-PodSandboxStatus / ContainerStatus answers by the builders below. The output is `PodActions`: whether to kill the
-whole pod and create a new sandbox, which init container(s) to start next, which containers to start and which to
-kill with a message and reason. The decision is pure; the caller performs it.
+PodSandboxStatus / ContainerStatus answers by the builders below (`from_pod_status` for a status the PLEG cached).
+The output is `PodActions`: whether to kill the whole pod and create a new sandbox, which init container(s) to start
+next, which containers to start and which to kill with a message and reason. The decision is pure; the caller
+performs it.
 
 As upstream:
 
@@ -38,6 +39,7 @@ from nodeagent.kuberuntime import labels as kubelabels
 from nodeagent.kuberuntime.backoff import BackoffView, container_backoff_key, crash_loop_message
 from nodeagent.kuberuntime.errors import LabelsError
 from nodeagent.kuberuntime.hashing import hash_container
+from pleg.status import PodStatus
 
 REASON_CRASH_LOOP_BACK_OFF = "CrashLoopBackOff"
 REASON_LIVENESS_PROBE = "LivenessProbe"
@@ -98,6 +100,8 @@ class RuntimePodStatus:
     namespace: str = ""
     sandboxes: tuple[SandboxStatus, ...] = ()
     containers: tuple[ContainerStatus, ...] = ()
+    # The pod's IPs as the PLEG keeps them: a finished pod keeps the IPs its sandbox had.
+    ips: tuple[str, ...] = ()
 
     def find_container(self, name: str) -> ContainerStatus | None:
         """The newest status of the container called `name`."""
@@ -205,6 +209,7 @@ def runtime_pod_status(
     namespace: str = "",
     sandboxes: Iterable[SandboxStatus],
     containers: Iterable[ContainerStatus],
+    ips: tuple[str, ...] = (),
 ) -> RuntimePodStatus:
     return RuntimePodStatus(
         uid=uid,
@@ -212,6 +217,19 @@ def runtime_pod_status(
         namespace=namespace,
         sandboxes=tuple(sorted(sandboxes, key=lambda s: s.created_at, reverse=True)),
         containers=tuple(sorted(containers, key=lambda c: c.created_at, reverse=True)),
+        ips=ips,
+    )
+
+
+def from_pod_status(status: PodStatus) -> RuntimePodStatus:
+    """The agent's view of a status the PLEG cached (CRI messages as the runtime gave them)."""
+    return runtime_pod_status(
+        status.uid,
+        name=status.name,
+        namespace=status.namespace,
+        sandboxes=[sandbox_from_cri(s) for s in status.sandboxes],
+        containers=[container_from_cri(c.status, pod_sandbox_id=c.sandbox_id) for c in status.containers],
+        ips=status.ips,
     )
 
 

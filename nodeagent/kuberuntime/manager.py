@@ -1,6 +1,6 @@
 """The runtime manager: carries out `compute_pod_actions` over CRI (upstream: kuberuntime_manager.go SyncPod/KillPod).
 
-Reads what runs for a pod (sandboxes and containers carrying its UID label), decides with the pure
+Given what runs for a pod (the PLEG's cached status, newer than the pod's last sync), decides with the pure
 `compute_pod_actions`, and performs the actions in upstream's order: kill the pod if needed, kill single
 containers, create the sandbox, start the next init container (or sidecars), then the regular containers. Each
 container that cannot start gets a waiting reason upstream would report (ErrImagePull, ImagePullBackOff,
@@ -23,7 +23,6 @@ from cri.errors import CRIError, NotFoundError
 from cri.service import ImageService, RuntimeService
 from cri.v1 import api_pb2
 from nodeagent.kuberuntime import actions as acts
-from nodeagent.kuberuntime import labels as kubelabels
 from nodeagent.kuberuntime.backoff import Backoff, container_backoff_key
 from nodeagent.kuberuntime.cgroups import remove_cgroup_tree
 from nodeagent.kuberuntime.container_config import make_container_config
@@ -38,6 +37,7 @@ from nodeagent.kuberuntime.sandbox_config import (
     pod_log_directory,
 )
 from nodeagent.podworkers import grace_period
+from pleg import inspect as pleg_inspect
 
 log = logging.getLogger(__name__)
 
@@ -71,13 +71,14 @@ class Waiting:
 
 @dataclass(frozen=True)
 class SyncResult:
-    """What the sync left behind: the runtime's view after it, and why containers that should run do not."""
+    """What the sync left behind: why containers that should run do not, and the sandbox's IPs."""
 
-    status: acts.RuntimePodStatus
     waiting: Mapping[str, Waiting]
     pod_ips: tuple[str, ...]
     # Seconds until the earliest CrashLoopBackOff expires: the pod's next sync is due then, not at the next resync.
     retry_after: float | None = None
+    # The sync acted on the runtime (killed, created or started something): the pod is worth relisting at once.
+    changed: bool = False
 
 
 def _meta(pod: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -157,43 +158,23 @@ class RuntimeManager:
         return acts.group_by_pod(sandboxes, containers)
 
     async def get_pod_status(self, uid: str) -> acts.RuntimePodStatus:
-        selector = {kubelabels.POD_UID_LABEL: uid}
-        sandboxes = await self._runtime.list_pod_sandbox(api_pb2.PodSandboxFilter(label_selector=selector))
-        containers = await self._runtime.list_containers(api_pb2.ContainerFilter(label_selector=selector))
-        sandbox_statuses: list[acts.SandboxStatus] = []
-        for sandbox in sandboxes:
-            try:
-                resp = await self._runtime.pod_sandbox_status(sandbox.id)
-                sandbox_statuses.append(acts.sandbox_from_cri(resp.status))
-            except NotFoundError:
-                continue
-        container_statuses: list[acts.ContainerStatus] = []
-        for container in containers:
-            try:
-                resp_c = await self._runtime.container_status(container.id)
-            except NotFoundError:
-                continue
-            merged = api_pb2.ContainerStatus()
-            merged.CopyFrom(resp_c.status)
-            container_statuses.append(acts.container_from_cri(merged, pod_sandbox_id=container.pod_sandbox_id))
-        first = sandboxes[0] if sandboxes else None
-        name = first.metadata.name if first else ""
-        namespace = first.metadata.namespace if first else ""
-        return acts.runtime_pod_status(
-            uid, name=name, namespace=namespace, sandboxes=sandbox_statuses, containers=container_statuses
-        )
+        """Straight from the runtime, bypassing the PLEG's cache: only where upstream also reads it directly
+        (after killing a pod, to check that nothing runs any more)."""
+        return acts.from_pod_status(await pleg_inspect.get_pod_status(self._runtime, uid))
 
     # --- syncing -------------------------------------------------------------------------------------------
 
     async def sync_pod(
         self,
         pod: Pod,
+        status: acts.RuntimePodStatus,
         *,
         liveness_failed: frozenset[str] = frozenset(),
         startup_failed: frozenset[str] = frozenset(),
     ) -> SyncResult:
+        """Make the runtime match the pod, deciding from `status` (the cache's, newer than the last sync), as
+        upstream's SyncPod. The runtime is not read again afterwards: the PLEG reports what the actions did."""
         uid = _uid(pod)
-        status = await self.get_pod_status(uid)
         plan = acts.compute_pod_actions(
             pod,
             status,
@@ -213,6 +194,8 @@ class RuntimeManager:
                 f"{_meta(pod).get('name')}_{_meta(pod).get('namespace')}({uid})",
                 _field_path(pod, wait.name),
             )
+        changed = plan.kill_pod or plan.create_sandbox or bool(plan.containers_to_kill)
+        changed = changed or bool(plan.init_containers_to_start or plan.containers_to_start)
         if plan.kill_pod:
             await self.kill_pod(pod, status, grace_period=_grace(pod))
         else:
@@ -229,9 +212,9 @@ class RuntimeManager:
                 message = f"Failed to create pod sandbox: {exc}"
                 self._events(pod, "Warning", "FailedCreatePodSandBox", message, "")
                 log.warning("sandbox create failed pod=%s uid=%s error=%s", _ref(pod), uid, exc)
-                return SyncResult(status, waiting, (), retry_after)
+                return SyncResult(waiting, (), retry_after, changed)
         if not sandbox_id:
-            return SyncResult(await self.get_pod_status(uid), waiting, (), retry_after)
+            return SyncResult(waiting, (), retry_after, changed)
         sandbox_status = await self._runtime.pod_sandbox_status(sandbox_id)
         ips = tuple(ip for ip in [sandbox_status.status.network.ip] if ip) + tuple(
             p.ip for p in sandbox_status.status.network.additional_ips
@@ -243,7 +226,7 @@ class RuntimeManager:
             )
             if problem is not None:
                 waiting[name] = problem
-        return SyncResult(await self.get_pod_status(uid), waiting, ips, retry_after)
+        return SyncResult(waiting, ips, retry_after, changed)
 
     def _sandbox_config(self, pod: Pod, attempt: int) -> api_pb2.PodSandboxConfig:
         cgroup_parent = pod_cgroup_parent(_uid(pod), pod_qos(pod), self._node.cgroup_root)

@@ -37,6 +37,8 @@ from nodeagent.nodestatus.report import NODE_LEASE_NAMESPACE, lease_object, shou
 log = logging.getLogger(__name__)
 
 RuntimeHealth = Callable[[], Awaitable[tuple[bool, str]]]
+# The PLEG's health check: (healthy, why not); the reason follows "PLEG is not healthy: " in the Ready condition.
+PLEGHealth = Callable[[], tuple[bool, str]]
 RecordEvent = Callable[[str, str, str], None]
 
 # Upstream's constants: nodeStatusUpdateRetry, the lease controller's maxUpdateRetries and its backoff cap, the
@@ -113,6 +115,7 @@ class NodeStatusManager:
         runtime_health: RuntimeHealth,
         clock: Clock,
         record_event: RecordEvent | None = None,
+        pleg_health: PLEGHealth | None = None,
     ) -> None:
         self._client = client
         self._name = node_name
@@ -121,6 +124,7 @@ class NodeStatusManager:
         self._runtime_health = runtime_health
         self._clock = clock
         self._record_event = record_event
+        self._pleg_health = pleg_health
         self._node: Obj | None = None
         self._lease: Obj | None = None
         self._last_reported: dict[str, Any] | None = None
@@ -211,7 +215,17 @@ class NodeStatusManager:
             ready, message = await self._runtime_health()
         except Exception as exc:  # the runtime's own failure is a reason to be NotReady, not to stop reporting
             ready, message = False, f"container runtime status check failed: {exc}"
-        return node_conditions(old, now=self._clock.wall(), runtime_ready=ready, runtime_message=message)
+        pleg_message = None
+        if self._pleg_health is not None:
+            pleg_ok, why = self._pleg_health()
+            pleg_message = None if pleg_ok else why
+        return node_conditions(
+            old,
+            now=self._clock.wall(),
+            runtime_ready=ready,
+            runtime_message=message,
+            pleg_healthy_message=pleg_message,
+        )
 
     def _record_transitions(self, old: list[dict[str, Any]], new: list[dict[str, Any]]) -> None:
         if self._record_event is None:

@@ -30,6 +30,7 @@ from pathlib import Path
 import httpx
 
 from cri.client import connect
+from cri.errors import CRIError
 from nodeagent.kuberuntime.cgroups import remove_cgroup_tree
 from nodeagent.testbed import cniplugin, configs, hostnet, images, processes, registry
 from nodeagent.testbed.kubeconfig import write_kubeconfig
@@ -238,7 +239,7 @@ class Testbed:
             ["/usr/bin/docker-registry", "serve", str(lay.registry_data / "config.yml")],
         )
         cni_helper = self._start(cniplugin.HELPER, cni_plugin.helper_argv())
-        containerd = self._start("containerd", ["/usr/bin/containerd", "--config", str(lay.containerd_config)])
+        containerd = self._start("containerd", self._containerd_argv())
 
         await _wait(
             "etcd",
@@ -285,6 +286,29 @@ class Testbed:
 
     def _start(self, name: str, argv: list[str]) -> processes.Process:
         return processes.start(name, argv, pid_dir=self.layout.pids, log_dir=self.layout.logs)
+
+    def _containerd_argv(self) -> list[str]:
+        return ["/usr/bin/containerd", "--config", str(self.layout.containerd_config)]
+
+    async def stop_containerd(self) -> None:
+        """Stop this testbed's containerd, by its PID (tests of a runtime restart). The shims, and so the pods'
+        containers, keep running; a container that exits meanwhile is found by containerd when it starts again."""
+        proc = processes.load(self.layout.pids, "containerd")
+        if proc is None or not proc.alive():
+            raise TestbedError(f"containerd of the testbed in {self.layout.root} is not running")
+        await asyncio.to_thread(processes.stop, proc, pid_dir=self.layout.pids)
+
+    async def start_containerd(self) -> None:
+        """Start this testbed's containerd again (after `stop_containerd`) and wait until its CRI is ready."""
+        proc = self._start("containerd", self._containerd_argv())
+
+        async def ready() -> bool:
+            try:
+                return await _containerd_ready(self.layout)
+            except CRIError:
+                return False  # the socket is there before the CRI plugin answers
+
+        await _wait("containerd", proc.log_path, ready, proc)
 
     def _write_configs(self, settings: Settings, pki: Pki) -> None:
         lay = self.layout
@@ -446,14 +470,15 @@ class Testbed:
             await registry.push_image(settings.registry, repository, tag, image)
             log.info("testbed image pushed image=%s/%s:%s", settings.registry, repository, tag)
 
-    async def start_agent(self) -> processes.Process:
-        """`nodeagent run` against this testbed, detached like the other components (`down` stops it first)."""
+    async def start_agent(self, *, config: Path | None = None) -> processes.Process:
+        """`nodeagent run` against this testbed (with its nodeagent.yaml, or `config`), detached like the other
+        components (`down` stops it first)."""
         settings = self.settings
         proc = self._start(
             AGENT,
             [
                 sys.executable, "-m", "nodeagent", "run",
-                "--config", str(self.layout.agent_config),
+                "--config", str(config or self.layout.agent_config),
                 "--kubeconfig", str(self.layout.node_kubeconfig),
                 "--node-name", settings.node_name,
                 "--node-ip", "127.0.0.1",

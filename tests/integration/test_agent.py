@@ -351,8 +351,11 @@ async def test_image_change_restarts_only_that_container(
     await admin.delete(paths.pod(NS, name), grace_period_seconds=0)
 
 
-async def _runtime_counts(cri: CRIClient) -> tuple[int, int]:
-    return len(await cri.runtime.list_pod_sandbox()), len(await cri.runtime.list_containers())
+async def _runtime_counts(cri: CRIClient, uids: set[str]) -> tuple[int, int]:
+    """Sandboxes and containers of these pods only: a pod an earlier test deleted may still be going away."""
+    sandboxes = [s for s in await cri.runtime.list_pod_sandbox() if s.labels.get("io.kubernetes.pod.uid") in uids]
+    containers = [c for c in await cri.runtime.list_containers() if c.labels.get("io.kubernetes.pod.uid") in uids]
+    return len(sandboxes), len(containers)
 
 
 async def test_restart_under_load_adopts_without_duplicates(
@@ -360,16 +363,17 @@ async def test_restart_under_load_adopts_without_duplicates(
 ) -> None:
     name = f"steady-{uuid.uuid4().hex[:5]}"
     await run_deployment(admin, agent, name, configs.busybox_image(settings), replicas=4)
-    before = await _runtime_counts(cri_client)
     statuses_before = {
         p["metadata"]["uid"]: p["status"]["containerStatuses"] for p in await pods_with(admin, f"app={name}")
     }
+    before = await _runtime_counts(cri_client, set(statuses_before))
+    assert before == (4, 4)
     stop_agent(agent)
     restarted = start_agent(testbed, agent.log)
     agent.proc = restarted.proc
     await eventually(lambda: node_ready(admin, settings.node_name), timeout=15, what="node Ready again", agent=agent)
     await asyncio.sleep(5)  # several relists, sync ticks and a housekeeping pass
-    assert await _runtime_counts(cri_client) == before
+    assert await _runtime_counts(cri_client, set(statuses_before)) == before
     after = {p["metadata"]["uid"]: p["status"]["containerStatuses"] for p in await pods_with(admin, f"app={name}")}
     assert set(after) == set(statuses_before)
     for uid, statuses in after.items():

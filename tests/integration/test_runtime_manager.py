@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from cri.client import CRIClient
-from nodeagent.kuberuntime.actions import ContainerState
-from nodeagent.kuberuntime.manager import NodeContext, RuntimeManager
+from nodeagent.kuberuntime.actions import ContainerState, RuntimePodStatus
+from nodeagent.kuberuntime.manager import NodeContext, RuntimeManager, SyncResult
 from nodeagent.testbed import configs
 from nodeagent.testbed.layout import Settings
 
@@ -30,6 +30,14 @@ def make_pod(name: str, image: str, command: list[str], *, restart_policy: str =
             "containers": [{"name": "main", "image": image, "command": command, "imagePullPolicy": "IfNotPresent"}],
         },
     }
+
+
+async def sync(manager: RuntimeManager, pod: Pod) -> tuple[SyncResult, RuntimePodStatus]:
+    """One sync as a pod worker does it, deciding from a fresh status (read here directly; in the agent it comes
+    from the PLEG's cache), and the runtime's status after it."""
+    uid = pod["metadata"]["uid"]
+    result = await manager.sync_pod(pod, await manager.get_pod_status(uid))
+    return result, await manager.get_pod_status(uid)
 
 
 @pytest.fixture
@@ -59,15 +67,15 @@ async def manager(cri_client: CRIClient, settings: Settings, tmp_path: Path) -> 
 
 async def test_pod_runs_and_a_resync_creates_nothing_new(manager: RuntimeManager, settings: Settings) -> None:
     pod = make_pod("runs", configs.busybox_image(settings), ["sleep", "3600"])
-    first = await manager.sync_pod(pod)
+    first, first_status = await sync(manager, pod)
     assert first.waiting == {}
     assert first.pod_ips and first.pod_ips[0].startswith(settings.pod_cidr.rsplit(".", 1)[0])
-    [main] = first.status.containers
+    [main] = first_status.containers
     assert main.state is ContainerState.RUNNING
     assert main.restart_count == 0
-    again = await manager.sync_pod(pod)
-    assert [c.id for c in again.status.containers] == [main.id]
-    assert [s.id for s in again.status.sandboxes] == [s.id for s in first.status.sandboxes]
+    _again, again_status = await sync(manager, pod)
+    assert [c.id for c in again_status.containers] == [main.id]
+    assert [s.id for s in again_status.sandboxes] == [s.id for s in first_status.sandboxes]
     adopted = (await manager.list_pods())[pod["metadata"]["uid"]]
     assert adopted.name == "runs"
     assert [c.id for c in adopted.containers] == [main.id]
@@ -77,7 +85,7 @@ async def test_pod_runs_and_a_resync_creates_nothing_new(manager: RuntimeManager
     pod_cgroup = Path("/sys/fs/cgroup/memory") / configs.agent_cgroup_root(settings).strip("/") / "kubepods"
     pod_cgroup = pod_cgroup / "besteffort" / f"pod{pod['metadata']['uid']}"
     assert pod_cgroup.is_dir()
-    await manager.kill_pod(pod, again.status, grace_period=0)
+    await manager.kill_pod(pod, again_status, grace_period=0)
     await manager.remove_pod(await manager.get_pod_status(pod["metadata"]["uid"]))
     assert not pod_cgroup.exists()
 
@@ -87,14 +95,14 @@ async def test_unknown_image_waits_with_err_image_pull_then_backoff(
 ) -> None:
     healthy = make_pod("healthy", configs.busybox_image(settings), ["sleep", "3600"])
     broken = make_pod("broken", f"{settings.registry}/no-such-image:1", ["true"])
-    await manager.sync_pod(healthy)
-    first = await manager.sync_pod(broken)
+    await sync(manager, healthy)
+    first, _first_status = await sync(manager, broken)
     assert first.waiting["main"].reason == "ErrImagePull"
     assert "no-such-image" in first.waiting["main"].message
-    second = await manager.sync_pod(broken)
+    second, _second_status = await sync(manager, broken)
     assert second.waiting["main"].reason == "ImagePullBackOff"
-    still = await manager.sync_pod(healthy)
-    assert [c.state for c in still.status.containers] == [ContainerState.RUNNING]
+    _still, still_status = await sync(manager, healthy)
+    assert [c.state for c in still_status.containers] == [ContainerState.RUNNING]
 
 
 async def test_crashing_container_restarts_then_backs_off(manager: RuntimeManager, settings: Settings) -> None:
@@ -108,16 +116,16 @@ async def test_crashing_container_restarts_then_backs_off(manager: RuntimeManage
             await asyncio.sleep(0.1)
         raise AssertionError("container did not exit")
 
-    await manager.sync_pod(pod)
+    await sync(manager, pod)
     await until_exited()
-    restarted = await manager.sync_pod(pod)  # the first restart is immediate, as upstream
+    restarted, restarted_status = await sync(manager, pod)  # the first restart is immediate, as upstream
     assert restarted.waiting == {}
-    assert restarted.status.containers[0].restart_count == 1
+    assert restarted_status.containers[0].restart_count == 1
     await until_exited()
-    backing_off = await manager.sync_pod(pod)
+    backing_off, backing_off_status = await sync(manager, pod)
     assert backing_off.waiting["main"].reason == "CrashLoopBackOff"
     assert "back-off 10s restarting failed container=main pod=crashes_default" in backing_off.waiting["main"].message
-    exited = backing_off.status.containers[0]
+    exited = backing_off_status.containers[0]
     assert (exited.state, exited.exit_code) == (ContainerState.EXITED, 3)
 
 
@@ -125,7 +133,7 @@ async def test_kill_and_remove_leave_nothing(
     manager: RuntimeManager, settings: Settings, cri_client: CRIClient
 ) -> None:
     pod = make_pod("killed", configs.busybox_image(settings), ["sleep", "3600"])
-    await manager.sync_pod(pod)
+    await sync(manager, pod)
     status = await manager.get_pod_status(pod["metadata"]["uid"])
     await manager.kill_pod(pod, status, grace_period=1)
     await manager.remove_pod(status)
@@ -165,7 +173,7 @@ async def test_pre_stop_hook_runs_before_stop_and_env_comes_from_referenced_obje
     ]
     # The hook writes to PID 1's stdout, i.e. the container log, so the test can see that it ran.
     container["lifecycle"] = {"preStop": {"exec": {"command": ["sh", "-c", "echo prestop-ran > /proc/1/fd/1"]}}}
-    result = await manager.sync_pod(pod)
+    result, _result_status = await sync(manager, pod)
     assert result.waiting == {}
     meta = pod["metadata"]
     log = tmp_path / "pods" / f"{meta['namespace']}_{meta['name']}_{meta['uid']}" / "main" / "0.log"
@@ -199,7 +207,7 @@ async def test_missing_config_map_is_a_create_container_config_error(
     pod["spec"]["containers"][0]["env"] = [
         {"name": "X", "valueFrom": {"configMapKeyRef": {"name": "absent", "key": "X"}}}
     ]
-    result = await manager.sync_pod(pod)
+    result, _result_status = await sync(manager, pod)
     assert result.waiting["main"].reason == "CreateContainerConfigError"
     assert "absent" in result.waiting["main"].message
     status = await manager.get_pod_status(pod["metadata"]["uid"])
@@ -222,14 +230,14 @@ async def test_init_containers_run_in_order_and_a_sidecar_keeps_running(
     def states(status: Any) -> dict[str, ContainerState]:
         return {c.name: c.state for c in status.containers}
 
-    first = await manager.sync_pod(pod)
-    assert set(states(first.status)) == {"first"}  # nothing else starts while an init container runs
+    _first, first_status = await sync(manager, pod)
+    assert set(states(first_status)) == {"first"}  # nothing else starts while an init container runs
     for _ in range(100):
-        synced = await manager.sync_pod(pod)
-        if states(synced.status).get("main") is ContainerState.RUNNING:
+        _synced, synced_status = await sync(manager, pod)
+        if states(synced_status).get("main") is ContainerState.RUNNING:
             break
         await asyncio.sleep(0.2)
-    final = states((await manager.sync_pod(pod)).status)
+    final = states((await sync(manager, pod))[1])
     assert final == {
         "first": ContainerState.EXITED,
         "sidecar": ContainerState.RUNNING,

@@ -1,4 +1,5 @@
-"""PodWorkers: one task per UID, latest update wins, never two syncs of one pod at once, and the state machine."""
+"""PodWorkers: one task per UID, latest update wins, never two syncs of one pod at once, the state machine, and
+statuses read from the PLEG's cache newer than the worker's last sync."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ from typing import Any
 
 import pytest
 
+from cri.errors import UnavailableError
 from nodeagent.podworkers import PodWorkers, UpdatePodOptions, UpdateType, WorkState, grace_period
+from pleg.cache import Cache, PodStatusUnavailable
+from pleg.status import PodStatus
 
 Pod = dict[str, Any]
 
@@ -33,6 +37,7 @@ class RecordingSyncer:
         self.max_concurrent_per_pod = 0
         self.finish_after: set[str] = set()
         self.fail_terminated_once: set[str] = set()
+        self.statuses: list[tuple[str, PodStatus]] = []
 
     async def _enter(self, uid: str) -> None:
         self.running[uid] = self.running.get(uid, 0) + 1
@@ -43,25 +48,41 @@ class RecordingSyncer:
     def _leave(self, uid: str) -> None:
         self.running[uid] -= 1
 
-    async def sync_pod(self, update_type: UpdateType, pod: Pod) -> bool:
+    async def sync_pod(self, update_type: UpdateType, pod: Pod, status: PodStatus) -> bool:
         uid = pod["metadata"]["uid"]
+        self.statuses.append(("sync", status))
         await self._enter(uid)
         self.calls.append(("sync", uid, pod["spec"]["containers"][0]["image"]))
         self._leave(uid)
         return uid in self.finish_after
 
-    async def sync_terminating_pod(self, pod: Pod, grace_period: int, kill_reason: str | None) -> None:
+    async def sync_terminating_pod(
+        self, pod: Pod, status: PodStatus, grace_period: int, kill_reason: str | None
+    ) -> None:
         uid = pod["metadata"]["uid"]
+        self.statuses.append(("terminating", status))
         await self._enter(uid)
         self.calls.append(("terminating", uid, (grace_period, kill_reason)))
         self._leave(uid)
 
-    async def sync_terminated_pod(self, pod: Pod) -> None:
+    async def sync_terminated_pod(self, pod: Pod, status: PodStatus) -> None:
         uid = pod["metadata"]["uid"]
+        self.statuses.append(("terminated", status))
         self.calls.append(("terminated", uid, None))
         if uid in self.fail_terminated_once:
             self.fail_terminated_once.discard(uid)
             raise RuntimeError("cleanup failed")
+
+
+def fresh_cache() -> Cache:
+    """A cache that is always newer than any sync of workers whose clock stays at 0."""
+    cache = Cache()
+    cache.update_time(1.0)
+    return cache
+
+
+def new_workers(syncer: RecordingSyncer, **kwargs: Any) -> PodWorkers:
+    return PodWorkers(syncer, pod_cache=fresh_cache(), now=lambda: 0.0, **kwargs)
 
 
 async def settle(workers: PodWorkers) -> None:
@@ -73,7 +94,7 @@ async def settle(workers: PodWorkers) -> None:
 async def test_latest_update_wins_while_a_sync_runs() -> None:
     syncer = RecordingSyncer()
     syncer.gate = asyncio.Event()
-    workers = PodWorkers(syncer)
+    workers = new_workers(syncer)
     workers.update_pod(UpdatePodOptions(UpdateType.CREATE, pod("a", image="v1")))
     await asyncio.sleep(0)  # the first sync is now held open by the gate
     for version in ("v2", "v3", "v4"):
@@ -87,7 +108,7 @@ async def test_latest_update_wins_while_a_sync_runs() -> None:
 
 async def test_pods_sync_independently() -> None:
     syncer = RecordingSyncer()
-    workers = PodWorkers(syncer)
+    workers = new_workers(syncer)
     for uid in ("a", "b", "c"):
         workers.update_pod(UpdatePodOptions(UpdateType.CREATE, pod(uid)))
     await settle(workers)
@@ -98,7 +119,7 @@ async def test_pods_sync_independently() -> None:
 
 async def test_deletion_goes_terminating_then_terminated_and_never_back() -> None:
     syncer = RecordingSyncer()
-    workers = PodWorkers(syncer)
+    workers = new_workers(syncer)
     workers.update_pod(UpdatePodOptions(UpdateType.CREATE, pod("a")))
     await settle(workers)
     workers.update_pod(UpdatePodOptions(UpdateType.UPDATE, pod("a", deleted=True)))
@@ -118,7 +139,7 @@ async def test_deletion_goes_terminating_then_terminated_and_never_back() -> Non
 async def test_final_phase_starts_termination() -> None:
     syncer = RecordingSyncer()
     syncer.finish_after = {"job"}
-    workers = PodWorkers(syncer)
+    workers = new_workers(syncer)
     workers.update_pod(UpdatePodOptions(UpdateType.CREATE, pod("job", grace=7)))
     await settle(workers)
     assert [c[0] for c in syncer.calls] == ["sync", "terminating", "terminated"]
@@ -129,7 +150,7 @@ async def test_final_phase_starts_termination() -> None:
 async def test_kill_uses_shortest_override_and_reason() -> None:
     syncer = RecordingSyncer()
     syncer.gate = asyncio.Event()
-    workers = PodWorkers(syncer)
+    workers = new_workers(syncer)
     workers.update_pod(UpdatePodOptions(UpdateType.CREATE, pod("a")))
     await asyncio.sleep(0)
     workers.update_pod(UpdatePodOptions(UpdateType.KILL, pod("a"), grace_period_override=20, kill_reason="Evicted"))
@@ -144,7 +165,7 @@ async def test_failed_cleanup_is_retried_by_the_next_update() -> None:
     syncer = RecordingSyncer()
     syncer.fail_terminated_once = {"a"}
     errors: list[str] = []
-    workers = PodWorkers(syncer, on_error=lambda uid, exc: errors.append(f"{uid}:{exc}"))
+    workers = new_workers(syncer, on_error=lambda uid, exc: errors.append(f"{uid}:{exc}"))
     workers.update_pod(UpdatePodOptions(UpdateType.KILL, pod("a")))
     await settle(workers)
     assert errors == ["a:cleanup failed"]
@@ -168,3 +189,89 @@ async def test_failed_cleanup_is_retried_by_the_next_update() -> None:
 )
 def test_grace_period(p: Pod, override: int | None, expected: int) -> None:
     assert grace_period(p, override) == expected
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+async def test_a_sync_waits_for_a_status_newer_than_the_last_sync() -> None:
+    syncer = RecordingSyncer()
+    cache, clock = Cache(), Clock()
+    workers = PodWorkers(syncer, pod_cache=cache, now=clock)
+    workers.update_pod(UpdatePodOptions(UpdateType.CREATE, pod("a")))
+    await asyncio.sleep(0)
+    assert syncer.calls == []  # the cache knows nothing yet: no first relist
+    cache.update_time(50.0)  # the first relist finished
+    await settle(workers)
+    assert [c[0] for c in syncer.calls] == ["sync"]
+    assert syncer.statuses[-1][1] == PodStatus(uid="a")  # nothing of the pod in the runtime yet
+    # The sync ended at 100: a status the cache got at 90 is older than what the worker did itself.
+    cache.set("a", PodStatus(uid="a", name="seen-at-90"), None, 90.0)
+    workers.update_pod(UpdatePodOptions(UpdateType.SYNC, pod("a")))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert [c[0] for c in syncer.calls] == ["sync"]
+    assert cache.waiting() == 1
+    cache.set("a", PodStatus(uid="a", name="seen-at-101"), None, 101.0)
+    await settle(workers)
+    assert [c[0] for c in syncer.calls] == ["sync", "sync"]
+    assert syncer.statuses[-1][1].name == "seen-at-101"
+    await workers.stop()
+
+
+async def test_a_relist_that_finished_after_the_sync_answers_for_an_unchanged_pod() -> None:
+    syncer = RecordingSyncer()
+    cache, clock = Cache(), Clock()
+    cache.set("a", PodStatus(uid="a", name="old"), None, 10.0)
+    cache.update_time(20.0)
+    workers = PodWorkers(syncer, pod_cache=cache, now=clock)
+    workers.update_pod(UpdatePodOptions(UpdateType.CREATE, pod("a")))
+    await settle(workers)
+    workers.update_pod(UpdatePodOptions(UpdateType.SYNC, pod("a")))
+    await asyncio.sleep(0)
+    assert len(syncer.calls) == 1
+    cache.update_time(100.5)
+    await settle(workers)
+    assert [s[1].name for s in syncer.statuses] == ["old", "old"]
+    await workers.stop()
+
+
+async def test_a_failed_inspection_is_never_acted_on() -> None:
+    syncer = RecordingSyncer()
+    cache = Cache()
+    errors: list[BaseException] = []
+    workers = PodWorkers(syncer, pod_cache=cache, now=lambda: 0.0, on_error=lambda uid, exc: errors.append(exc))
+    cache.set("a", None, UnavailableError("ContainerStatus", None, "runtime gone"), 5.0)
+    workers.update_pod(UpdatePodOptions(UpdateType.CREATE, pod("a")))
+    await settle(workers)
+    assert syncer.calls == []
+    assert len(errors) == 1 and isinstance(errors[0], PodStatusUnavailable)
+    cache.set("a", PodStatus(uid="a", name="back"), None, 6.0)
+    workers.update_pod(UpdatePodOptions(UpdateType.SYNC, pod("a")))
+    await settle(workers)
+    assert [s[1].name for s in syncer.statuses] == ["back"]
+    await workers.stop()
+
+
+async def test_termination_reads_a_fresh_status_before_each_step() -> None:
+    syncer = RecordingSyncer()
+    cache, clock = Cache(), Clock()
+    cache.update_time(99.0)
+    workers = PodWorkers(syncer, pod_cache=cache, now=clock)
+    workers.update_pod(UpdatePodOptions(UpdateType.KILL, pod("a")))
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert [c[0] for c in syncer.calls] == ["terminating"]  # cleanup waits for a status newer than the kill
+    assert cache.waiting() == 1
+    cache.set("a", PodStatus(uid="a", name="after-kill"), None, 100.5)
+    await settle(workers)
+    assert [(kind, status.name) for kind, status in syncer.statuses] == [
+        ("terminating", ""),
+        ("terminated", "after-kill"),
+    ]
+    await workers.stop()

@@ -120,6 +120,7 @@ UPSTREAM_DEFAULTS: dict[str, object] = {
     "volume_plugin_dir": "/usr/libexec/kubernetes/kubelet-plugins/volume/exec/",
     "feature_gates": {},
     "pleg": "auto",  # project extension
+    "pleg_relist_threshold": timedelta(minutes=3),  # project extension
 }
 
 
@@ -251,6 +252,7 @@ ROUND_TRIP: list[tuple[str, str, object, object]] = [
         {"EventedPLEG": True, "SomethingElse": False},
     ),
     ("pleg", "pleg", "evented", PLEGMode.EVENTED),
+    ("plegRelistThreshold", "pleg_relist_threshold", "10s", timedelta(seconds=10)),
 ]
 
 
@@ -343,6 +345,7 @@ def test_schema_tables_match_the_dataclasses() -> None:
         ("containerLogMaxSize", "", "container_log_max_size"),
         ("volumePluginDir", "", "volume_plugin_dir"),
         ("pleg", "", "pleg"),
+        ("plegRelistThreshold", "0s", "pleg_relist_threshold"),
         # null is absent, whatever the field
         ("maxPods", None, "max_pods"),
         ("healthzPort", None, "healthz_port"),
@@ -524,6 +527,7 @@ def test_wrong_types_raise(fields: dict[str, Any], fragment: str) -> None:
         ({"containerLogMaxSize": "10MB"}, 'containerLogMaxSize: invalid quantity "10MB"'),
         ({"containerLogMaxSize": "-1Mi"}, 'containerLogMaxSize: must not be negative, got "-1Mi"'),
         ({"syncFrequency": "-1s"}, 'syncFrequency: must not be negative, got "-1s"'),
+        ({"plegRelistThreshold": "-1s"}, 'plegRelistThreshold: must not be negative, got "-1s"'),
         ({"runtimeRequestTimeout": "-2m"}, 'runtimeRequestTimeout: must not be negative, got "-2m0s"'),
         ({"nodeStatusUpdateFrequency": "-10s"}, 'nodeStatusUpdateFrequency: must not be negative, got "-10s"'),
         ({"evictionPressureTransitionPeriod": "-1m"}, "evictionPressureTransitionPeriod: must not be negative"),

@@ -16,6 +16,7 @@ from nodeagent.kuberuntime.actions import (
     SandboxStatus,
     compute_pod_actions,
     container_from_cri,
+    from_pod_status,
     group_by_pod,
     next_restart_count,
     pod_sandbox_changed,
@@ -24,6 +25,7 @@ from nodeagent.kuberuntime.actions import (
 )
 from nodeagent.kuberuntime.backoff import Backoff
 from nodeagent.kuberuntime.hashing import hash_container
+from pleg.status import ContainerRecord, PodStatus, make_pod_status
 
 NS = 1_000_000_000
 NOW = 10_000.0
@@ -464,3 +466,54 @@ def test_builders_from_cri_statuses() -> None:
         containers=[],
     )
     assert [s.id for s in rp.sandboxes] == ["a", "s1"]
+
+
+def test_from_pod_status_converts_what_the_pleg_cached() -> None:
+    the_pod = pod()
+    labels = kl.container_labels(the_pod, APP)
+    annotations = kl.container_annotations(the_pod, APP, container_hash="h1", restart_count=2)
+    cached = make_pod_status(
+        "u-1",
+        name="web",
+        namespace="default",
+        sandboxes=[
+            api_pb2.PodSandboxStatus(id="s0", state=api_pb2.SANDBOX_NOTREADY, created_at=1),
+            api_pb2.PodSandboxStatus(
+                id="s1",
+                state=api_pb2.SANDBOX_READY,
+                created_at=2,
+                metadata=api_pb2.PodSandboxMetadata(attempt=1),
+                network=api_pb2.PodSandboxNetworkStatus(ip="198.18.0.3"),
+            ),
+        ],
+        containers=[
+            ContainerRecord(
+                "s1",
+                api_pb2.ContainerStatus(
+                    id="c1",
+                    state=api_pb2.CONTAINER_EXITED,
+                    exit_code=1,
+                    created_at=5,
+                    labels=labels,
+                    annotations=annotations,
+                ),
+            )
+        ],
+    )
+    converted = from_pod_status(cached)
+    assert (converted.uid, converted.name, converted.namespace, converted.ips) == (
+        "u-1",
+        "web",
+        "default",
+        ("198.18.0.3",),
+    )
+    assert [(s.id, s.state, s.attempt) for s in converted.sandboxes] == [
+        ("s1", SandboxState.READY, 1),
+        ("s0", SandboxState.NOT_READY, 0),
+    ]
+    assert converted.containers == (
+        ContainerStatus(
+            id="c1", name="app", state=E, exit_code=1, hash="h1", restart_count=2, created_at=5, pod_sandbox_id="s1"
+        ),
+    )
+    assert from_pod_status(PodStatus(uid="u-2")) == RuntimePodStatus(uid="u-2")

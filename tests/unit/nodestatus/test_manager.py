@@ -342,6 +342,37 @@ async def test_a_failing_runtime_health_check_is_not_ready_not_a_crash(api: Api)
     assert (ready["status"], ready["message"]) == ("False", "container runtime status check failed: socket gone")
 
 
+async def test_an_unhealthy_pleg_turns_the_node_not_ready_and_its_recovery_ready_again(api: Api) -> None:
+    pleg = {"health": (True, "")}
+    events = Events()
+    async with api.client() as client:
+        manager = NodeStatusManager(
+            client,
+            node_name=NAME,
+            config=CONFIG,
+            facts=FACTS,
+            runtime_health=Health(),
+            clock=FakeClock(),
+            record_event=events,
+            pleg_health=lambda: pleg["health"],
+        )
+        await manager.register()
+        await manager.sync_node_status()
+        pleg["health"] = (False, "pleg was last seen active 3m0.5s ago; threshold is 3m0s")
+        await manager.sync_node_status()
+        pleg["health"] = (True, "")
+        await manager.sync_node_status()
+    readies = [
+        {c["type"]: c for c in body["status"]["conditions"]}["Ready"] for body in api.bodies("PATCH", NODE_STATUS)
+    ]
+    assert [(r["status"], r["reason"], r["message"]) for r in readies] == [
+        ("True", "KubeletReady", "kubelet is posting ready status"),
+        ("False", "KubeletNotReady", "PLEG is not healthy: pleg was last seen active 3m0.5s ago; threshold is 3m0s"),
+        ("True", "KubeletReady", "kubelet is posting ready status"),
+    ]
+    assert [r for r in events.reasons if r.startswith("NodeNot") or r == "NodeReady"] == ["NodeNotReady", "NodeReady"]
+
+
 @pytest.mark.parametrize(
     ("failures", "ok", "patches_sent"),
     [

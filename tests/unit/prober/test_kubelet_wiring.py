@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from cri.v1 import api_pb2
 from nodeagent.kubelet import Kubelet, container_inputs
 from nodeagent.kuberuntime.actions import (
     ContainerState,
@@ -17,6 +18,7 @@ from nodeagent.kuberuntime.actions import (
     RuntimePodStatus,
     SandboxState,
     SandboxStatus,
+    from_pod_status,
 )
 from nodeagent.kuberuntime.manager import SyncResult
 from nodeagent.podconfig import PodConfig
@@ -24,6 +26,8 @@ from nodeagent.podworkers import UpdateType
 from nodeagent.prober.fake import FakeProbeManager
 from nodeagent.prober.results import Result
 from nodeagent.prober.spec import ProbeType
+from pleg.cache import Cache
+from pleg.status import ContainerRecord, PodStatus
 from tests.unit.prober.harness import EXEC, pod
 
 R, E = ContainerState.RUNNING, ContainerState.EXITED
@@ -37,6 +41,32 @@ def status(*containers: tuple[str, str, ContainerState]) -> RuntimePodStatus:
         namespace="default",
         sandboxes=(SANDBOX,),
         containers=tuple(ContainerStatus(id=c, name=n, state=s, started_at=1) for c, n, s in containers),
+    )
+
+
+_CRI_STATES = {R: api_pb2.CONTAINER_RUNNING, E: api_pb2.CONTAINER_EXITED}
+
+
+def cri_status(*containers: tuple[str, str, ContainerState]) -> PodStatus:
+    """The same pod as `status`, as the PLEG caches it (CRI messages), which is what the Kubelet syncs from."""
+    sandbox = api_pb2.PodSandboxStatus(
+        id="s1", state=api_pb2.SANDBOX_READY, network=api_pb2.PodSandboxNetworkStatus(ip=SANDBOX.ip)
+    )
+    return PodStatus(
+        uid="u1",
+        name="pod-u1",
+        namespace="default",
+        ips=(SANDBOX.ip,),
+        sandboxes=(sandbox,),
+        containers=tuple(
+            ContainerRecord(
+                "s1",
+                api_pb2.ContainerStatus(
+                    id=c, metadata=api_pb2.ContainerMetadata(name=n), state=_CRI_STATES[st], started_at=1
+                ),
+            )
+            for c, n, st in containers
+        ),
     )
 
 
@@ -75,10 +105,16 @@ class FakeRuntime:
     calls: list[tuple[str, Any]] = field(default_factory=list)
 
     async def sync_pod(
-        self, pod: dict[str, Any], *, liveness_failed: frozenset[str], startup_failed: frozenset[str]
+        self,
+        pod: dict[str, Any],
+        status: RuntimePodStatus,
+        *,
+        liveness_failed: frozenset[str],
+        startup_failed: frozenset[str],
     ) -> SyncResult:
+        assert status == self.status  # the cached status, converted, is what the sync decides from
         self.calls.append(("sync_pod", (liveness_failed, startup_failed)))
-        return SyncResult(self.status, {}, ("198.18.0.9",))
+        return SyncResult({}, ("198.18.0.9",))
 
     async def get_pod_status(self, uid: str) -> RuntimePodStatus:
         return self.status
@@ -108,6 +144,7 @@ def _kubelet(runtime: FakeRuntime, prober: FakeProbeManager, statuses: Statuses)
         runtime=runtime,  # type: ignore[arg-type]
         status_manager=statuses,
         node=lambda: None,
+        pod_cache=Cache(),
         prober=prober,
         wall=lambda: datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC),
     )
@@ -115,11 +152,12 @@ def _kubelet(runtime: FakeRuntime, prober: FakeProbeManager, statuses: Statuses)
 
 async def test_sync_pod_hands_failures_to_the_runtime_and_ensures_workers() -> None:
     p = pod(liveness=EXEC, readiness=EXEC)
-    runtime = FakeRuntime(status(("c1", "app", R), ("p1", "plain", R)))
+    cached = cri_status(("c1", "app", R), ("p1", "plain", R))
+    runtime = FakeRuntime(from_pod_status(cached))
     prober, statuses = FakeProbeManager(), Statuses()
     kubelet = _kubelet(runtime, prober, statuses)
 
-    await kubelet.sync_pod(UpdateType.SYNC, p)
+    await kubelet.sync_pod(UpdateType.SYNC, p, cached)
     assert runtime.calls == [("sync_pod", (frozenset(), frozenset()))]
     assert prober.calls == [("ensure_probes", "u1")]
     generated = statuses.published["u1"]
@@ -128,7 +166,7 @@ async def test_sync_pod_hands_failures_to_the_runtime_and_ensures_workers() -> N
 
     prober.set_result(ProbeType.READINESS, "c1", Result.SUCCESS)
     prober.set_result(ProbeType.LIVENESS, "c1", Result.FAILURE)
-    await kubelet.sync_pod(UpdateType.SYNC, p)
+    await kubelet.sync_pod(UpdateType.SYNC, p, cached)
     assert runtime.calls[-1] == ("sync_pod", (frozenset({"c1"}), frozenset()))
     generated = statuses.published["u1"]
     assert [c["ready"] for c in generated["containerStatuses"]] == [True, True]
@@ -137,7 +175,8 @@ async def test_sync_pod_hands_failures_to_the_runtime_and_ensures_workers() -> N
 
 async def test_termination_stops_killing_probes_first_and_removes_all_after() -> None:
     p = pod(liveness=EXEC, readiness=EXEC)
-    runtime = FakeRuntime(status(("c1", "app", R)))
+    cached = cri_status(("c1", "app", R))
+    runtime = FakeRuntime(from_pod_status(cached))
     prober, statuses = FakeProbeManager(), Statuses()
     kubelet = _kubelet(runtime, prober, statuses)
     prober.ensure_probes(p, runtime.status, ())
@@ -149,7 +188,7 @@ async def test_termination_stops_killing_probes_first_and_removes_all_after() ->
         await original_kill(pod_, st, grace_period=grace_period)
 
     runtime.kill_pod = kill  # type: ignore[method-assign]
-    await kubelet.sync_terminating_pod(p, 5, None)
+    await kubelet.sync_terminating_pod(p, cached, 5, None)
     assert order == ["kill after stop_liveness_and_startup"]
     assert prober.calls[-1] == ("remove_pod", "u1")
     assert prober.results == {}
