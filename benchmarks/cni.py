@@ -28,17 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import percentile
 from cni.install import install
 from nodeagent.testbed import hostnet
 from nodeagent.testbed.configs import REFERENCE_CNI_DIR
 
 WARMUP = 3
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
-    return ordered[index]
 
 
 @dataclass

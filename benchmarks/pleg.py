@@ -34,6 +34,7 @@ from typing import Any
 import psutil
 import yaml
 
+from benchmarks.common import NS, percentile, pod_body
 from cri.client import CRIClient, connect
 from cri.v1 import api_pb2
 from nodeagent.kube import paths
@@ -41,32 +42,8 @@ from nodeagent.kube.client import KubeClient
 from nodeagent.testbed import configs, processes
 from nodeagent.testbed.testbed import Testbed
 
-NS = "default"
 SELECTOR = "bench=pleg"
 SETTLE_SECONDS = 10.0
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
-    return ordered[index]
-
-
-def pod_body(name: str, image: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": NS, "labels": {"bench": "pleg"}},
-        "spec": {
-            "terminationGracePeriodSeconds": 0,
-            "automountServiceAccountToken": False,
-            "containers": [
-                {"name": "main", "image": image, "imagePullPolicy": "IfNotPresent", "command": ["sleep", "3600"]}
-            ],
-        },
-    }
 
 
 def main_status(pod: dict[str, Any]) -> dict[str, Any]:
@@ -87,7 +64,9 @@ async def scale_to(admin: KubeClient, image: str, count: int, timeout: float = 6
     have = (await admin.list(paths.pods(NS), label_selector=SELECTOR))["items"]
     names = [f"pleg-{uuid.uuid4().hex[:8]}" for _ in range(count - len(have))]
     for start in range(0, len(names), 20):
-        await asyncio.gather(*(admin.create(paths.pods(NS), pod_body(n, image)) for n in names[start : start + 20]))
+        await asyncio.gather(
+            *(admin.create(paths.pods(NS), pod_body(n, image, bench="pleg")) for n in names[start : start + 20])
+        )
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         pods = await running_pods(admin)

@@ -23,39 +23,14 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Any
 
+from benchmarks.common import NS, percentile, pod_body
 from cri.client import CRIClient, connect
 from cri.v1 import api_pb2
 from nodeagent.kube import paths
 from nodeagent.kube.client import KubeClient
 from nodeagent.testbed import configs
 from nodeagent.testbed.testbed import Testbed
-
-NS = "default"
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
-    return ordered[index]
-
-
-def pod_body(name: str, image: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": NS, "labels": {"bench": "pod-startup"}},
-        "spec": {
-            "terminationGracePeriodSeconds": 0,
-            "automountServiceAccountToken": False,
-            "containers": [
-                {"name": "main", "image": image, "imagePullPolicy": "IfNotPresent", "command": ["sleep", "3600"]}
-            ],
-        },
-    }
 
 
 async def agent_round(admin: KubeClient, image: str, count: int) -> list[float]:
@@ -84,7 +59,7 @@ async def agent_round(admin: KubeClient, image: str, count: int) -> list[float]:
 
     async def create(name: str) -> None:
         created_at[name] = time.monotonic()
-        await admin.create(paths.pods(NS), pod_body(name, image))
+        await admin.create(paths.pods(NS), pod_body(name, image, bench="pod-startup"))
 
     await asyncio.gather(*(create(n) for n in names))
     await asyncio.wait_for(watcher, 300)
