@@ -218,7 +218,12 @@ async def main(argv: list[str]) -> int:
             + ", ".join(f"CPU {c} pods {s}s/{args.cpu_window:.0f}s" for c, s in r["cpu_s"].items())
             for r in results
         )
-        + (f"; evented/generic: {ratios}" if ratios else "")
+        + (
+            "; evented/generic: "
+            + ", ".join(f"{k.removesuffix('_evented_over_generic')} x{v}" for k, v in ratios.items())
+            if ratios
+            else ""
+        )
     )
     return 0
 
