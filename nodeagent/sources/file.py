@@ -83,7 +83,7 @@ def read_manifest_file(path: str, *, node_name: str) -> Pod:
     try:
         obj = load_manifest(data)
     except ManifestError as exc:
-        raise InvalidManifest(f"couldn't parse as pod({exc}), please check manifest file") from exc
+        raise InvalidManifest(f"couldn't parse as pod({exc}), please check config file") from exc
     return decode_pod(obj, node_name=node_name, source=path, is_file=True)
 
 

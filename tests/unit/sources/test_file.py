@@ -61,6 +61,7 @@ def test_a_directory_yields_its_valid_manifests_in_name_order(tmp_path: Path) ->
     problems = {Path(p.origin).name: p.message for p in listing.problems}
     assert set(problems) == {"bad.yaml", "big.yaml", "binary", "fifo"}
     assert problems["bad.yaml"].startswith("couldn't parse as pod(not valid YAML or JSON")
+    assert problems["bad.yaml"].endswith("), please check config file")  # upstream file.go's words
     assert "size limit" in problems["big.yaml"]
     assert "not UTF-8" in problems["binary"]
     assert problems["fifo"] == "not a regular file"
