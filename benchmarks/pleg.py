@@ -136,6 +136,14 @@ async def delete_all(admin: KubeClient, cri: CRIClient, timeout: float = 300) ->
     raise RuntimeError("the runtime did not empty")
 
 
+def pleg_in_use(log_text: str) -> str:
+    """Which PLEG the agent's log says ran last: "evented" or "generic" (the evented PLEG logs both switches). The log
+    is appended to by every agent of the testbed: only the last agent's part counts."""
+    log_text = log_text[log_text.rfind("pleg started mode=") :]
+    evented, fell_back = log_text.rfind("evented pleg in use"), log_text.rfind("falling back to generic relisting")
+    return "evented" if evented > fell_back else "generic"
+
+
 async def run_mode(
     bed: Testbed, admin: KubeClient, cri: CRIClient, mode: str, *, counts: list[int], kills: int, window: float
 ) -> dict[str, Any]:
@@ -163,6 +171,10 @@ async def run_mode(
                 "n": len(samples),
             }
             del pods
+        # An evented run that fell back to relisting would report generic figures under the evented label.
+        ran = pleg_in_use(agent.log_path.read_text(errors="replace"))
+        if ran != mode:
+            raise RuntimeError(f"the agent ran the {ran} PLEG in the {mode} run; see {agent.log_path}")
         result["latency_p50_s"] = round(statistics.median(latencies), 3)
         result["latency_p99_s"] = round(percentile(latencies, 0.99), 3)
         result["samples"] = len(latencies)

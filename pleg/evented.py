@@ -11,8 +11,12 @@ as a safety net, and does the relists the stream needs. Every 2 s the cache's gl
 worker waiting for a newer status is never stuck behind a lost event (only while a stream is open: without one,
 the worker waits for a relist).
 
-When the stream fails it is opened again after a back-off (0.5 s doubling), each failure forcing a relist. After 5
-failures in a row the PLEG falls back: the relist runs every second with the generic threshold (3 min), and the
+When the stream fails it is opened again after a back-off (0.5 s doubling), each failure forcing a relist. That
+relist usually fails too (the runtime is away), and containerd drops the events of a death while nobody listens, so a
+relist is owed from a failure until one succeeds after a stream has opened again: the new stream's watcher retries it
+every second, and the cache tick holds still meanwhile (otherwise a container that died during a short outage would
+be reported running until the 5-minute safety relist; upstream has that gap). After 5 failures in a row the PLEG
+falls back: the relist runs every second with the generic threshold (3 min), and the
 stream is tried again every 30 s; once a stream has proved itself (it delivered an event, or stayed open 10 s),
 the evented settings come back. A runtime that does not implement the call makes the `auto` mode stay generic.
 
@@ -46,9 +50,13 @@ log = logging.getLogger(__name__)
 
 T = PodLifecycleEventType
 
-# Upstream's eventedPlegMaxStreamRetries and globalCacheUpdatePeriod.
+# Upstream's eventedPlegMaxStreamRetries.
 MAX_STREAM_RETRIES = 5
+# Upstream's globalCacheUpdatePeriod is 5 s (1 s in its first release); 2 s, the housekeeping period, bounds how long
+# a worker waiting on a pod whose containers sent no event is held.
 GLOBAL_CACHE_UPDATE_PERIOD = 2.0
+# How often an owed relist (see the module docstring) is retried while a stream is open.
+OWED_RELIST_RETRY = 1.0
 RETRY_BACKOFF_START = 0.5
 RETRY_BACKOFF_CAP = 5.0
 # After falling back: how often to try the stream again, and when a stream counts as working without an event.
@@ -117,6 +125,9 @@ class EventedPLEG:
         self._cache_period = global_cache_update_period
         self.in_use = False
         self.streaming = False  # a stream is open right now
+        # A relist that must succeed while a stream is open before the cache is as fresh as the stream: true at start
+        # (events between the agent's first relist and the subscription are lost) and after every stream failure.
+        self.relist_owed = True
         self.events_received = 0
         self.fallbacks = 0
 
@@ -161,6 +172,7 @@ class EventedPLEG:
                 self._fall_back(failures)
                 return
             failures += 1
+            self.relist_owed = True
             self._metrics.connection_error.inc()
             log.warning("evented pleg stream failed failures=%d error=%s", failures, attempt.error or "stream ended")
             await self._generic.relist()  # as upstream: whatever the stream missed
@@ -175,6 +187,8 @@ class EventedPLEG:
         error: CRIError | None = None
         stream = self._runtime.get_container_events()
         self.streaming = True
+        # Started before the first read of the stream, so the subscription is on its way before the relist lists.
+        owed = asyncio.create_task(self._pay_owed_relist(), name="pleg-owed-relist") if self.relist_owed else None
         try:
             async for event in stream:
                 self._proved(proved)
@@ -189,10 +203,18 @@ class EventedPLEG:
         finally:
             self.streaming = False
             timer.cancel()
+            if owed is not None:
+                owed.cancel()
             close = getattr(stream, "aclose", None)  # ends the call at once, also when this task is cancelled
             if close is not None:
                 await close()
         return _Attempt(proved.is_set(), isinstance(error, UnimplementedError), error)
+
+    async def _pay_owed_relist(self) -> None:
+        """Relist until one succeeds, while this stream is open; then the cache tick may move again."""
+        while not await self._generic.relist():
+            await self._clock.sleep(OWED_RELIST_RETRY)
+        self.relist_owed = False
 
     async def _prove_after(self, proved: asyncio.Event) -> None:
         await self._clock.sleep(self._healthy_after)
@@ -225,7 +247,7 @@ class EventedPLEG:
         while True:
             await self._clock.sleep(self._cache_period)
             # Only while events can arrive: with the stream down, a waiting worker waits for a relist instead.
-            if self.in_use and self.streaming:
+            if self.in_use and self.streaming and not self.relist_owed:
                 self._cache.update_time(wall_seconds(self._clock))
 
     # --- one event ---------------------------------------------------------------------------------------------
@@ -233,11 +255,11 @@ class EventedPLEG:
     def process(self, event: api_pb2.ContainerEventResponse) -> None:
         """Turn one container event into a cache update and PLEG events. Never waits."""
         created = event.created_at / 1e9
-        self._metrics.connection_latency.observe(max(wall_seconds(self._clock) - created, 0.0))
         last_relist = self._generic.last_relist_wall
         if last_relist is not None and created < last_relist:
             log.debug("evented pleg event older than the last relist dropped container=%s", event.container_id[:12])
             return
+        self._metrics.connection_latency.observe(max(wall_seconds(self._clock) - created, 0.0))
         deleted = event.container_event_type == api_pb2.CONTAINER_DELETED_EVENT
         if not event.HasField("pod_sandbox_status") or not event.pod_sandbox_status.HasField("metadata"):
             if deleted:

@@ -8,13 +8,18 @@
     kubelet_evented_pleg_connection_error_count_total    GetContainerEvents streams that failed
     kubelet_evented_pleg_connection_latency_seconds      histogram: a container event's age when it reached the cache
 
-prometheus_client always exposes a counter with a `_total` suffix; the counters are otherwise upstream's. The metrics
-live on an injected `CollectorRegistry`, as `cri.instrumented` does.
+prometheus_client's text exposition always names a counter `<name>_total` (and adds `<name>_created`), where
+upstream's Go client exposes these three counters without a suffix; the kubelet server's /metrics will have to
+rename them. Histograms use upstream's buckets (the Go client's DefBuckets). The metrics live on an injected
+`CollectorRegistry`, as `cri.instrumented` does.
 """
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+# The Go client's prometheus.DefBuckets, which upstream's PLEG histograms use.
+DEF_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
 class PLEGMetrics:
@@ -22,11 +27,13 @@ class PLEGMetrics:
         self.relist_duration = Histogram(
             "kubelet_pleg_relist_duration_seconds",
             "Duration in seconds for relisting pods in PLEG.",
+            buckets=DEF_BUCKETS,
             registry=registry,
         )
         self.relist_interval = Histogram(
             "kubelet_pleg_relist_interval_seconds",
             "Interval in seconds between relisting in PLEG.",
+            buckets=DEF_BUCKETS,
             registry=registry,
         )
         self.discard_events = Counter(
@@ -52,5 +59,6 @@ class PLEGMetrics:
         self.connection_latency = Histogram(
             "kubelet_evented_pleg_connection_latency_seconds",
             "The latency of streaming connection with the CRI runtime, measured in seconds.",
+            buckets=DEF_BUCKETS,
             registry=registry,
         )

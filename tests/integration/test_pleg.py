@@ -158,10 +158,10 @@ async def test_fake_runtime_matches_containerd(cri_client: CRIClient, settings: 
 
 @contextlib.asynccontextmanager
 async def running_agent(
-    testbed: Testbed, settings: Settings, admin: KubeClient, mode: str, tmp_path: Path
+    testbed: Testbed, settings: Settings, admin: KubeClient, mode: str, tmp_path: Path, *, log_name: str = ""
 ) -> AsyncIterator[Agent]:
     config = agent_config(testbed, tmp_path / "nodeagent.yaml", pleg=mode, plegRelistThreshold=THRESHOLD)
-    agent = start_agent(testbed, testbed.layout.logs / f"agent-pleg-{mode}.log", config=config)
+    agent = start_agent(testbed, testbed.layout.logs / f"{log_name or f'agent-pleg-{mode}'}.log", config=config)
     try:
         await eventually(lambda: node_ready(admin, settings.node_name), timeout=30, what="node Ready", agent=agent)
         yield agent
@@ -283,12 +283,21 @@ async def test_a_container_killed_from_outside_is_reported_and_restarted_per_its
         assert stopped["state"]["terminated"]["exitCode"] in (137, 143)  # sleep ends on SIGTERM or SIGKILL
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(("mode", "outage"), [("generic", "long"), ("evented", "long"), ("evented", "short")])
 async def test_containerd_restart_while_pods_run(
-    mode: str, testbed: Testbed, settings: Settings, admin: KubeClient, cri_client: CRIClient, tmp_path: Path
+    mode: str,
+    outage: str,
+    testbed: Testbed,
+    settings: Settings,
+    admin: KubeClient,
+    cri_client: CRIClient,
+    tmp_path: Path,
 ) -> None:
+    """A long outage makes the evented PLEG fall back to relisting; a short one (containerd back before the fifth
+    failed stream) does not, and the death during it must still be found, not left to the 5-minute safety relist."""
     image = configs.busybox_image(settings)
-    async with running_agent(testbed, settings, admin, mode, tmp_path) as agent:
+    log_name = f"agent-pleg-restart-{mode}-{outage}"
+    async with running_agent(testbed, settings, admin, mode, tmp_path, log_name=log_name) as agent:
         tag = uuid.uuid4().hex[:5]
         names = [f"steady-{tag}-{i}" for i in range(2)]
         victim = f"victim-{tag}"
@@ -299,13 +308,15 @@ async def test_containerd_restart_while_pods_run(
 
         await testbed.stop_containerd()
         os.kill(victim_pid, signal.SIGKILL)  # dies while nobody at the runtime watches
-        if mode == "evented":
+        if mode == "evented" and outage == "long":
             await eventually(
                 logged(agent, "falling back to generic relisting"), timeout=60, what="fallback", agent=agent
             )
-        else:
+        elif outage == "long":
             await asyncio.sleep(5)  # several relists fail meanwhile
         await testbed.start_containerd()
+        if outage == "short":
+            assert await logged(agent, "evented pleg stream failed")()  # the stream did see the outage
 
         async def victim_reported() -> Obj | None:
             status = main_status(await api_pod(admin, victim)())
@@ -318,6 +329,10 @@ async def test_containerd_restart_while_pods_run(
         # containerd reports the exit it finds when it starts again: 137, or 255 when the shim had lost the status.
         assert terminated["exitCode"] in (137, 255) and terminated["finishedAt"]
         await eventually(lambda: node_ready(admin, settings.node_name), timeout=60, what="Ready again", agent=agent)
+        if outage == "short":
+            # Found by the stream's owed relist, with no fallback on the way (a slow containerd start would make
+            # this a long outage: the log then says so).
+            assert not await logged(agent, "falling back to generic relisting")(), agent.log.read_text()[-3000:]
         if mode == "evented":
 
             async def recovered() -> bool:

@@ -232,6 +232,59 @@ async def test_a_quiet_stream_proves_itself_after_ten_seconds(
     assert running.in_use and generic.duration == EVENTED_RELIST
 
 
+async def test_a_death_during_a_short_outage_is_seen_once_the_stream_is_back(
+    running: EventedPLEG, generic: GenericPLEG, runtime: FakeRuntime, clock: FakeClock, cache: Cache
+) -> None:
+    sb = runtime.run_sandbox("u1")
+    c = runtime.run_container(sb, "main")
+    await clock.advance(0)
+    await clock.advance(1)
+    assert _state(cache, "u1") == api_pb2.CONTAINER_RUNNING
+    # containerd goes away for about 2 s: the stream breaks, the relists fail, two reopenings fail (no fallback).
+    runtime.fail["ListPodSandbox"] = DOWN
+    runtime.open_failures = [DOWN] * 2
+    runtime.break_stream(DOWN)
+    await clock.advance(0)
+    assert runtime.subscribers == 0
+    runtime.exit_container(c, 137)  # nobody listens: containerd drops this event
+    for delay in (0.5, 1.0):
+        await clock.advance(delay)
+    assert running.relist_owed
+    del runtime.fail["ListPodSandbox"]
+    await clock.advance(2.0)  # a quiet stream is open again
+    assert runtime.subscribers == 1 and running.in_use and running.fallbacks == 0
+    await clock.advance(0)
+    assert not running.relist_owed
+    assert _state(cache, "u1") == api_pb2.CONTAINER_EXITED
+
+
+async def test_the_cache_tick_holds_while_a_relist_is_owed(
+    running: EventedPLEG, runtime: FakeRuntime, clock: FakeClock, cache: Cache
+) -> None:
+    await clock.advance(2)
+    assert not running.relist_owed and cache.timestamp == clock.wall().timestamp()
+    runtime.fail["ListPodSandbox"] = DOWN
+    runtime.break_stream(DOWN)
+    for delay in (0, 0.5):
+        await clock.advance(delay)
+    assert runtime.subscribers == 1 and running.relist_owed  # a stream is open, the runtime cannot be listed
+    held = cache.timestamp
+    for _ in range(4):
+        await clock.advance(1)
+    assert cache.timestamp == held  # no worker is told the stale status is fresh
+    del runtime.fail["ListPodSandbox"]
+    await clock.advance(1)  # the owed relist is retried every second and now succeeds
+    assert not running.relist_owed
+    await clock.advance(2)
+    assert cache.timestamp == clock.wall().timestamp()
+
+
+def _state(cache: Cache, uid: str) -> int:
+    status = cache.get(uid)
+    assert status is not None
+    return next(c.status.state for c in status.containers if c.status.metadata.name == "main")
+
+
 async def test_a_stream_that_worked_resets_the_failure_count(
     running: EventedPLEG, runtime: FakeRuntime, clock: FakeClock
 ) -> None:
