@@ -14,7 +14,8 @@ It owns no decisions of its own: admission is `nodeagent.admission.admit`, what 
   containers and sandbox with the grace period and reads the runtime directly to report what is left (as upstream);
   a pod deleted through the API is then removed from the runtime and finally deleted from the API (grace 0, UID
   precondition), as the kubelet does;
-- housekeeping kills runtime pods carrying our labels that no source knows, and forgets finished workers;
+- housekeeping kills runtime pods carrying our labels that no source knows, forgets finished workers, and drops the
+  probes of pods that neither a source nor a worker knows (a pod still terminating keeps them);
 - static pods (`nodeagent.staticpods`): a mirror pod is never run, a change to one syncs its static pod; a static
   pod's sync puts its mirror right and waits while an earlier pod of the same full name terminates; housekeeping
   deletes mirror pods whose static pod is gone.
@@ -235,9 +236,11 @@ class Kubelet:
         for uid in self.workers.known_uids():
             if uid not in known:
                 self.workers.forget(uid)
-        if self.prober is not None:
-            self.prober.cleanup_pods(known)
         busy = set(self.workers.known_uids())
+        if self.prober is not None:
+            # A pod that left its source but is still terminating keeps its probes (readiness through the grace
+            # period), results and metric series, as upstream keeps those of the pods its workers still know.
+            self.prober.cleanup_pods(known | busy)
         try:
             await self._remove_unknown_runtime_pods(known | busy)
         except CRIError as exc:

@@ -1,8 +1,12 @@
-"""preStop hooks (exec, httpGet, sleep), run before StopContainer, as upstream's lifecycle handler runner does.
+"""preStop hooks (exec, httpGet, sleep), run before StopContainer, as upstream's lifecycle handler runner does, and
+the grace StopContainer then gets (upstream killContainer).
 
-The hook's time comes out of the grace period; StopContainer gets what is left, but never less than 2 s
-(upstream's minimumGracePeriodInSeconds). A failed hook is reported as a FailedPreStopHook event and the container
-is stopped all the same.
+The hook runs within the container's own grace (the deletion's, else the failed probe's or the pod's) and only if
+that grace is above 0. Without an override StopContainer gets what the hook left of that grace, never less than 2 s
+(upstream's minimumGracePeriodInSeconds), hook or not. A kill with an override (the pod workers' grace for a
+terminating pod, housekeeping's kill of an unknown pod) gives StopContainer exactly the override, whatever the hook
+took, as upstream does. A failed hook is reported as a FailedPreStopHook event and the container is stopped all the
+same.
 """
 
 from __future__ import annotations
@@ -80,23 +84,31 @@ async def run_pre_stop(
         await asyncio.sleep(min(float((hook["sleep"] or {}).get("seconds", 0)), float(grace)))
 
 
-async def pre_stop_then_remaining_grace(
+def stop_grace(grace: int, *, hook_seconds: int = 0, override: int | None = None) -> int:
+    """The grace for StopContainer: an override as it is; else what the preStop hook left of the container's grace,
+    at least MINIMUM_GRACE_SECONDS, so a container always gets a short window to stop on SIGTERM."""
+    if override is not None:
+        return override
+    return max(grace - hook_seconds, MINIMUM_GRACE_SECONDS)
+
+
+async def run_pre_stop_within_grace(
     runtime: RuntimeService,
     container: Mapping[str, Any] | None,
     container_id: str,
     pod_ips: Sequence[str],
     grace: int,
 ) -> tuple[int, str | None]:
-    """Run the container's preStop hook (if any) within the grace; the grace left for StopContainer, and an error."""
-    if container is None or not (container.get("lifecycle") or {}).get("preStop"):
-        return grace, None
+    """Run the container's preStop hook, if it has one and the grace is above 0, for at most the grace: the whole
+    seconds it took, and its error."""
+    if container is None or not (container.get("lifecycle") or {}).get("preStop") or grace <= 0:
+        return 0, None
     started = time.monotonic()
     error = None
     try:
-        await asyncio.wait_for(run_pre_stop(runtime, container, container_id, pod_ips, grace), timeout=max(grace, 1))
+        await asyncio.wait_for(run_pre_stop(runtime, container, container_id, pod_ips, grace), timeout=grace)
     except HookError as exc:
         error = str(exc)
     except TimeoutError:
         error = f"PreStopHook for Container {container.get('name')!r} did not complete in {grace}s"
-    left = grace - int(time.monotonic() - started)
-    return max(left, MINIMUM_GRACE_SECONDS), error
+    return int(time.monotonic() - started), error

@@ -27,7 +27,7 @@ from nodeagent.kuberuntime.backoff import Backoff, container_backoff_key
 from nodeagent.kuberuntime.cgroups import remove_cgroup_tree
 from nodeagent.kuberuntime.container_config import make_container_config
 from nodeagent.kuberuntime.errors import KubeRuntimeError
-from nodeagent.kuberuntime.hooks import pre_stop_then_remaining_grace
+from nodeagent.kuberuntime.hooks import MINIMUM_GRACE_SECONDS, run_pre_stop_within_grace, stop_grace
 from nodeagent.kuberuntime.qos import QOSClass, pod_qos
 from nodeagent.kuberuntime.references import ObjectFetcher, lookups_for, pull_auth
 from nodeagent.kuberuntime.sandbox_config import (
@@ -197,12 +197,13 @@ class RuntimeManager:
         changed = plan.kill_pod or plan.create_sandbox or bool(plan.containers_to_kill)
         changed = changed or bool(plan.init_containers_to_start or plan.containers_to_start)
         if plan.kill_pod:
-            await self.kill_pod(pod, status, grace_period=_grace(pod))
+            # As upstream's SyncPod: no override, each container stops within its own grace.
+            await self.kill_pod(pod, status, grace_period=None)
         else:
             ips = _sandbox_ips(status)
             for kill in plan.containers_to_kill:
                 self._events(pod, "Normal", "Killing", kill.message, _field_path(pod, kill.name))
-                await self._kill_container(pod, kill.name, kill.container_id, _kill_grace(pod, kill), ips)
+                await self._kill_container(pod, kill.name, kill.container_id, ips, grace=_kill_grace(pod, kill))
         sandbox_id = plan.sandbox_id
         attempt = plan.attempt
         if plan.create_sandbox:
@@ -352,22 +353,40 @@ class RuntimeManager:
             await self._runtime.stop_container(container_id, grace)
 
     async def _kill_container(
-        self, pod: Pod | None, name: str, container_id: str, grace: int, ips: Sequence[str]
+        self,
+        pod: Pod | None,
+        name: str,
+        container_id: str,
+        ips: Sequence[str],
+        *,
+        grace: int,
+        override: int | None = None,
     ) -> None:
+        """The preStop hook within the container's own `grace`, then StopContainer (upstream killContainer): with the
+        grace the hook left, at least 2 s, or exactly the `override` when there is one."""
         spec = _container_spec(pod, name) if pod is not None else None
-        grace, hook_error = await pre_stop_then_remaining_grace(self._runtime, spec, container_id, ips, grace)
+        hook_seconds, hook_error = await run_pre_stop_within_grace(self._runtime, spec, container_id, ips, grace)
         if hook_error is not None and pod is not None:
             self._events(pod, "Warning", "FailedPreStopHook", hook_error, _field_path(pod, name))
-        await self._stop_container(container_id, grace)
+        await self._stop_container(container_id, stop_grace(grace, hook_seconds=hook_seconds, override=override))
 
-    async def kill_pod(self, pod: Pod | None, status: acts.RuntimePodStatus, *, grace_period: int) -> None:
-        """Stop every container (in parallel: preStop hook, then StopContainer with the grace left), then sandboxes."""
+    async def kill_pod(self, pod: Pod | None, status: acts.RuntimePodStatus, *, grace_period: int | None) -> None:
+        """Stop every container (in parallel: preStop hook, then StopContainer), then sandboxes.
+
+        `grace_period` is upstream's gracePeriodOverride (the pod workers' grace for a terminating pod): StopContainer
+        gets exactly it. None: each container gets its own grace less what its hook took, at least 2 s.
+        """
         running = [c for c in status.containers if c.state is acts.ContainerState.RUNNING]
         for c in running:
             if pod is not None:
                 self._events(pod, "Normal", "Killing", f"Stopping container {c.name}", _field_path(pod, c.name))
         ips = _sandbox_ips(status)
-        await asyncio.gather(*(self._kill_container(pod, c.name, c.id, grace_period, ips) for c in running))
+        # Without the pod (housekeeping of an unknown pod) there is no spec and so no hook: the grace only matters
+        # without an override, and then it is upstream's default for a pod it knows nothing of.
+        own = _grace(pod) if pod is not None else MINIMUM_GRACE_SECONDS
+        await asyncio.gather(
+            *(self._kill_container(pod, c.name, c.id, ips, grace=own, override=grace_period) for c in running)
+        )
         for sandbox in status.sandboxes:
             with contextlib.suppress(NotFoundError):  # idempotent, as CRI demands
                 await self._runtime.stop_pod_sandbox(sandbox.id)

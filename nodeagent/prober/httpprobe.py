@@ -9,8 +9,9 @@ numbered port.
 - Redirects are followed only to the same host name (any port), at most 9 times ("stopped after 10 redirects").
   A redirect to another host is not followed: its 3xx is the answer, a WARNING ("Probe terminated redirects,
   Response body: ...") that the prober reports as a ProbeWarning event and counts as success.
-- timeoutSeconds bounds the whole exchange, redirects and body included; a timeout or a connection error is a
-  failure with Go's message. At most 10 KiB of the body are read.
+- timeoutSeconds bounds the whole exchange, redirects and body included; a timeout, a connection error or a
+  Location that cannot be parsed or dialled is a failure (with Go's message, except httpx's words for an
+  unparsable Location). At most 10 KiB of the body are read. A URL that cannot be built from the probe is an error.
 - TLS certificates are not verified, no proxy is used, and connections are not kept alive, as upstream.
 """
 
@@ -29,8 +30,10 @@ from nodeagent.prober.probe import (
     MAX_OUTPUT_BYTES,
     USER_AGENT,
     Outcome,
+    ProbeError,
     ProbeOutcome,
     dial_error_text,
+    go_quote,
     join_host_port,
     resolve_container_port,
     truncate,
@@ -115,7 +118,11 @@ class HTTPProber:
             return response.status_code, response.headers.get("location", ""), body
 
     async def probe(self, request: HTTPRequest, timeout: float) -> ProbeOutcome:
-        url = httpx.URL(request.url)
+        try:
+            url = httpx.URL(request.url)
+        except httpx.InvalidURL as exc:
+            # As upstream, a request that cannot be built is an error, not a verdict.
+            raise ProbeError(f"parse {go_quote(request.url)}: {exc}") from exc
         first_host = url.host
         try:
             async with asyncio.timeout(timeout):
@@ -125,11 +132,16 @@ class HTTPProber:
                     requests += 1
                     if status not in REDIRECT_CODES or not location:
                         break
+                    # An unparsable Location never gets here: httpx rejects it first (RemoteProtocolError, a failure).
                     target = url.join(location)
                     if target.host != first_host:
                         break  # another host: the redirect itself is the answer
                     if requests >= MAX_REQUESTS:
                         return ProbeOutcome(Outcome.FAILURE, f'Get "{target}": stopped after 10 redirects')
+                    if target.port is not None and target.port > 65535:
+                        # httpx parses such a port and the socket layer raises on it; Go's dialer refuses it.
+                        message = f'Get "{target}": dial tcp: address {target.port}: invalid port'
+                        return ProbeOutcome(Outcome.FAILURE, message)
                     url = target
         except TimeoutError:
             message = f'Get "{url}": context deadline exceeded (Client.Timeout exceeded while awaiting headers)'

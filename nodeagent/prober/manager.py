@@ -150,7 +150,8 @@ class ProberManager:
         self._started_at = started_at if started_at is not None else time.time()
         self._results = {kind: ResultsManager(kind, self._on_update) for kind in ProbeType}
         self._workers: dict[_Key, _Running] = {}
-        self._ending: dict[_Key, asyncio.Task[None]] = {}  # stopped workers whose task has not finished yet
+        # Stopped workers whose task has not finished yet, all of them per key: a successor waits for every one.
+        self._ending: dict[_Key, set[asyncio.Task[None]]] = {}
         self._containers: dict[tuple[str, str], str] = {}  # (pod UID, container name) -> the tracked container ID
         self._metric_labels: dict[_Key, ProbeLabels] = {}
         self._terminating: set[str] = set()  # pods whose liveness and startup probes were stopped
@@ -198,7 +199,7 @@ class ProberManager:
         """Stop every worker (agent shutdown) and wait until they have ended."""
         for key in list(self._workers):
             self._stop_worker(key)
-        await asyncio.gather(*self._ending.values(), return_exceptions=True)
+        await asyncio.gather(*(task for tasks in self._ending.values() for task in tasks), return_exceptions=True)
 
     # --- reading -------------------------------------------------------------------------------------------
 
@@ -296,8 +297,10 @@ class ProberManager:
         )
         self._metric_labels[key] = worker.labels
         name = f"probe-{kind.value}-{target.pod_ref}/{target.name}"
-        predecessor = self._ending.get(key)
-        task = asyncio.create_task(self._guard(key, worker, predecessor), name=name)
+        # Every stopped run of this probe still winding down, not only the last: a replacement stopped while it
+        # waited is itself one of them and ends at once, while the run it waited for may still be going.
+        predecessors = frozenset(self._ending.get(key, ()))
+        task = asyncio.create_task(self._guard(key, worker, predecessors), name=name)
         self._workers[key] = _Running(worker, task)
         log.info(
             "probe worker started probe=%s pod=%s container=%s id=%s adopted=%s",
@@ -308,11 +311,11 @@ class ProberManager:
             adopted,
         )
 
-    async def _guard(self, key: _Key, worker: ProbeWorker, predecessor: asyncio.Task[None] | None) -> None:
+    async def _guard(self, key: _Key, worker: ProbeWorker, predecessors: frozenset[asyncio.Task[None]]) -> None:
         try:
-            if predecessor is not None:
-                # Never two runs of one probe at once: the worker it replaces must have ended first.
-                await asyncio.wait({predecessor})
+            if predecessors:
+                # Never two runs of one probe at once: the workers it replaces must have ended first.
+                await asyncio.wait(predecessors)
             await worker.run()
         except asyncio.CancelledError:
             raise
@@ -327,8 +330,6 @@ class ProberManager:
             running = self._workers.get(key)
             if running is not None and running.worker is worker:
                 del self._workers[key]
-            if self._ending.get(key) is asyncio.current_task():
-                del self._ending[key]
 
     def _on_startup_succeeded(self, worker: ProbeWorker) -> None:
         key = (worker.target.pod_uid, worker.target.name, ProbeType.STARTUP)
@@ -345,8 +346,17 @@ class ProberManager:
         if running is not None:
             running.task.cancel()
             if not running.task.done():
-                self._ending[key] = running.task
+                # Forgotten when the task is done, also if it is cancelled before it ever ran.
+                self._ending.setdefault(key, set()).add(running.task)
+                running.task.add_done_callback(lambda task: self._ended(key, task))
             log.debug("probe worker stopped probe=%s uid=%s container=%s", key[2].value, key[0], key[1])
+
+    def _ended(self, key: _Key, task: asyncio.Task[None]) -> None:
+        tasks = self._ending.get(key)
+        if tasks is not None:
+            tasks.discard(task)
+            if not tasks:
+                del self._ending[key]
 
     def _stop_container(self, uid: str, name: str) -> None:
         cid = self._containers.pop((uid, name), None)

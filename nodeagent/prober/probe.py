@@ -89,6 +89,35 @@ def go_duration(seconds: float) -> str:
     return f"{hours}h{minutes}m{rest}s" if hours else f"{minutes}m{rest}s"
 
 
+_GO_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v"}
+
+
+def go_quote(text: str) -> str:
+    """`text` as Go's %q (strconv.Quote) writes it: in double quotes, `"` and backslash escaped, printable characters
+    as they are, the others as \\n-style escapes, \\xhh (ASCII controls), \\uhhhh or \\Uhhhhhhhh.
+
+    json.dumps comes close but escapes non-ASCII letters and writes controls as \\u00hh. Python's printable set
+    (no categories C and Z, except the space) is Go's unicode.IsPrint.
+    """
+    out = ['"']
+    for char in text:
+        code = ord(char)
+        if char in ('"', "\\"):
+            out.append("\\" + char)
+        elif char.isprintable():
+            out.append(char)
+        elif char in _GO_ESCAPES:
+            out.append(_GO_ESCAPES[char])
+        elif code < 0x20 or code == 0x7F:
+            out.append(f"\\x{code:02x}")
+        elif code < 0x10000:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(f"\\U{code:08x}")
+    out.append('"')
+    return "".join(out)
+
+
 def truncate(data: bytes) -> str:
     return data[:MAX_OUTPUT_BYTES].decode(errors="replace")
 

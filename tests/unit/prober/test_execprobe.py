@@ -45,6 +45,27 @@ async def test_exec_outcomes(runtime: ScriptedRuntime, client: CRIClient, answer
     assert (call.request.container_id, list(call.request.cmd), call.request.timeout) == ("c1", ["cat", "/tmp/ready"], 3)
 
 
+@pytest.mark.parametrize(
+    ("command", "message"),
+    [
+        # Go's %q: inner quotes and backslashes escaped (a plain f'"{cmd}"' would leave them bare).
+        (["sh", "-c", 'echo "hi" && sleep 9'], 'command "sh -c echo \\"hi\\" && sleep 9" timed out'),
+        (["sh", "-c", "printf 'a\\tb'"], "command \"sh -c printf 'a\\\\tb'\" timed out"),
+        # Control characters take Go's escapes, where json.dumps would write \u0009; printable non-ASCII stays.
+        (["sh", "-c", "sleep\t9\n"], 'command "sh -c sleep\\t9\\n" timed out'),
+        (["echo", "h\u00e9\u00a0\x1b"], 'command "echo h\u00e9\\u00a0\\x1b" timed out'),
+    ],
+    ids=["double-quotes", "backslash", "control-characters", "non-ascii"],
+)
+async def test_timeout_message_quotes_the_command_as_go(
+    runtime: ScriptedRuntime, client: CRIClient, command: list[str], message: str
+) -> None:
+    runtime.script["ExecSync"] = Fail(
+        grpc.StatusCode.DEADLINE_EXCEEDED, "timeout 1s exceeded: context deadline exceeded"
+    )
+    assert await probe_exec(client.runtime, "c1", command, 1) == ProbeOutcome(Outcome.FAILURE, message)
+
+
 async def test_runtime_error_is_a_probe_error(runtime: ScriptedRuntime, client: CRIClient) -> None:
     runtime.script["ExecSync"] = Fail(grpc.StatusCode.UNKNOWN, "cannot register an exec PID: container is stopping")
     with pytest.raises(ProbeError) as caught:

@@ -185,6 +185,38 @@ async def test_redirects(servers: tuple[Server, Server], prober: HTTPProber) -> 
     assert len(first.requests) == 10
 
 
+@pytest.mark.parametrize(
+    ("location", "expected"),
+    [
+        # Unparsable: a failure, as Go's client fails the request. httpx rejects such a Location itself while it
+        # builds the redirect it does not follow (RemoteProtocolError), so the words are httpx's, not Go's
+        # "failed to parse Location header".
+        ("http://[::1/", 'Get "{url}": Invalid URL in location header: '),
+        ("http://127.0.0.1:80a/", 'Get "{url}": Invalid URL in location header: '),
+        # Parsed, but no port to dial: Go's dialer refuses it; here the socket layer raised OverflowError in an
+        # ExceptionGroup, past httpx, and the worker logged a crash every period instead of a verdict.
+        ("http://127.0.0.1:99999/ok", 'Get "http://127.0.0.1:99999/ok": dial tcp: address 99999: invalid port'),
+    ],
+    ids=["bad-host", "bad-port", "port-out-of-range"],
+)
+async def test_a_bad_location_is_a_failure(
+    servers: tuple[Server, Server], prober: HTTPProber, location: str, expected: str
+) -> None:
+    first, _ = servers
+    request = _get(first, "/redirect?to=" + urllib.parse.quote(location))
+    outcome = await prober.probe(request, 1)
+    assert outcome.result is Outcome.FAILURE
+    assert outcome.output.startswith(expected.format(url=request.url)), outcome.output
+
+
+async def test_a_request_that_cannot_be_built_is_an_error(prober: HTTPProber) -> None:
+    # The probe's own host makes an unparsable URL: as upstream, the probe errors (no verdict); httpx.InvalidURL,
+    # not an httpx.HTTPError, escaped and the worker logged a crash every period.
+    request = http_request(HTTPGetAction(80, "/", host="[::1"), {}, "198.18.0.9")
+    with pytest.raises(ProbeError, match=r'^parse "http://\[::1:80/": '):
+        await prober.probe(request, 1)
+
+
 async def test_timeout_and_refused(servers: tuple[Server, Server], prober: HTTPProber) -> None:
     first, _ = servers
     hung = await prober.probe(_get(first, "/hang"), 0.2)

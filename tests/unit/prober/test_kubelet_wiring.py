@@ -4,6 +4,7 @@ order of termination (liveness and startup stop before the kill, everything goes
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,13 +23,14 @@ from nodeagent.kuberuntime.actions import (
 )
 from nodeagent.kuberuntime.manager import SyncResult
 from nodeagent.podconfig import PodConfig
-from nodeagent.podworkers import UpdateType
+from nodeagent.podconfig.storage import Operation, SourceUpdate
+from nodeagent.podworkers import UpdatePodOptions, UpdateType, WorkState
 from nodeagent.prober.fake import FakeProbeManager
 from nodeagent.prober.results import Result
 from nodeagent.prober.spec import ProbeType
 from pleg.cache import Cache
 from pleg.status import ContainerRecord, PodStatus
-from tests.unit.prober.harness import EXEC, pod
+from tests.unit.prober.harness import EXEC, pod, settle
 
 R, E = ContainerState.RUNNING, ContainerState.EXITED
 SANDBOX = SandboxStatus(id="s1", state=SandboxState.READY, ip="198.18.0.9", host_network=False)
@@ -103,6 +105,7 @@ def test_container_inputs_take_the_probers_view(
 class FakeRuntime:
     status: RuntimePodStatus
     calls: list[tuple[str, Any]] = field(default_factory=list)
+    kill_gate: asyncio.Event | None = None  # kill_pod returns once it is set (a grace period being waited out)
 
     async def sync_pod(
         self,
@@ -121,6 +124,11 @@ class FakeRuntime:
 
     async def kill_pod(self, pod: Any, status: RuntimePodStatus, *, grace_period: int) -> None:
         self.calls.append(("kill_pod", grace_period))
+        if self.kill_gate is not None:
+            await self.kill_gate.wait()
+
+    async def list_pods(self) -> dict[str, RuntimePodStatus]:
+        return {}
 
 
 @dataclass
@@ -192,3 +200,41 @@ async def test_termination_stops_killing_probes_first_and_removes_all_after() ->
     assert order == ["kill after stop_liveness_and_startup"]
     assert prober.calls[-1] == ("remove_pod", "u1")
     assert prober.results == {}
+
+
+@pytest.mark.parametrize(
+    ("in_config", "terminating", "kept"),
+    [
+        (True, False, True),
+        # Removed from its source (a static manifest deleted, a force delete) but still in its grace period: readiness,
+        # results and metric series stay until the worker is done, as upstream keeps the pods its workers know.
+        (False, True, True),
+        (False, False, False),  # known to nobody: its probes go
+    ],
+    ids=["in-config", "left-its-source-while-terminating", "gone"],
+)
+async def test_housekeeping_keeps_the_probes_of_pods_still_terminating(
+    in_config: bool, terminating: bool, kept: bool
+) -> None:
+    p = pod(readiness=EXEC)
+    cached = cri_status(("c1", "app", R))
+    runtime = FakeRuntime(from_pod_status(cached), kill_gate=asyncio.Event())
+    prober, statuses = FakeProbeManager(), Statuses()
+    kubelet = _kubelet(runtime, prober, statuses)
+    assert isinstance(kubelet.pod_cache, Cache)
+    kubelet.pod_cache.set("u1", cached, None, 1.0)
+    if in_config:
+        kubelet.pod_config.push(SourceUpdate("api", Operation.SET, (p,)))
+    prober.ensure_probes(p, runtime.status, ())
+    try:
+        if terminating:
+            kubelet.workers.update_pod(UpdatePodOptions(UpdateType.KILL, p))
+            await settle()
+            assert kubelet.workers.state("u1") is WorkState.TERMINATING
+            assert runtime.calls == [("kill_pod", 30)]  # waiting out the grace period
+        await kubelet.handle_pod_cleanups()
+        assert (("u1", "app") in prober.containers) is kept
+        assert (prober.results.get((ProbeType.READINESS, "c1")) is not None) is kept
+    finally:
+        runtime.kill_gate.set()  # type: ignore[union-attr]
+        await kubelet.workers.stop()

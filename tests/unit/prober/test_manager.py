@@ -10,8 +10,9 @@ from dataclasses import dataclass
 import pytest_asyncio
 
 from nodeagent.prober.manager import ContainerProbeStatus, FailedProbes, ProberManager
+from nodeagent.prober.prober import ProbeTarget
 from nodeagent.prober.results import Result
-from nodeagent.prober.spec import ProbeType
+from nodeagent.prober.spec import ProbeSpec, ProbeType
 from nodeagent.syncloop import ProbeResult
 from tests.unit.fakeclock import FakeClock
 from tests.unit.prober.harness import EXEC, E, R, RecordingStatus, ScriptedRunner, pod, runtime, settle
@@ -142,6 +143,50 @@ async def test_a_replacement_worker_waits_for_the_probe_in_flight(env: Env) -> N
     await env.advance(1)
     assert [(kind, cid) for _, kind, cid in env.runner.calls] == [(RD, "c1"), (RD, "c2")]
     assert env.runner.most_in_flight == 1
+
+
+@dataclass
+class SlowToStop:
+    """A probe that runs until cancelled and then keeps going until the test lets it end, as an RPC the runtime is
+    slow to give up; records the containers whose probe is running."""
+
+    release: asyncio.Event
+    running: list[str]
+    most: int = 0
+
+    async def probe(self, kind: ProbeType, target: ProbeTarget, spec: ProbeSpec) -> Result | None:
+        self.running.append(target.container_id)
+        self.most = max(self.most, len(self.running))
+        try:
+            await asyncio.Event().wait()  # until cancelled
+            return None
+        finally:
+            await self.release.wait()
+            self.running.remove(target.container_id)
+
+
+async def test_every_replacement_waits_for_all_runs_still_winding_down(env: Env) -> None:
+    runner = SlowToStop(asyncio.Event(), [])
+    manager = ProberManager(runner, clock=env.clock, jitter=lambda period: 0.0, started_at=env.now - 50)
+    p = pod(readiness=EXEC)
+    try:
+        manager.ensure_probes(p, runtime("u1", ("c1", "app", R, env.now)), [])
+        await env.advance(0)
+        assert runner.running == ["c1"]
+        # c1 stops while its probe is in flight: c2's worker waits for it; c2 stops too while still waiting, and c3's
+        # worker must wait for c1's probe as well, not only for c2's worker (which ends at once).
+        manager.ensure_probes(p, runtime("u1", ("c2", "app", R, env.now), ("c1", "app", E, env.now)), [])
+        await env.advance(0)
+        manager.ensure_probes(p, runtime("u1", ("c3", "app", R, env.now), ("c2", "app", E, env.now)), [])
+        await env.advance(1)
+        assert runner.running == ["c1"]
+        runner.release.set()
+        await env.advance(1)
+        assert runner.running == ["c3"]
+        assert runner.most == 1
+    finally:
+        runner.release.set()
+        await manager.stop()
 
 
 async def test_termination_stops_liveness_and_startup_but_not_readiness(env: Env) -> None:
