@@ -70,6 +70,11 @@ def pod_full_name(pod: Pod) -> str:
     return f"{meta.get('name', '')}_{meta.get('namespace', '')}"
 
 
+def format_pod(pod: Pod) -> str:
+    """Upstream's format.Pod: name_namespace(uid), how the kubelet names a pod in its messages."""
+    return f"{pod_full_name(pod)}({pod_uid(pod)})"
+
+
 # (pod, message): a pod of a report that was ignored, and why (the caller logs it and posts a FailedValidation event).
 InvalidPodSink = Callable[[Pod, str], None]
 
@@ -179,16 +184,18 @@ class PodStorage:
 
     @staticmethod
     def _duplicate_message(update: SourceUpdate, pod: Pod, first: Pod) -> str:
+        """Upstream's event message, then where both pods came from when the source says (two manifest files)."""
         meta = pod.get("metadata", {})
-        ref = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        message = (
+            f"Error validating pod {format_pod(pod)} from {update.source} due to duplicate pod name "
+            f'"{meta.get("name", "")}", ignoring'
+        )
         mine = update.origins.get(pod_uid(pod))
         theirs = update.origins.get(pod_uid(first))
-        where = f" ({mine})" if mine else ""
-        kept = f"; the pod from {theirs} keeps the name" if theirs else ""
-        return (
-            f"Error validating pod {ref} from {update.source}{where}, ignoring: "
-            f'metadata.name: Duplicate value: "{meta.get("name", "")}"{kept}'
-        )
+        where = [f"from {mine}"] if mine else []
+        if theirs:
+            where.append(f"the pod from {theirs} keeps the name")
+        return f"{message} ({'; '.join(where)})" if where else message
 
     @staticmethod
     def _update(source: str, op: Operation, pods: list[Pod]) -> PodUpdate:

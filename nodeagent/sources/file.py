@@ -34,7 +34,7 @@ from nodeagent.clock import Clock, SystemClock
 from nodeagent.podconfig.storage import Operation, SourceUpdate
 from nodeagent.sources.manifest import MAX_MANIFEST_BYTES, ManifestError, load_manifest
 from nodeagent.sources.problems import ManifestProblem, ProblemReporter, ProblemSink
-from nodeagent.sources.static import FILE_SOURCE, InvalidManifest, decode_pod
+from nodeagent.sources.static import FILE_SOURCE, InvalidManifest, NotAPod, decode_pod
 
 log = logging.getLogger(__name__)
 
@@ -77,14 +77,23 @@ def _read_capped(path: str) -> bytes:
         os.close(fd)
 
 
+def unparsable(reason: str) -> InvalidManifest:
+    """Upstream file.go's words for a file that is no pod at all: not JSON/YAML, or another kind of object. (The
+    file's path, which file.go puts first, is the problem's origin.)"""
+    return InvalidManifest(f"couldn't parse as pod({reason}), please check config file")
+
+
 def read_manifest_file(path: str, *, node_name: str) -> Pod:
     """One manifest file as a static pod. Raises InvalidManifest (with upstream's wording) or OSError."""
     data = _read_capped(path)
     try:
         obj = load_manifest(data)
     except ManifestError as exc:
-        raise InvalidManifest(f"couldn't parse as pod({exc}), please check config file") from exc
-    return decode_pod(obj, node_name=node_name, source=path, is_file=True)
+        raise unparsable(str(exc)) from exc
+    try:
+        return decode_pod(obj, node_name=node_name, source=path, is_file=True)
+    except NotAPod as exc:
+        raise unparsable(exc.reason) from exc
 
 
 def _one(path: str, node_name: str, pods: list[Pod], origins: dict[str, str], problems: list[ManifestProblem]) -> None:

@@ -1,7 +1,9 @@
 """Static pods: a decoded manifest becomes a pod the kubelet can run, as upstream's config/common.go does.
 
 `decode_pod` turns the JSON data of one manifest into a defaulted, validated pod, or raises `InvalidManifest` with
-upstream's wording ("couldn't parse as pod(...)", "invalid pod: [...]", "static pods may not reference ...").
+upstream's wording ("couldn't parse as pod(...)", "invalid pod: [...]", "static pods may not reference ..."); data
+that is no v1 Pod at all raises its subclass `NotAPod`, whose reason each source words as its upstream does (the file
+source adds ", please check config file", as file.go).
 The defaults are upstream's applyDefaults:
 
 - the UID, unless the manifest sets one, is a hash of the manifest's content, the node name and the source (the
@@ -27,7 +29,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from nodeagent.sources.validation import api_object_reference, validate_pod
+from nodeagent.sources.validation import api_object_reference, type_error, validate_pod
 
 Pod = dict[str, Any]
 
@@ -50,6 +52,14 @@ _NO_EXECUTE_TOLERATION = {"operator": "Exists", "effect": "NoExecute"}
 
 class InvalidManifest(ValueError):
     """A manifest that is not a usable pod; the message says why, in upstream's words."""
+
+
+class NotAPod(InvalidManifest):
+    """The data is no v1 Pod at all (upstream's tryDecodeSinglePod: not parsed); `reason` says what it is instead."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"couldn't parse as pod({reason})")
+        self.reason = reason
 
 
 def generate_pod_name(name: str, node_name: str) -> str:
@@ -152,28 +162,32 @@ def _is_kind(obj: Any, kind: str) -> bool:
     return isinstance(obj, Mapping) and obj.get("kind") == kind and obj.get("apiVersion") == "v1"
 
 
-def _describe(obj: Any) -> str:
+def describe_kind(obj: Any, expected: str = "a v1 Pod") -> str:
+    """Why `obj` is not the `expected` kind of object, in the words of upstream's decoder where it has some."""
     if not isinstance(obj, Mapping):
         return f"a {type(obj).__name__}, not an object"
     if not obj.get("kind"):
         return "Object 'Kind' is missing"
     if not obj.get("apiVersion"):
         return "Object 'apiVersion' is missing"
-    return f"kind {obj.get('kind')!r} of apiVersion {obj.get('apiVersion')!r} is not a v1 Pod"
+    return f"kind {obj.get('kind')!r} of apiVersion {obj.get('apiVersion')!r} is not {expected}"
 
 
 def _decode(obj: Mapping[str, Any], *, node_name: str, source: str, is_file: bool) -> Pod:
     pod: Pod = copy.deepcopy(dict(obj))
     meta, spec = pod.get("metadata"), pod.get("spec")
+    # A name of another type would become a string when the node name is appended: checked before the defaults.
+    if isinstance(meta, dict) and meta.get("name") is not None and not isinstance(meta["name"], str):
+        raise InvalidManifest(f"invalid pod: [{type_error('metadata.name', meta['name'], 'a string')}]")
     if not isinstance(meta, dict) or not meta.get("name"):
         raise InvalidManifest("invalid pod: name is needed for the pod")
     if not isinstance(spec, dict):
         raise InvalidManifest("invalid pod: [spec: Required value]")
     # The two fields the defaults extend must have their type already (the validator checks all the others).
     if not isinstance(meta.get("annotations") or {}, dict):
-        raise InvalidManifest("invalid pod: [metadata.annotations: Invalid value: must be an object]")
+        raise InvalidManifest(f"invalid pod: [{type_error('metadata.annotations', meta['annotations'], 'an object')}]")
     if not isinstance(spec.get("tolerations") or [], list):
-        raise InvalidManifest("invalid pod: [spec.tolerations: Invalid value: must be a list]")
+        raise InvalidManifest(f"invalid pod: [{type_error('spec.tolerations', spec['tolerations'], 'a list')}]")
     apply_static_defaults(pod, node_name=node_name, source=source, is_file=is_file)
     errors = validate_pod(pod)
     if errors:
@@ -185,10 +199,14 @@ def _decode(obj: Mapping[str, Any], *, node_name: str, source: str, is_file: boo
 
 
 def decode_pod(obj: Any, *, node_name: str, source: str, is_file: bool) -> Pod:
-    """One manifest's data as a defaulted, validated static pod. Raises InvalidManifest."""
+    """One manifest's data as a defaulted, validated static pod. Raises InvalidManifest (NotAPod: not a v1 Pod)."""
     if not _is_kind(obj, "Pod"):
-        raise InvalidManifest(f"couldn't parse as pod({_describe(obj)})")
+        raise NotAPod(describe_kind(obj))
     return _decode(obj, node_name=node_name, source=source, is_file=is_file)
+
+
+def is_pod(obj: Any) -> bool:
+    return _is_kind(obj, "Pod")
 
 
 def is_pod_list(obj: Any) -> bool:
@@ -198,7 +216,7 @@ def is_pod_list(obj: Any) -> bool:
 def decode_pod_list(obj: Any, *, node_name: str, source: str) -> list[Pod | InvalidManifest]:
     """Each item of a v1 PodList (from a URL) as a pod, or the reason it is not one; the list itself must be valid."""
     if not _is_kind(obj, "PodList"):
-        raise InvalidManifest(f"couldn't parse as a pod list({_describe(obj)})")
+        raise InvalidManifest(f"couldn't parse as a pod list({describe_kind(obj, 'a v1 PodList')})")
     items = obj.get("items")
     if items is None:
         items = []
@@ -208,7 +226,7 @@ def decode_pod_list(obj: Any, *, node_name: str, source: str) -> list[Pod | Inva
     for item in items:
         # Items of a PodList carry no kind of their own; each is decoded as the Pod it is.
         if not isinstance(item, Mapping):
-            out.append(InvalidManifest(f"couldn't parse as pod({_describe(item)})"))
+            out.append(NotAPod(describe_kind(item)))
             continue
         try:
             out.append(

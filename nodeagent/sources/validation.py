@@ -5,8 +5,9 @@ An apiserver validates every pod it stores; a static pod comes from a file or a 
 kubelet does it (upstream: tryDecodeSinglePod calls validation.ValidatePodCreate, then HasAPIObjectReference).
 The subset covers what would otherwise fail late or strangely in the runtime: names (DNS-1123), labels and
 annotations, containers (unique names, image required, pull policy, ports, env names, volume mounts, probes,
-lifecycle hooks, resources), volumes (one source each, unique names), restart and DNS policy, grace periods, and
-values of the wrong JSON type. Messages keep upstream's field-error form (`spec.containers[0].image: Required value`).
+lifecycle hooks, resources), volumes (one source each, unique names), restart and DNS policy, grace periods, no
+ephemeral containers (only an API pod's subresource adds them), and values of the wrong JSON type. Messages keep
+upstream's field-error form (`spec.containers[0].image: Required value`).
 
 `api_object_reference` says which API object a pod references, in upstream's words ("secrets", "configmaps",
 "serviceaccounts", "persistentvolumeclaims", ...): a static pod must run before (and without) the apiserver, and a
@@ -95,6 +96,11 @@ def _q(value: Any) -> str:
         return repr(value)
 
 
+def type_error(path: str, value: Any, expected: str) -> str:
+    """A value of the wrong JSON type, as a field error (upstream's decoder would refuse it)."""
+    return f"{path}: Invalid value: {_q(value)}: must be {expected}"
+
+
 class _Errors:
     def __init__(self) -> None:
         self.items: list[str] = []
@@ -117,7 +123,7 @@ class _Errors:
         self.items.append(f"{path}: Forbidden: {detail}")
 
     def type_error(self, path: str, value: Any, expected: str) -> None:
-        self.items.append(f"{path}: Invalid value: {_q(value)}: must be {expected}")
+        self.items.append(type_error(path, value, expected))
 
 
 # --- small checks -------------------------------------------------------------------------------------------------
@@ -500,6 +506,9 @@ def validate_pod(pod: Mapping[str, Any]) -> list[str]:
     containers = _list(errs, spec.get("containers"), "spec.containers")
     if not containers:
         errs.required("spec.containers")
+    if spec.get("ephemeralContainers"):
+        # Only the ephemeralcontainers subresource of an API pod adds them (upstream's ValidatePodCreate).
+        errs.forbidden("spec.ephemeralContainers", "cannot be set on create")
     names: set[str] = set()
     for key, init in (("initContainers", True), ("containers", False)):
         for i, item in enumerate(_list(errs, spec.get(key), f"spec.{key}")):

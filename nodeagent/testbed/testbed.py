@@ -182,6 +182,7 @@ class Testbed:
 
     def __init__(self, root: Path) -> None:
         self.layout = Layout(root.resolve())
+        self._apiserver_argv: list[str] = []  # remembered by stop_apiserver for start_apiserver
 
     @property
     def settings(self) -> Settings:
@@ -309,6 +310,26 @@ class Testbed:
                 return False  # the socket is there before the CRI plugin answers
 
         await _wait("containerd", proc.log_path, ready, proc)
+
+    async def stop_apiserver(self) -> None:
+        """Stop this testbed's kube-apiserver, by its PID (tests of a node with no apiserver at all); the scheduler
+        and controller-manager keep running and reconnect after `start_apiserver`."""
+        proc = processes.load(self.layout.pids, "kube-apiserver")
+        if proc is None or not proc.alive():
+            raise TestbedError(f"kube-apiserver of the testbed in {self.layout.root} is not running")
+        await asyncio.to_thread(processes.stop, proc, pid_dir=self.layout.pids)
+        self._apiserver_argv = list(proc.argv)
+
+    async def start_apiserver(self) -> None:
+        """Start this testbed's kube-apiserver again (after `stop_apiserver`), with the same command line, and wait
+        until it is ready."""
+        if not self._apiserver_argv:
+            raise TestbedError("start_apiserver without stop_apiserver: the command line is not known")
+        proc = self._start("kube-apiserver", self._apiserver_argv)
+        pki = self.layout.pki
+        admin = CertPair(pki / "admin.crt", pki / "admin.key")
+        ready = _https_check(f"{self.settings.apiserver_url}/readyz", ca=pki / "ca.crt", client=admin)
+        await _wait("kube-apiserver", proc.log_path, ready, proc)
 
     def _write_configs(self, settings: Settings, pki: Pki) -> None:
         lay = self.layout

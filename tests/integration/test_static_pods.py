@@ -4,7 +4,8 @@ The agent runs as a subprocess (`nodeagent run`) with the testbed's node credent
 is a directory of this module and whose staticPodURL is a small HTTP server on loopback that the tests start and
 stop. The tests act as a user: they write and remove manifest files, change what the URL serves, and look at the
 apiserver (mirror pods, events) as admin, at containerd through CRI, and at the agent's local /pods endpoint.
-The standalone test runs a second agent with no kubeconfig at all, against the same containerd.
+The standalone test stops the testbed's apiserver and runs a second agent with no kubeconfig at all, against the
+same containerd; the apiserver is started again (same command line) before the module ends.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import contextlib
 import http.server
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -31,7 +33,7 @@ import yaml
 from cri.client import CRIClient
 from nodeagent.kube import paths
 from nodeagent.kube.client import KubeClient
-from nodeagent.kube.errors import NotFound
+from nodeagent.kube.errors import ApiUnavailable, NotFound
 from nodeagent.testbed import configs
 from nodeagent.testbed.layout import Settings
 from nodeagent.testbed.testbed import Testbed
@@ -429,8 +431,15 @@ async def test_of_two_files_with_one_pod_name_exactly_one_runs_and_the_other_is_
 
     [event] = await eventually(reported, timeout=30, what="a FailedValidation event", agent=agent)
     assert event["type"] == "Warning"
-    assert str(first) in event["message"] and str(second) in event["message"]
-    assert "Duplicate value" in event["message"]
+    # upstream filterInvalidPods' words (format.Pod is name_namespace(uid)), then the two files
+    matched = re.fullmatch(
+        rf"Error validating pod {re.escape(name)}_{NS}\(([0-9a-f]{{32}})\) from file due to duplicate pod name "
+        rf'"{re.escape(name)}", ignoring \(from {re.escape(str(second))}; the pod from {re.escape(str(first))} '
+        r"keeps the name\)",
+        event["message"],
+    )
+    assert matched is not None, event["message"]
+    assert matched.group(1) != pod["metadata"]["annotations"][HASH]  # the ignored pod is b-dup's, not the running one
     running = [
         c
         for c in await cri_client.runtime.list_containers()
@@ -484,6 +493,31 @@ async def test_a_url_serving_a_pod_list_runs_its_pods_and_follows_changes(
     await eventually(one_gone, timeout=30, what="url-one removed", agent=agent)
     assert await running_mirror(admin, f"url-two-{static_agent.node}") is not None
 
+    # One item turns invalid: as upstream, the whole list is refused and reported; nothing stops, not even url-three,
+    # which the refused list leaves out.
+    three = await running_mirror(admin, f"url-three-{static_agent.node}")
+    assert three is not None
+    three_uid = three["metadata"]["annotations"][HASH]
+    [three_container] = await running_containers_of(cri_client, three_uid)
+    broken = pod_list("url-two", "url-bad")
+    broken["items"][1]["spec"]["containers"][0]["image"] = ""
+    server.serve(broken)
+
+    async def reported() -> list[Obj]:
+        events = await events_for(admin, static_agent.node, "FailedValidation")
+        return [e for e in events if f"{server.url} items[1]" in e["message"]]
+
+    [event] = await eventually(reported, timeout=30, what="the invalid item reported", agent=agent)
+    assert "invalid pod: [spec.containers[0].image: Required value]" in event["message"]
+    polls = server.served.requests
+    await eventually(
+        lambda: asyncio.sleep(0, server.served.requests >= polls + 2), timeout=30, what="two more polls", agent=agent
+    )
+    assert [c.id for c in await running_containers_of(cri_client, three_uid)] == [three_container.id]
+    assert await running_mirror(admin, f"url-three-{static_agent.node}") is not None
+    assert await running_mirror(admin, f"url-two-{static_agent.node}") is not None
+    assert await mirror_pod(admin, f"url-bad-{static_agent.node}") is None
+
 
 # --- restarts ------------------------------------------------------------------------------------------------------
 
@@ -527,6 +561,16 @@ async def test_restarting_the_agent_keeps_a_static_pod_running_with_the_same_uid
 # --- standalone mode -----------------------------------------------------------------------------------------------
 
 
+@contextlib.asynccontextmanager
+async def apiserver_stopped(testbed: Testbed) -> AsyncIterator[None]:
+    """The testbed's kube-apiserver stopped, and started again (ready) before the next test, whatever happened."""
+    await testbed.stop_apiserver()
+    try:
+        yield
+    finally:
+        await testbed.start_apiserver()
+
+
 async def test_standalone_mode_runs_a_static_pod_without_any_apiserver(
     static_agent: StaticAgent,
     testbed: Testbed,
@@ -539,56 +583,64 @@ async def test_standalone_mode_runs_a_static_pod_without_any_apiserver(
     static_agent.stop()
     await clean_up(testbed, settings)
     node = f"standalone-{uuid.uuid4().hex[:6]}"
+    name = f"solo-{node}"
     manifests = tmp_path / "manifests"
     manifests.mkdir()
     (manifests / "solo.yaml").write_text(yaml.safe_dump(pod_manifest("solo", configs.busybox_image(settings))))
     port = settings.healthz_port
     config = agent_config(testbed, tmp_path / "standalone.yaml", staticPodPath=str(manifests), healthzPort=port)
     log = testbed.layout.logs / "agent-standalone.log"
-    solo = start_agent(testbed, log, config=config, args=("--standalone", "--node-name", node))
     try:
-        name = f"solo-{node}"
-
-        async def running() -> Obj | None:
-            with contextlib.suppress(httpx.HTTPError):
-                for pod in (await local_pods(port))["items"]:
-                    statuses = (pod.get("status") or {}).get("containerStatuses") or []
-                    if pod["metadata"]["name"] == name and pod["status"].get("phase") == "Running" and statuses:
-                        return pod if statuses[0].get("ready") else None
-            return None
-
-        pod = await eventually(running, timeout=90, what="the static pod Running (local /pods)", agent=solo)
-        assert len(await running_containers_of(cri_client, pod["metadata"]["uid"])) == 1
-
-        # What a user in a VM types.
-        listed = await asyncio.to_thread(
-            subprocess.run,
-            [sys.executable, "-m", "nodeagent", "pods", "--config", str(config)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-            env={**os.environ},
-        )
-        [row] = [line for line in listed.stdout.splitlines() if name in line]
-        assert "Running" in row and "1/1" in row
-        as_json = await asyncio.to_thread(
-            subprocess.run,
-            [sys.executable, "-m", "nodeagent", "pods", "--config", str(config), "-o", "json"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        )
-        assert [p["metadata"]["uid"] for p in json.loads(as_json.stdout)["items"]] == [pod["metadata"]["uid"]]
-
-        # No apiserver was involved: the agent has no kubeconfig, and the cluster never heard of this node.
+        async with apiserver_stopped(testbed):
+            # No apiserver at all: nothing answers at its address.
+            with pytest.raises(ApiUnavailable):
+                await admin.get(paths.node(settings.node_name))
+            solo = start_agent(testbed, log, config=config, args=("--standalone", "--node-name", node))
+            try:
+                await _standalone_pod_runs(solo, name, port, config, cri_client)
+                assert "standalone=True" in log.read_text()
+                assert solo.proc.poll() is None
+            finally:
+                stop_agent(solo)
+        # The cluster never heard of this node or its pod.
         with pytest.raises(NotFound):
             await admin.get(paths.node(node))
         with pytest.raises(NotFound):
             await admin.get(paths.pod(NS, name))
-        assert "standalone=True" in log.read_text()
-        assert solo.proc.poll() is None
     finally:
-        stop_agent(solo)
         await clean_up(testbed, settings)
+
+
+async def _standalone_pod_runs(solo: Agent, name: str, port: int, config: Path, cri_client: CRIClient) -> None:
+    async def running() -> Obj | None:
+        with contextlib.suppress(httpx.HTTPError):
+            for pod in (await local_pods(port))["items"]:
+                statuses = (pod.get("status") or {}).get("containerStatuses") or []
+                if pod["metadata"]["name"] == name and pod["status"].get("phase") == "Running" and statuses:
+                    return pod if statuses[0].get("ready") else None
+        return None
+
+    pod = await eventually(running, timeout=90, what="the static pod Running (local /pods)", agent=solo)
+    assert len(await running_containers_of(cri_client, pod["metadata"]["uid"])) == 1
+
+    # What a user in a VM types.
+    listed = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "nodeagent", "pods", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        env={**os.environ},
+    )
+    [row] = [line for line in listed.stdout.splitlines() if name in line]
+    assert "Running" in row and "1/1" in row
+    as_json = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "nodeagent", "pods", "--config", str(config), "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert [p["metadata"]["uid"] for p in json.loads(as_json.stdout)["items"]] == [pod["metadata"]["uid"]]

@@ -134,9 +134,10 @@ def test_a_duplicate_full_name_is_ignored_and_reported_once_naming_both_origins(
     assert summary(storage.merge(update)) == [("ADD", ["a", "c"])]
     [(uid, message)] = reports
     assert uid == "b"
+    # Upstream's words (format.Pod is name_namespace(uid)), then both files.
     assert message == (
-        'Error validating pod default/web from file (/m/b.yaml), ignoring: metadata.name: Duplicate value: "web"; '
-        "the pod from /m/a.yaml keeps the name"
+        'Error validating pod web_default(b) from file due to duplicate pod name "web", ignoring '
+        "(from /m/b.yaml; the pod from /m/a.yaml keeps the name)"
     )
     # The same report again: still ignored, not reported again.
     assert storage.merge(update) == []
@@ -145,6 +146,23 @@ def test_a_duplicate_full_name_is_ignored_and_reported_once_naming_both_origins(
     storage.merge(SourceUpdate("file", Operation.SET, (named("a", "web"),)))
     storage.merge(update)
     assert len(reports) == 2
+
+
+@pytest.mark.parametrize(
+    ("origins", "suffix"),
+    [
+        ({}, ""),
+        ({"b": "u items[1]"}, " (from u items[1])"),
+        ({"a": "u items[0]"}, " (the pod from u items[0] keeps the name)"),
+    ],
+)
+def test_the_duplicate_message_names_the_origins_the_source_gave(origins: dict[str, str], suffix: str) -> None:
+    reports: list[str] = []
+    storage = PodStorage(on_invalid=lambda p, message: reports.append(message))
+    storage.merge(SourceUpdate("http", Operation.SET, (named("a", "web"), named("b", "web")), origins=origins))
+    assert reports == [
+        f'Error validating pod web_default(b) from http due to duplicate pod name "web", ignoring{suffix}'
+    ]
 
 
 def test_duplicates_are_per_source() -> None:

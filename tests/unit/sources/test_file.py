@@ -68,6 +68,44 @@ def test_a_directory_yields_its_valid_manifests_in_name_order(tmp_path: Path) ->
     assert not listing.missing and listing.identity is not None
 
 
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        # Not a pod at all: upstream file.go's "couldn't parse as pod(...), please check config file".
+        (b"kind: [", "couldn't parse as pod(not valid YAML or JSON: "),
+        (b'{"kind": ', "couldn't parse as pod(not valid JSON: "),
+        (b"\xff", "couldn't parse as pod(the manifest is not UTF-8: "),
+        (b"apiVersion: v1\nkind: Service\n", "couldn't parse as pod(kind 'Service' of apiVersion 'v1' is not a v1 Pod"),
+        (b"kind: Pod\n", "couldn't parse as pod(Object 'apiVersion' is missing"),
+        (b"- a\n", "couldn't parse as pod(a list, not an object"),
+        (b"just words\n", "couldn't parse as pod(a str, not an object"),
+    ],
+)
+def test_a_file_that_is_no_pod_says_please_check_config_file(tmp_path: Path, content: bytes, message: str) -> None:
+    (tmp_path / "m.yaml").write_bytes(content)
+    [problem] = list_manifests(str(tmp_path), node_name=NODE).problems
+    assert problem.origin == str(tmp_path / "m.yaml")
+    assert problem.message.startswith(message)
+    assert problem.message.endswith("), please check config file")
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (manifest("x", image=""), "invalid pod: [spec.containers[0].image: Required value]"),
+        (b"apiVersion: v1\nkind: Pod\nmetadata: {name: 7}\nspec: {}\n", "invalid pod: [metadata.name: Invalid"),
+    ],
+)
+def test_a_pod_that_is_invalid_keeps_upstreams_words_without_the_suffix(
+    tmp_path: Path, content: str | bytes, message: str
+) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    [problem] = list_manifests(str(tmp_path), node_name=NODE).problems
+    assert problem.message.startswith(message)
+    assert "please check config file" not in problem.message
+
+
 def test_a_single_file_path_and_a_missing_path(tmp_path: Path) -> None:
     path = tmp_path / "one.yaml"
     path.write_text(manifest("one"))

@@ -130,10 +130,32 @@ def test_an_existing_no_execute_toleration_is_not_doubled_and_host_network_defau
     ("obj", "message"),
     [
         ("just a string", "couldn't parse as pod(a str, not an object)"),
+        ({"apiVersion": "v1", "kind": "Service"}, "couldn't parse as pod(kind 'Service' of apiVersion 'v1' is not"),
         ({"apiVersion": "v1", "metadata": {"name": "x"}}, "couldn't parse as pod(Object 'Kind' is missing)"),
         ({"kind": "Pod", "metadata": {"name": "x"}}, "couldn't parse as pod(Object 'apiVersion' is missing)"),
         ({"apiVersion": "apps/v1", "kind": "Deployment"}, "is not a v1 Pod"),
         ({"apiVersion": "v1", "kind": "Pod", "metadata": {}, "spec": {}}, "invalid pod: name is needed for the pod"),
+        # a name of another type is refused before the node name is appended to it (which would make it a string)
+        (
+            {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": 123}, "spec": {"containers": []}},
+            "invalid pod: [metadata.name: Invalid value: 123: must be a string]",
+        ),
+        (
+            {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": True}, "spec": {"containers": []}},
+            "invalid pod: [metadata.name: Invalid value: true: must be a string]",
+        ),
+        (
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "x"},
+                "spec": {
+                    "containers": [{"name": "c", "image": "i"}],
+                    "ephemeralContainers": [{"name": "d", "image": "i"}],
+                },
+            },
+            "invalid pod: [spec.ephemeralContainers: Forbidden: cannot be set on create]",
+        ),
         ({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}}, "invalid pod: [spec: Required value]"),
         (
             {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}, "spec": {"containers": [{"name": "c"}]}},
@@ -181,7 +203,7 @@ def test_a_pod_list_decodes_item_by_item() -> None:
         "web-n",
         "InvalidManifest",
         "other-n",
-        "InvalidManifest",
+        "NotAPod",
     ]
     assert "spec.containers[0].image: Required value" in str(items[1])
     assert decode_pod_list({"apiVersion": "v1", "kind": "PodList"}, node_name="n", source="u") == []
@@ -278,8 +300,12 @@ def test_any_field_of_any_type_gives_a_pod_or_invalid_manifest_never_another_err
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
-        ("metadata", {"name": "x", "annotations": ["a"]}, "metadata.annotations: Invalid value: must be an object"),
-        ("spec", {"tolerations": "all", "containers": [{"name": "c", "image": "i"}]}, "spec.tolerations: Invalid"),
+        ("metadata", {"name": "x", "annotations": ["a"]}, r'metadata.annotations: Invalid value: \["a"\]: must be an'),
+        (
+            "spec",
+            {"tolerations": "all", "containers": [{"name": "c", "image": "i"}]},
+            'spec.tolerations: Invalid value: "all": must be a list',
+        ),
     ],
 )
 def test_fields_the_defaults_extend_must_have_their_type(field: str, value: Any, message: str) -> None:

@@ -73,6 +73,7 @@ def test_the_valid_pod_is_valid() -> None:
         ("metadata.name", None, "metadata.name: Required value"),
         ("metadata.name", "Web_1", 'metadata.name: Invalid value: "Web_1": a lowercase RFC 1123 subdomain'),
         ("metadata.name", "a" * 254, "metadata.name: Invalid value"),
+        ("metadata.name", 123, "metadata.name: Invalid value: 123: must be a string"),
         ("metadata.namespace", "kube.system", 'metadata.namespace: Invalid value: "kube.system"'),
         ("metadata.labels", {"app": "has space"}, "metadata.labels[app]: Invalid value"),
         ("metadata.labels", {"-bad": "x"}, 'metadata.labels: Invalid value: "-bad"'),
@@ -81,6 +82,12 @@ def test_the_valid_pod_is_valid() -> None:
         ("metadata.annotations", {"example.com/": "x"}, "name part must be non-empty"),
         ("spec.containers", [], "spec.containers: Required value"),
         ("spec.containers", "main", 'spec.containers: Invalid value: "main": must be a list'),
+        # only the API's ephemeralcontainers subresource adds them (upstream ValidatePodCreate)
+        (
+            "spec.ephemeralContainers",
+            [{"name": "debug", "image": "busybox:1.35"}],
+            "spec.ephemeralContainers: Forbidden: cannot be set on create",
+        ),
         ("spec.containers.0.name", "init", 'spec.containers[0].name: Duplicate value: "init"'),
         ("spec.containers.0.name", None, "spec.containers[0].name: Required value"),
         ("spec.containers.0.name", "Main", 'spec.containers[0].name: Invalid value: "Main"'),
