@@ -99,7 +99,7 @@ class NetConf:
     ipam: IPAMConfig
     dns: DNS
     prev_result: Result | None
-    valid_attachments: tuple[GCAttachment, ...] | None
+    valid_attachments: tuple[GCAttachment, ...] | None  # GC only, and always there for GC
 
 
 def _invalid(msg: str) -> CNIError:
@@ -259,11 +259,20 @@ def check_version(doc: dict[str, Any]) -> str:
     return version
 
 
-def _parse_attachments(doc: dict[str, Any]) -> tuple[GCAttachment, ...] | None:
-    # Spec 1.1 names the key cni.dev/valid-attachments; libcni also sends cni.dev/attachments (same value).
-    raw = doc.get("cni.dev/valid-attachments", doc.get("cni.dev/attachments"))
+VALID_ATTACHMENTS = "cni.dev/valid-attachments"
+MISSING_ATTACHMENTS = (
+    f"GC needs {VALID_ATTACHMENTS}, the list of attachments to keep (spec 1.1: the runtime must provide it); "
+    "without it nothing is deleted. An empty list means that no attachment of this network is valid."
+)
+
+
+def _parse_attachments(doc: dict[str, Any]) -> tuple[GCAttachment, ...]:
+    # Spec 1.1 names the key cni.dev/valid-attachments; libcni also sends cni.dev/attachments (same value), the
+    # name in an earlier draft of the spec. Neither present is refused: read as "nothing is valid", it would free
+    # every address and veth of the network.
+    raw = doc.get(VALID_ATTACHMENTS, doc.get("cni.dev/attachments"))
     if raw is None:
-        return None
+        raise _invalid(MISSING_ATTACHMENTS)
     if not isinstance(raw, list):
         raise _invalid("cni.dev/valid-attachments must be a list of {containerID, ifname}")
     found = []

@@ -44,6 +44,7 @@ class Allocation:
     ip: IPv4
     range: Range
     range_set: int
+    reused: bool = False  # the owner held it before this call (an earlier ADD of the same attachment)
 
 
 def candidates(range_set: RangeSet, last: IPv4 | None) -> Iterator[tuple[IPv4, Range]]:
@@ -88,13 +89,17 @@ class Store:
         self._monotonic = monotonic
 
     @contextlib.contextmanager
-    def lock(self, timeout: float = LOCK_TIMEOUT) -> Iterator[None]:
+    def lock(self, timeout: float | None = None) -> Iterator[None]:
+        if timeout is None:
+            timeout = LOCK_TIMEOUT
         try:
             self.dir.mkdir(parents=True, exist_ok=True, mode=0o755)
             fd = os.open(self.dir / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError as exc:
             raise CNIError(
-                Code.IO_FAILURE, f"cannot open the IPAM lock in {self.dir}: {exc.strerror} (check ipam.dataDir)"
+                Code.IO_FAILURE,
+                f"cannot open the IPAM lock in {self.dir}: {exc.strerror} (check ipam.dataDir)",
+                details=io_details("opening the IPAM lock", exc),
             ) from exc
         try:
             deadline = self._monotonic() + timeout
@@ -107,6 +112,7 @@ class Store:
                         raise CNIError(
                             Code.TRY_AGAIN_LATER,
                             f"the IPAM lock {self.dir / 'lock'} has been held by another process for {timeout:.0f}s",
+                            details=f"operation: taking the IPAM lock; errno: EWOULDBLOCK; timeout: {timeout:g}s",
                         ) from None
                     time.sleep(0.002)
             yield
@@ -172,18 +178,19 @@ class Store:
 def allocate(store: Store, config: IPAMConfig, owner: Owner) -> list[Allocation]:
     """One address per range set for `owner`.
 
-    An owner that already holds addresses gets them back: a runtime must not ADD twice without a DEL, so a repeat
-    means the earlier ADD died half way (e.g. a helper that crashed) and this call finishes its work.
-    Raises CNIError(100) naming the range set when it is full.
+    An owner that already holds addresses gets them back, marked `reused`: a runtime must not ADD twice without a
+    DEL, so a repeat means the earlier ADD died half way (e.g. a helper that crashed). The plugin then finishes
+    that ADD's work, or refuses if its interface is already there; either way it never frees a reused address on
+    its own error. Raises CNIError(100) naming the range set when it is full, CNIError(5) when the disk fails.
     """
-    with store.lock():
+    with store.lock(), _disk_errors(store, "allocating an address"):
         held = store.allocations()
         mine = {ip for ip, who in held.items() if who == owner}
         result: list[Allocation] = []
         for index, range_set in enumerate(config.ranges):
             existing = next(((ip, r) for ip in sorted(mine) for r in range_set if ip in r), None)
             if existing is not None:
-                result.append(Allocation(existing[0], existing[1], index))
+                result.append(Allocation(existing[0], existing[1], index, reused=True))
                 continue
             chosen: Allocation | None = None
             for ip, r in candidates(range_set, store.last_reserved(index)):
@@ -207,10 +214,10 @@ def allocate(store: Store, config: IPAMConfig, owner: Owner) -> list[Allocation]
         return result
 
 
-def release(store: Store, owner: Owner) -> list[IPv4]:
-    """Free every address `owner` holds; none held is success (DEL is idempotent)."""
-    with store.lock():
-        freed = [ip for ip, who in store.allocations().items() if who == owner]
+def release(store: Store, owner: Owner, only: Sequence[IPv4] | None = None) -> list[IPv4]:
+    """Free every address `owner` holds (or those of `only` it still holds); none held is success (DEL)."""
+    with store.lock(), _disk_errors(store, "releasing an address"):
+        freed = [ip for ip, who in store.allocations().items() if who == owner and (only is None or ip in only)]
         for ip in freed:
             store.release(ip)
         return freed
@@ -219,6 +226,17 @@ def release(store: Store, owner: Owner) -> list[IPv4]:
 def held_by(store: Store, owner: Owner) -> list[IPv4]:
     with store.lock():
         return sorted(ip for ip, who in store.allocations().items() if who == owner)
+
+
+def stale_owners(store: Store, valid: Sequence[Owner]) -> list[Owner]:
+    """GC (spec 1.1): the owners of allocations that are not valid attachments, nothing released yet."""
+    keep = set(valid)
+    with store.lock():
+        return sorted({who for who in store.allocations().values() if who not in keep}, key=_owner_key)
+
+
+def _owner_key(owner: Owner) -> tuple[str, str]:
+    return owner.container_id, owner.ifname
 
 
 def garbage_collect(store: Store, valid: Sequence[Owner]) -> list[tuple[IPv4, Owner]]:
@@ -250,4 +268,27 @@ def ensure_writable(store: Store) -> None:
             probe.unlink()
         except OSError as exc:
             code = Code.IO_FAILURE if exc.errno != errno.ENOSPC else Code.TRY_AGAIN_LATER
-            raise CNIError(code, f"cannot write to {store.dir}: {exc.strerror}") from exc
+            raise CNIError(
+                code, f"cannot write to {store.dir}: {exc.strerror}", details=io_details("writing a probe file", exc)
+            ) from exc
+
+
+@contextlib.contextmanager
+def _disk_errors(store: Store, operation: str) -> Iterator[None]:
+    try:
+        yield
+    except OSError as exc:
+        code = Code.TRY_AGAIN_LATER if exc.errno == errno.ENOSPC else Code.IO_FAILURE
+        raise CNIError(
+            code, f"IPAM state in {store.dir}: {operation} failed: {exc.strerror}", details=io_details(operation, exc)
+        ) from exc
+
+
+def io_details(operation: str, exc: OSError) -> str:
+    """The `details` of a CNI error from a failed system call: what was done, the errno by name, the path."""
+    parts = [f"operation: {operation}"]
+    if exc.errno is not None:
+        parts.append(f"errno: {errno.errorcode.get(exc.errno, '?')} ({exc.errno})")
+    if exc.filename is not None:
+        parts.append(f"path: {exc.filename}")
+    return "; ".join(parts)

@@ -45,13 +45,17 @@ def netns_socket(path: str) -> socket.socket:
     except FileNotFoundError:
         raise NetnsNotFound(f"network namespace {path} does not exist") from None
     except OSError as exc:
-        raise NetworkError(f"cannot open network namespace {path}: {exc.strerror}") from exc
+        raise NetworkError(
+            f"cannot open network namespace {path}: {exc.strerror}", operation=f"opening {path}", errno=exc.errno
+        ) from exc
     home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
     try:
         try:
             _setns(target)
         except OSError as exc:
-            raise NetnsNotFound(f"{path} is not a network namespace: {exc.strerror}") from exc
+            raise NetnsNotFound(
+                f"{path} is not a network namespace: {exc.strerror}", operation=f"entering {path}", errno=exc.errno
+            ) from exc
         try:
             return socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_ROUTE)
         finally:
@@ -78,6 +82,7 @@ def _link(msg: Any, addresses: Sequence[ipaddress.IPv4Interface] = ()) -> Link:
             hairpin = bool(mode) if mode is not None else None
     master = msg.get_attr("IFLA_MASTER")
     peer = msg.get_attr("IFLA_LINK")
+    alias = msg.get_attr("IFLA_IFALIAS")
     return Link(
         name=str(msg.get_attr("IFLA_IFNAME")),
         index=int(msg["index"]),
@@ -89,6 +94,7 @@ def _link(msg: Any, addresses: Sequence[ipaddress.IPv4Interface] = ()) -> Link:
         peer_index=int(peer) if peer is not None else None,
         hairpin=hairpin,
         addresses=tuple(addresses),
+        alias=str(alias) if alias else "",
     )
 
 
@@ -113,7 +119,8 @@ def _netlink_errors(what: str) -> Iterator[None]:
     try:
         yield
     except NetlinkError as exc:
-        raise NetworkError(f"{what}: {os.strerror(_code(exc))} (errno {_code(exc)})") from exc
+        code = _code(exc)
+        raise NetworkError(f"{what}: {os.strerror(code)} (errno {code})", operation=what, errno=code) from exc
 
 
 class Netlink:
@@ -184,7 +191,7 @@ class Netlink:
                 present.append(wanted)
             return replace(link, mac=mac, up=True, addresses=tuple(present))
 
-    def create_veth(self, *, host: str, bridge: Link, netns: str, ifname: str, mtu: int, mac: str) -> Link:
+    def create_veth(self, *, host: str, bridge: Link, netns: str, ifname: str, mtu: int, mac: str, owner: str) -> Link:
         try:
             nsfd = os.open(netns, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
@@ -200,24 +207,36 @@ class Netlink:
             "state": "up",
             "peer": {"ifname": ifname, "net_ns_fd": nsfd, "mtu": mtu, "address": mac},
         }
+        what = f"creating veth {host} <-> {ifname} in {netns}"
         try:
-            with _netlink_errors(f"creating veth {host} <-> {ifname} in {netns}"):
+            with _netlink_errors(what):
                 try:
                     ipr.link("add", **spec)
                 except NetlinkError as exc:
                     if _code(exc) != errno.EEXIST:
                         raise
+                    # Either name may be the one taken. The container's interface is never taken over (the spec
+                    # wants an error); only a host end of our name whose peer is elsewhere is replaced.
+                    if self._has(netns, ifname):
+                        raise LinkExists(
+                            f"interface {ifname} already exists in {netns}", operation=what, errno=errno.EEXIST
+                        ) from None
                     if _get(ipr, host) is None:
-                        raise LinkExists(f"interface {ifname} already exists in {netns}") from None
-                    # Our own name, left by an ADD that died half way: replace the pair.
+                        raise
                     ipr.link("del", ifname=host)
                     ipr.link("add", **spec)
                 msg = _get(ipr, host)
                 if msg is None:
                     raise NetworkError(f"{host} vanished right after it was created")
-                return _link(msg)
+                # The kernel ignores IFLA_IFALIAS in a create request, hence the second one.
+                ipr.link("set", index=int(msg["index"]), ifalias=owner)
+                return replace(_link(msg), alias=owner)
         finally:
             os.close(nsfd)
+
+    def _has(self, netns: str, ifname: str) -> bool:
+        with self._in(netns) as ipr:
+            return _get(ipr, ifname) is not None
 
     def set_hairpin(self, host: Link, hairpin: bool) -> None:
         with _netlink_errors(f"setting hairpin mode on {host.name}"):
@@ -305,4 +324,12 @@ class Netlink:
                 str(msg.get_attr("IFLA_IFNAME"))
                 for msg in self._ipr.link("dump")
                 if msg.get_attr("IFLA_MASTER") == br["index"]
+            ]
+
+    def owned_veths(self, owner: str) -> list[str]:
+        with _netlink_errors(f"listing the veths of {owner}"):
+            return [
+                str(msg.get_attr("IFLA_IFNAME"))
+                for msg in self._ipr.link("dump")
+                if msg.get_attr("IFLA_IFALIAS") == owner and _link(msg).kind == "veth"
             ]

@@ -14,7 +14,16 @@ from typing import Protocol
 
 
 class NetworkError(Exception):
-    """A netlink operation failed; the message says which and why."""
+    """A netlink operation failed; the message says which and why.
+
+    `operation` and `errno` (when the kernel gave one) go into the CNI error's `details`, so that a runtime's log
+    keeps them even where only the message is shown.
+    """
+
+    def __init__(self, msg: str, *, operation: str = "", errno: int | None = None) -> None:
+        super().__init__(msg)
+        self.operation = operation
+        self.errno = errno
 
 
 class NetnsNotFound(NetworkError):
@@ -41,6 +50,7 @@ class Link:
     peer_index: int | None = None  # a veth's IFLA_LINK: its peer's index (in the peer's namespace)
     hairpin: bool | None = None  # for a bridge port
     addresses: tuple[ipaddress.IPv4Interface, ...] = ()
+    alias: str = ""  # IFLA_IFALIAS; on a host veth end, the network that made it (see `veth_owner`)
 
 
 @dataclass(frozen=True)
@@ -52,11 +62,13 @@ class RouteEntry:
 class Network(Protocol):
     def ensure_bridge(self, name: str, *, mtu: int, mac: str, addresses: Sequence[ipaddress.IPv4Interface]) -> Link: ...
 
-    def create_veth(self, *, host: str, bridge: Link, netns: str, ifname: str, mtu: int, mac: str) -> Link:
-        """A veth pair: `host` enslaved to `bridge` and up, its peer `ifname` (MTU, MAC) inside `netns`.
+    def create_veth(self, *, host: str, bridge: Link, netns: str, ifname: str, mtu: int, mac: str, owner: str) -> Link:
+        """A veth pair: `host` enslaved to `bridge`, up, its alias `owner`; its peer `ifname` (MTU, MAC) in `netns`.
 
-        A host end of that name left by an earlier, interrupted ADD is replaced. Returns the host end's state; its
-        `peer_index` is the container end's index inside `netns`.
+        An interface already named `ifname` inside `netns` is LinkExists, and is left as it is (spec 1.0, ADD: "If
+        an interface of the requested name already exists in the container, the CNI plugin MUST return with an
+        error"). A host end of that name whose peer is not there (left by an interrupted ADD) is replaced. Returns
+        the host end's state; its `peer_index` is the container end's index inside `netns`.
         """
         ...
 
@@ -90,6 +102,10 @@ class Network(Protocol):
 
     def bridge_ports(self, bridge: str) -> list[str]: ...
 
+    def owned_veths(self, owner: str) -> list[str]:
+        """The host veth ends whose alias is `owner`: the ones `create_veth(owner=...)` made."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -102,9 +118,20 @@ def host_veth_name(network: str, container_id: str, ifname: str) -> str:
     return VETH_PREFIX + digest[:11]
 
 
-def is_host_veth_name(name: str) -> bool:
-    rest = name.removeprefix(VETH_PREFIX)
-    return name.startswith(VETH_PREFIX) and len(rest) == 11 and all(c in "0123456789abcdef" for c in rest)
+OWNER_PREFIX = "nodeagent-bridge:"
+MAX_ALIAS = 255  # IFALIASZ - 1
+
+
+def veth_owner(network: str) -> str:
+    """The alias a host veth end carries: which network made it (shown by `ip link`).
+
+    The host end's name is a hash that cannot be read back, so GC tells this network's veths from those of another
+    network on the same bridge (or of another plugin) by this alias. A name too long for an alias is hashed.
+    """
+    owner = OWNER_PREFIX + network
+    if len(owner.encode()) <= MAX_ALIAS:
+        return owner
+    return OWNER_PREFIX + "sha256:" + hashlib.sha256(network.encode()).hexdigest()
 
 
 def mac_for(ip: ipaddress.IPv4Address) -> str:

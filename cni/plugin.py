@@ -7,14 +7,21 @@ whichever path served it.
 ADD: configuration checked → addresses allocated (a full range fails here, before anything is touched) → bridge
 ensured (gateway address, stable MAC, up) → veth pair created with its container end already named, sized and
 addressed (MAC) inside the namespace → host end enslaved, hairpin set, up → container addresses, link, routes.
-Anything failing after the allocation undoes what was done: the veth is deleted and the addresses are freed.
+Anything failing after the allocation undoes what was done: the veth is deleted and the addresses are freed. An
+interface already named CNI_IFNAME in the namespace is an error (spec 1.0: ADD "MUST return with an error"), as
+with the reference bridge; it is left alone, and so are the addresses an earlier ADD of the attachment holds.
 
 DEL is idempotent, as the spec asks: a missing namespace, interface or allocation is success. The host end's name
 derives from (network, container ID, ifname), so DEL removes the pair even when the namespace is already gone.
+
+GC deletes only what this network made: allocations in its own data directory, and host veths whose alias names
+the network (`veth_owner`), never another network's ports on a shared bridge. A GC without the list of valid
+attachments is refused before anything is touched.
 """
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import json
 import logging
@@ -34,8 +41,8 @@ from cni.network import (
     NetworkError,
     RouteEntry,
     host_veth_name,
-    is_host_veth_name,
     mac_for,
+    veth_owner,
 )
 from cni.spec import (
     LATEST_VERSION,
@@ -132,14 +139,28 @@ def _route_entries(routes: tuple[Route, ...], allocations: list[ipam.Allocation]
     return entries
 
 
+def _details(exc: NetworkError) -> str:
+    parts = []
+    if exc.operation:
+        parts.append(f"operation: {exc.operation}")
+    if exc.errno is not None:
+        parts.append(f"errno: {errno.errorcode.get(exc.errno, '?')} ({exc.errno})")
+    return "; ".join(parts)
+
+
 def _network_error(exc: NetworkError) -> CNIError:
+    details = _details(exc)
     if isinstance(exc, NetnsNotFound):
-        return CNIError(Code.INVALID_ENVIRONMENT, f"CNI_NETNS: {exc}")
+        return CNIError(Code.INVALID_ENVIRONMENT, f"CNI_NETNS: {exc}", details)
     if isinstance(exc, AddressConflict):
-        return CNIError(Code.INVALID_CONFIG, str(exc))
+        return CNIError(Code.INVALID_CONFIG, str(exc), details)
     if isinstance(exc, LinkExists):
-        return CNIError(Code.NETLINK_FAILURE, f"{exc}: a previous attachment was not cleaned up; DEL it first")
-    return CNIError(Code.NETLINK_FAILURE, str(exc))
+        return CNIError(
+            Code.NETLINK_FAILURE,
+            f"{exc}: ADD does not take over an existing interface; DEL the attachment (or remove the interface) first",
+            details,
+        )
+    return CNIError(Code.NETLINK_FAILURE, str(exc), details)
 
 
 def add(invocation: Invocation, conf: cfg.NetConf, network: Network) -> Result:
@@ -158,7 +179,13 @@ def add(invocation: Invocation, conf: cfg.NetConf, network: Network) -> Result:
         )
         mac = mac_for(allocations[0].ip)
         host_link = network.create_veth(
-            host=host, bridge=bridge, netns=invocation.netns, ifname=invocation.ifname, mtu=conf.mtu, mac=mac
+            host=host,
+            bridge=bridge,
+            netns=invocation.netns,
+            ifname=invocation.ifname,
+            mtu=conf.mtu,
+            mac=mac,
+            owner=veth_owner(conf.name),
         )
         created = True
         if conf.hairpin:
@@ -178,7 +205,9 @@ def add(invocation: Invocation, conf: cfg.NetConf, network: Network) -> Result:
                 network.delete_host_link(host)
             except NetworkError:
                 log.warning("cni add rollback: could not delete veth=%s", host)
-        ipam.release(store, owner)
+        # A reused address may still be on the interface an earlier ADD made (the LinkExists case): it is freed
+        # only when this call made, and has just removed, the attachment's interface; DEL frees it otherwise.
+        ipam.release(store, owner, only=[a.ip for a in allocations if created or not a.reused])
         if isinstance(exc, NetworkError):
             raise _network_error(exc) from exc
         raise
@@ -212,16 +241,30 @@ def add(invocation: Invocation, conf: cfg.NetConf, network: Network) -> Result:
 
 def delete(invocation: Invocation, conf: cfg.NetConf, network: Network) -> None:
     host = host_veth_name(conf.name, invocation.container_id, invocation.ifname)
+    owner = ipam.Owner(invocation.container_id, invocation.ifname)
+    store = _store(conf)
     try:
         removed = network.delete_host_link(host)
         if not removed and invocation.netns:
-            # No host end by our name (e.g. created by another version): remove the container's end, if ours.
+            # No host end by our name (e.g. made by another version): remove the container's end only if it is
+            # ours, i.e. carries the MAC we derive from an address IPAM holds for this attachment. Anything else
+            # named CNI_IFNAME belongs to someone else (another plugin, or an ADD this DEL does not undo).
             link = _container_link_or_none(network, invocation.netns, invocation.ifname)
-            if link is not None and link.kind == "veth":
-                network.delete_container_link(invocation.netns, invocation.ifname)
+            if link is not None:
+                ours = {mac_for(ip) for ip in ipam.held_by(store, owner)}
+                if link.kind == "veth" and link.mac in ours:
+                    removed = network.delete_container_link(invocation.netns, invocation.ifname)
+                else:
+                    log.info(
+                        "cni del: leaving ifname=%s in netns=%s: not ours (kind=%s mac=%s)",
+                        invocation.ifname,
+                        invocation.netns,
+                        link.kind or "-",
+                        link.mac or "-",
+                    )
     except NetworkError as exc:
         raise _network_error(exc) from exc
-    freed = ipam.release(_store(conf), ipam.Owner(invocation.container_id, invocation.ifname))
+    freed = ipam.release(store, owner)
     log.info(
         "cni del container=%s ifname=%s veth_removed=%s freed=%s",
         invocation.container_id,
@@ -299,17 +342,45 @@ def check(invocation: Invocation, conf: cfg.NetConf, network: Network) -> None:
 
 
 def garbage_collect(conf: cfg.NetConf, network: Network) -> None:
-    """GC (spec 1.1): release every allocation and host veth of this network that no valid attachment owns."""
-    valid = conf.valid_attachments or ()
-    owners = [ipam.Owner(a.container_id, a.ifname) for a in valid]
-    stale = ipam.garbage_collect(_store(conf), owners)
-    for _, owner in stale:
-        network.delete_host_link(host_veth_name(conf.name, owner.container_id, owner.ifname))
-    keep = {host_veth_name(conf.name, o.container_id, o.ifname) for o in owners}
-    orphans = [p for p in network.bridge_ports(conf.bridge) if is_host_veth_name(p) and p not in keep]
-    for port in orphans:
-        network.delete_host_link(port)
-    log.info("cni gc released=%d orphan_veths=%d", len(stale), len(orphans))
+    """GC (spec 1.1): release every allocation and host veth of this network that no valid attachment owns.
+
+    Everything that can be removed is, in one pass; the failures are reported together afterwards (the spec:
+    remove as much as possible, then report). The address of an attachment whose veth could not be deleted is kept,
+    so that it is not handed out while the old interface may still carry it.
+    """
+    if conf.valid_attachments is None:  # parse_netconf refuses this already; never read it as "nothing is valid"
+        raise CNIError(Code.INVALID_CONFIG, cfg.MISSING_ATTACHMENTS)
+    valid = [ipam.Owner(a.container_id, a.ifname) for a in conf.valid_attachments]
+    keep = {host_veth_name(conf.name, o.container_id, o.ifname) for o in valid}
+    store = _store(conf)
+    stale = ipam.stale_owners(store, valid)
+    veth_of = {host_veth_name(conf.name, o.container_id, o.ifname): o for o in stale}
+    failures: list[NetworkError] = []
+    try:
+        orphans = [name for name in network.owned_veths(veth_owner(conf.name)) if name not in keep]
+    except NetworkError as exc:
+        failures.append(exc)
+        orphans = []
+    kept: set[ipam.Owner] = set()
+    removed = 0
+    for name in sorted(set(veth_of) | set(orphans)):
+        try:
+            if network.delete_host_link(name):
+                removed += 1
+        except NetworkError as exc:
+            failures.append(exc)
+            if name in veth_of:
+                kept.add(veth_of[name])
+    released = [ip for o in stale if o not in kept for ip in ipam.release(store, o)]
+    log.info("cni gc released=%d veths_removed=%d failed=%d", len(released), removed, len(failures))
+    if failures:
+        first = _network_error(failures[0])
+        raise CNIError(
+            first.code,
+            f"GC removed {removed} veth(s) and released {len(released)} address(es), but {len(failures)} "
+            f"operation(s) failed; the first: {first.msg}",
+            " | ".join(f"{exc} ({_details(exc) or 'no errno'})" for exc in failures),
+        )
 
 
 def status(conf: cfg.NetConf) -> None:

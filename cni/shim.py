@@ -9,11 +9,17 @@ The request to the helper is the CNI_* variables and stdin, the reply the exit s
     request: b"CNI1" + len(env block) as 4 bytes big-endian + env block (KEY=VALUE joined by NUL) + stdin, then EOF
     reply:   b"CNI1" + exit status as 1 byte + stdout, then EOF
 
-When no helper answers (no socket, nobody listening, or the helper died before replying) the shim runs the plugin
-in this process, with the code and pyroute2 found through the paths written into the executable at install time.
-Every command is safe to redo that way: DEL and CHECK are idempotent and a repeated ADD takes over the attachment.
-A helper that accepted the call but has not answered within REPLY_TIMEOUT gets error 11 (try again later) rather
-than a second, concurrent attempt.
+When no helper takes the call (no socket, nobody listening, a helper that stopped accepting so that its queue is
+full, or one that died before replying) the shim runs the plugin in this process, with the code and pyroute2 found
+through the paths written into the executable at install time. A call no helper took is safe to do here. One a
+helper died in the middle of is redone here: DEL and CHECK are idempotent; an ADD that had already made the
+interface fails with "already exists" (the spec forbids taking it over), and the runtime then DELs the attachment
+and retries the sandbox.
+
+The socket's timeout is set before connect: a blocking connect to a listener whose queue is full waits until the
+helper accepts, i.e. forever if it never does; with a timeout the kernel refuses at once (EAGAIN) and the call is
+done here. A connection the kernel queued but that has no reply within REPLY_TIMEOUT gets error 11 (try again
+later) rather than a second, concurrent attempt: the helper may still serve it.
 """
 
 import _socket
@@ -53,15 +59,18 @@ def decode_reply(data: bytes) -> tuple[int, bytes] | None:
     return data[4], data[5:]
 
 
-def forward(path: str, request: bytes, timeout: float = REPLY_TIMEOUT) -> tuple[int, bytes] | None:
-    """The helper's reply; None when no helper took the call. Raises TimeoutError when one took it and went silent."""
+def forward(path: str, request: bytes, timeout: float | None = None) -> tuple[int, bytes] | None:
+    """The helper's reply; None when no helper took the call. Raises TimeoutError when one took it and went silent.
+
+    `timeout` (REPLY_TIMEOUT when None) bounds every step, connect included.
+    """
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
+        sock.settimeout(REPLY_TIMEOUT if timeout is None else timeout)
         try:
             sock.connect(path)
-        except OSError:
+        except OSError:  # no socket, refused, or a full queue (EAGAIN; TimeoutError too): nobody took the call
             return None
-        sock.settimeout(timeout)
         try:
             sock.sendall(request)
             sock.shutdown(_socket.SHUT_WR)
@@ -105,7 +114,9 @@ def _timeout_error(stdin: bytes, path: str) -> bytes:
 
     error = CNIError(
         Code.TRY_AGAIN_LATER,
-        f"the nodeagent-bridge helper at {path} took the call but did not answer within {REPLY_TIMEOUT:.0f}s",
+        f"the nodeagent-bridge helper at {path} took the call but did not answer within {REPLY_TIMEOUT:g}s; "
+        "it may still be serving it, so it was not redone here",
+        details=f"operation: waiting for the helper's reply; timeout: {REPLY_TIMEOUT:g}s; socket: {path}",
     )
     return json.dumps(error.to_json(requested_version(stdin) or LATEST_VERSION)).encode() + b"\n"
 
@@ -121,7 +132,7 @@ def main(helper_socket: str | None, code_path: list[str]) -> None:
     env = {key: value for key, value in posix.environ.items() if key.startswith(b"CNI_")}
     if helper_socket:
         try:
-            reply = forward(helper_socket, encode_request(env, stdin))
+            reply = forward(helper_socket, encode_request(env, stdin), REPLY_TIMEOUT)
         except TimeoutError:
             _use_code(code_path)
             _write(_timeout_error(stdin, helper_socket))

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any, Protocol
 
-from cni.network import Network, host_veth_name, mac_for
+from cni.network import Link, Network, host_veth_name, mac_for, veth_owner
 from cni.plugin import execute
 
 
@@ -28,6 +28,12 @@ class Bench(Protocol):
 
     def drop_address(self, netns: str, ifname: str) -> None:
         """Remove the container interface's IPv4 address, as an admin's `ip addr flush` would."""
+
+    def add_foreign_veth(self, netns: str, ifname: str) -> None:
+        """A veth named `ifname` inside `netns` that another plugin made (its peer stays in the host)."""
+
+    def rename_host_link(self, old: str, new: str) -> None:
+        """Rename a host interface, as a host end named by another version of the plugin would be."""
 
 
 NETWORK = "contract-net"
@@ -103,6 +109,7 @@ def add_result_matches_what_was_made(bench: Bench) -> None:
     assert inside.kind == "veth" and inside.up and inside.mtu == 1400 and inside.mac == container["mac"]
     assert address in inside.addresses
     assert host_link.master == br.index and host_link.up and host_link.hairpin is True
+    assert host_link.alias == veth_owner(NETWORK)  # what GC goes by
     assert inside.peer_index == host_link.index and host_link.peer_index == inside.index
     assert ipaddress.IPv4Interface(f"{ip['gateway']}/{address.network.prefixlen}") in br.addresses
     assert any(r.dst == ipaddress.IPv4Network("0.0.0.0/0") and str(r.gw) == ip["gateway"] for r in routes)
@@ -202,6 +209,101 @@ def two_pods_share_the_bridge_with_distinct_addresses(bench: Bench) -> None:
     assert call(bench, "DEL", conf, container="c-one") == (0, None)
 
 
+def _links(bench: Bench, netns: str, ifname: str, host: str | None = None) -> tuple[Link | None, Link | None]:
+    """The container's `ifname` in `netns` and, if named, the host link `host`."""
+    net = bench.network()
+    try:
+        return net.container_link(netns, ifname), net.host_link(host) if host is not None else None
+    finally:
+        net.close()
+
+
+def a_repeated_add_fails_and_keeps_the_interface(bench: Bench) -> None:
+    netns = bench.new_netns()
+    conf = netconf(bench)
+    status, result = call(bench, "ADD", conf, container="c-again", netns=netns)
+    assert status == 0 and result is not None
+    address = ipaddress.IPv4Interface(result["ips"][0]["address"])
+    inside, host = _links(bench, netns, "eth0", result["interfaces"][1]["name"])
+    assert inside is not None and host is not None
+    # Spec 1.0, ADD: an interface of the requested name already in the container is an error.
+    status, err = call(bench, "ADD", conf, container="c-again", netns=netns)
+    assert status == 1 and err is not None
+    assert err["code"] == 102 and "eth0 already exists" in err["msg"]
+    again_inside, again_host = _links(bench, netns, "eth0", result["interfaces"][1]["name"])
+    assert again_inside is not None and again_host is not None
+    assert (again_inside.index, again_host.index) == (inside.index, host.index)  # the same pair, not a new one
+    assert address in again_inside.addresses
+    assert allocations(bench) == [str(address.ip)]  # the failed ADD did not free the address in use
+    assert call(bench, "DEL", conf, container="c-again", netns=netns) == (0, None)
+    assert allocations(bench) == []
+
+
+def add_over_a_foreign_interface_fails_and_takes_nothing(bench: Bench) -> None:
+    netns = bench.new_netns()
+    bench.add_foreign_veth(netns, "eth0")
+    conf = netconf(bench)
+    status, err = call(bench, "ADD", conf, container="c-foreign-add", netns=netns)
+    assert status == 1 and err is not None and err["code"] == 102
+    assert allocations(bench) == []
+    inside, host = _links(bench, netns, "eth0", host_veth_name(NETWORK, "c-foreign-add", "eth0"))
+    assert inside is not None and host is None
+
+
+def del_removes_only_its_own_container_interface(bench: Bench) -> None:
+    # Another plugin's eth0: DEL (with no host end of ours to remove) leaves it.
+    foreign = bench.new_netns()
+    bench.add_foreign_veth(foreign, "eth0")
+    conf = netconf(bench)
+    assert call(bench, "DEL", conf, container="c-not-ours", netns=foreign) == (0, None)
+    assert _links(bench, foreign, "eth0")[0] is not None
+    # Ours, whose host end has another name (as another version would have named it): DEL finds it by its MAC.
+    netns = bench.new_netns()
+    status, result = call(bench, "ADD", conf, container="c-renamed", netns=netns)
+    assert status == 0 and result is not None
+    renamed = bench.bridge + "r"
+    bench.rename_host_link(result["interfaces"][1]["name"], renamed)
+    assert call(bench, "DEL", conf, container="c-renamed", netns=netns) == (0, None)
+    inside, host = _links(bench, netns, "eth0", renamed)
+    assert inside is None and host is None
+    assert allocations(bench) == []
+
+
+def gc_needs_the_valid_attachments_and_keeps_to_its_network(bench: Bench) -> None:
+    mine, theirs = netconf(bench, cniVersion="1.1.0"), netconf(bench, cniVersion="1.1.0", name="contract-other")
+    network = ipaddress.IPv4Network(bench.subnet)
+    # The other network shares the bridge, from another part of the subnet.
+    theirs["ipam"] = {
+        **theirs["ipam"],
+        "ranges": [[{"subnet": bench.subnet, "rangeStart": str(network[200]), "rangeEnd": str(network[250])}]],
+    }
+    status, ours = call(bench, "ADD", mine, container="c-gc", netns=bench.new_netns())
+    assert status == 0 and ours is not None
+    status, other = call(bench, "ADD", theirs, container="c-gc-other", netns=bench.new_netns())
+    assert status == 0 and other is not None
+    veths = [ours["interfaces"][1]["name"], other["interfaces"][1]["name"]]
+    # Without the list, nothing is deleted.
+    status, err = call(bench, "GC", mine)
+    assert status == 1 and err is not None
+    assert err["code"] == 7 and "cni.dev/valid-attachments" in err["msg"]
+    assert allocations(bench) == [ours["ips"][0]["address"].split("/")[0]]
+    net = bench.network()
+    try:
+        assert [net.host_link(v) is not None for v in veths] == [True, True]
+    finally:
+        net.close()
+    # An empty list: everything of this network goes, the other network's veth and address stay.
+    assert call(bench, "GC", {**mine, "cni.dev/valid-attachments": []}) == (0, None)
+    assert allocations(bench) == []
+    net = bench.network()
+    try:
+        assert [net.host_link(v) is not None for v in veths] == [False, True]
+    finally:
+        net.close()
+    assert (bench.data_dir / "contract-other" / other["ips"][0]["address"].split("/")[0]).exists()
+    assert call(bench, "DEL", theirs, container="c-gc-other") == (0, None)
+
+
 SCENARIOS = (
     add_result_matches_what_was_made,
     check_finds_a_lost_address,
@@ -209,4 +311,8 @@ SCENARIOS = (
     del_after_the_netns_is_gone_frees_everything,
     add_into_a_missing_netns_leaves_nothing,
     two_pods_share_the_bridge_with_distinct_addresses,
+    a_repeated_add_fails_and_keeps_the_interface,
+    add_over_a_foreign_interface_fails_and_takes_nothing,
+    del_removes_only_its_own_container_interface,
+    gc_needs_the_valid_attachments_and_keeps_to_its_network,
 )

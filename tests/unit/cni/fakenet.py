@@ -12,6 +12,7 @@ import itertools
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from errno import EEXIST
 
 from cni.network import AddressConflict, Link, LinkExists, NetnsNotFound, NetworkError, RouteEntry
 
@@ -30,6 +31,7 @@ class FakeKernel:
         self._index = itertools.count(10)
         self._mac = itertools.count(1)
         self.fail_configure: Exception | None = None  # injected into the next configure_container
+        self.fail_delete: dict[str, Exception] = {}  # host link name -> raised by delete_host_link of it
         self.calls: list[str] = []
 
     def add_netns(self, path: str) -> None:
@@ -81,18 +83,27 @@ class FakeNetwork:
             self.k.host[name] = link
             return link
 
-    def create_veth(self, *, host: str, bridge: Link, netns: str, ifname: str, mtu: int, mac: str) -> Link:
+    def create_veth(self, *, host: str, bridge: Link, netns: str, ifname: str, mtu: int, mac: str, owner: str) -> Link:
         with self.k.lock:
             self.k.calls.append("create_veth")
             ns = self._ns(netns)
+            if ifname in ns.links:
+                what = f"creating veth {host} <-> {ifname} in {netns}"
+                raise LinkExists(f"interface {ifname} already exists in {netns}", operation=what, errno=EEXIST)
             if host in self.k.host:
                 self.delete_host_link(host)
-            if ifname in ns.links:
-                raise LinkExists(f"interface {ifname} already exists in {netns}")
             host_index, peer_index = self.k.next_index(), 2 + len(ns.links)
             ns.links[ifname] = Link(ifname, peer_index, "veth", mac, mtu, False, peer_index=host_index)
             link = Link(
-                host, host_index, "veth", self.k.next_mac(), mtu, True, master=bridge.index, peer_index=peer_index
+                host,
+                host_index,
+                "veth",
+                self.k.next_mac(),
+                mtu,
+                True,
+                master=bridge.index,
+                peer_index=peer_index,
+                alias=owner,
             )
             self.k.host[host] = link
             return link
@@ -136,6 +147,8 @@ class FakeNetwork:
     def delete_host_link(self, name: str) -> bool:
         with self.k.lock:
             self.k.calls.append("delete_host_link")
+            if name in self.k.fail_delete:
+                raise self.k.fail_delete[name]
             link = self.k.host.pop(name, None)
             if link is None:
                 return False
@@ -161,6 +174,10 @@ class FakeNetwork:
             if br is None:
                 return []
             return [n for n, link in self.k.host.items() if link.master == br.index]
+
+    def owned_veths(self, owner: str) -> list[str]:
+        with self.k.lock:
+            return [n for n, link in self.k.host.items() if link.kind == "veth" and link.alias == owner]
 
     def close(self) -> None:
         self.closed = True

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cni.network import Network
+from cni.network import Link, Network
 from tests.unit.cni import contract
 from tests.unit.cni.fakenet import FakeKernel, FakeNetwork
 
@@ -37,6 +37,22 @@ class FakeBench:
     def drop_address(self, netns: str, ifname: str) -> None:
         ns = self.kernel.netns[netns]
         ns.links[ifname] = dataclasses.replace(ns.links[ifname], addresses=())
+
+    def add_foreign_veth(self, netns: str, ifname: str) -> None:
+        with self.kernel.lock:
+            ns = self.kernel.netns[netns]
+            host_index, peer_index = self.kernel.next_index(), 2 + len(ns.links)
+            ns.links[ifname] = Link(
+                ifname, peer_index, "veth", self.kernel.next_mac(), 1500, True, peer_index=host_index
+            )
+            name = f"foreign{host_index}"
+            self.kernel.host[name] = Link(
+                name, host_index, "veth", self.kernel.next_mac(), 1500, True, peer_index=peer_index
+            )
+
+    def rename_host_link(self, old: str, new: str) -> None:
+        with self.kernel.lock:
+            self.kernel.host[new] = dataclasses.replace(self.kernel.host.pop(old), name=new)
 
 
 @pytest.mark.parametrize("scenario", contract.SCENARIOS, ids=lambda s: s.__name__)

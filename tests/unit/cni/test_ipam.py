@@ -81,7 +81,8 @@ def test_a_repeated_add_gets_its_address_back(tmp_path: Path) -> None:
     store = ipam.Store(tmp_path, "pods")
     first = ipam.allocate(store, config, ipam.Owner("a", "eth0"))
     again = ipam.allocate(store, config, ipam.Owner("a", "eth0"))
-    assert first == again
+    assert [(a.ip, a.range, a.range_set) for a in again] == [(a.ip, a.range, a.range_set) for a in first]
+    assert [a.reused for a in first] == [False] and [a.reused for a in again] == [True]
     assert ipam.allocate(store, config, ipam.Owner("a", "net1"))[0].ip != first[0].ip  # another interface
 
 

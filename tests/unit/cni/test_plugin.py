@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import threading
 from pathlib import Path
@@ -10,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from cni.network import Network, NetworkError, host_veth_name
+from cni import ipam
+from cni.network import Link, Network, NetworkError, host_veth_name, veth_owner
 from cni.plugin import Reply, execute
 from tests.unit.cni.fakenet import FakeKernel, FakeNetwork
 
@@ -216,3 +218,113 @@ def test_the_network_is_closed_after_every_call(tmp_path: Path, kernel: FakeKern
         factory,
     )
     assert made and all(n.closed for n in made)
+
+
+def _allocated(tmp_path: Path, network: str = "unit") -> list[str]:
+    d = tmp_path / network
+    return sorted(p.name for p in d.iterdir() if p.name[0].isdigit()) if d.exists() else []
+
+
+def test_netlink_errors_carry_operation_and_errno_in_details(kernel: FakeKernel, tmp_path: Path) -> None:
+    kernel.fail_configure = NetworkError(
+        "configuring interface 3 in /run/netns/unit: Operation not permitted (errno 1)",
+        operation="configuring interface 3 in /run/netns/unit",
+        errno=errno.EPERM,
+    )
+    err = body(run(kernel, "ADD", conf(tmp_path), CNI_CONTAINERID="c1", CNI_NETNS=NETNS))
+    assert err["code"] == 102
+    assert err["details"] == "operation: configuring interface 3 in /run/netns/unit; errno: EPERM (1)"
+
+
+def test_an_unusable_data_dir_is_code_5_before_anything_is_touched(kernel: FakeKernel, tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    doc = conf(tmp_path)
+    doc["ipam"]["dataDir"] = str(tmp_path / "file" / "ipam")  # a regular file where a directory must be
+    reply = run(kernel, "ADD", doc, CNI_CONTAINERID="c1", CNI_NETNS=NETNS)
+    err = body(reply)
+    assert (reply.status, err["code"]) == (1, 5)
+    assert "cannot open the IPAM lock" in err["msg"] and "check ipam.dataDir" in err["msg"]
+    assert "errno: ENOTDIR" in err["details"] and "operation: opening the IPAM lock" in err["details"]
+    assert kernel.calls == []
+    # DEL needs the store too: the same code, not success over state it could not read.
+    assert body(run(kernel, "DEL", doc, CNI_CONTAINERID="c1", CNI_NETNS=NETNS))["code"] == 5
+
+
+def test_a_held_ipam_lock_is_code_11(kernel: FakeKernel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ipam, "LOCK_TIMEOUT", 0.0)  # give up at the first refusal: no waiting in a unit test
+    with ipam.Store(tmp_path, "unit").lock():
+        reply = run(kernel, "ADD", conf(tmp_path), CNI_CONTAINERID="c1", CNI_NETNS=NETNS)
+    err = body(reply)
+    assert (reply.status, err["code"]) == (1, 11)
+    assert "held by another process" in err["msg"]
+    assert "taking the IPAM lock" in err["details"]
+    assert kernel.calls == []
+    assert run(kernel, "ADD", conf(tmp_path), CNI_CONTAINERID="c1", CNI_NETNS=NETNS).status == 0  # lock free again
+
+
+def _gc(tmp_path: Path, valid: list[dict[str, str]] | None) -> dict[str, Any]:
+    doc = conf(tmp_path, cniVersion="1.1.0")
+    if valid is not None:
+        doc["cni.dev/valid-attachments"] = valid
+    return doc
+
+
+def test_gc_without_valid_attachments_is_refused_and_deletes_nothing(kernel: FakeKernel, tmp_path: Path) -> None:
+    assert run(kernel, "ADD", conf(tmp_path), CNI_CONTAINERID="c1", CNI_NETNS=NETNS).status == 0
+    veth = host_veth_name("unit", "c1", "eth0")
+    reply = run(kernel, "GC", _gc(tmp_path, None))
+    err = body(reply)
+    assert (reply.status, err["code"]) == (1, 7)
+    assert "cni.dev/valid-attachments" in err["msg"] and "nothing is deleted" in err["msg"]
+    assert _allocated(tmp_path) == ["198.18.7.2"]
+    assert veth in kernel.host and "eth0" in kernel.netns[NETNS].links
+    assert "delete_host_link" not in kernel.calls
+    # libcni sends the list under both names; the older one alone is read too.
+    legacy = {**conf(tmp_path, cniVersion="1.1.0"), "cni.dev/attachments": [{"containerID": "c1", "ifname": "eth0"}]}
+    assert run(kernel, "GC", legacy) == Reply(0, b"")
+    assert _allocated(tmp_path) == ["198.18.7.2"] and veth in kernel.host
+
+
+def test_gc_removes_only_veths_this_network_made(kernel: FakeKernel, tmp_path: Path) -> None:
+    assert run(kernel, "ADD", conf(tmp_path), CNI_CONTAINERID="keep", CNI_NETNS=NETNS).status == 0
+    kernel.add_netns("/run/netns/gone")
+    assert run(kernel, "ADD", conf(tmp_path), CNI_CONTAINERID="stale", CNI_NETNS="/run/netns/gone").status == 0
+    bridge = kernel.host["naunit0"]
+
+    def port(name: str, alias: str) -> None:
+        kernel.host[name] = Link(name, kernel.next_index(), "veth", kernel.next_mac(), 1500, True, bridge.index)
+        kernel.host[name] = dataclasses.replace(kernel.host[name], alias=alias)
+
+    port(host_veth_name("unit", "orphan", "eth0"), veth_owner("unit"))  # ours, its allocation already lost
+    port(host_veth_name("other", "pod", "eth0"), veth_owner("other"))  # another network on the same bridge
+    port(host_veth_name("old", "pod", "eth0"), "")  # our naming, no alias: nothing says whose it is
+    reply = run(kernel, "GC", _gc(tmp_path, [{"containerID": "keep", "ifname": "eth0"}]))
+    assert reply == Reply(0, b"")
+    assert _allocated(tmp_path) == ["198.18.7.2"]
+    assert sorted(n for n, link in kernel.host.items() if link.kind == "veth") == sorted(
+        [
+            host_veth_name("unit", "keep", "eth0"),
+            host_veth_name("other", "pod", "eth0"),
+            host_veth_name("old", "pod", "eth0"),
+        ]
+    )
+
+
+def test_gc_maps_netlink_errors_and_keeps_the_address_of_a_veth_it_could_not_delete(
+    kernel: FakeKernel, tmp_path: Path
+) -> None:
+    for i in range(3):
+        kernel.add_netns(f"/run/netns/g{i}")
+        assert run(kernel, "ADD", conf(tmp_path), CNI_CONTAINERID=f"g{i}", CNI_NETNS=f"/run/netns/g{i}").status == 0
+    stuck = host_veth_name("unit", "g1", "eth0")
+    kernel.fail_delete[stuck] = NetworkError(
+        f"deleting {stuck}: Device or resource busy (errno 16)", operation=f"deleting {stuck}", errno=errno.EBUSY
+    )
+    reply = run(kernel, "GC", _gc(tmp_path, []))
+    err = body(reply)
+    assert (reply.status, err["code"]) == (1, 102)  # the netlink mapping, not 999
+    assert "1 operation(s) failed" in err["msg"] and "Device or resource busy" in err["msg"]
+    assert "errno: EBUSY (16)" in err["details"]
+    # The other two went; g1 keeps its veth and its address, so the address is not handed out under it.
+    assert [n for n, link in kernel.host.items() if link.kind == "veth"] == [stuck]
+    assert [p.read_text().split()[0] for p in (tmp_path / "unit").iterdir() if p.name[0].isdigit()] == ["g1"]

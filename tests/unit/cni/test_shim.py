@@ -6,10 +6,12 @@ directory, so nothing but what `cni.install` wrote into it can lead it to the co
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -64,6 +66,74 @@ def test_forward_to_a_silent_helper_times_out(tmp_path: Path) -> None:
             shim.forward(str(path), shim.encode_request({}, b""), timeout=0.2)
     finally:
         listener.close()
+
+
+@pytest.fixture
+def full_queue(tmp_path: Path) -> Iterator[Path]:
+    """A listening socket that never accepts and whose queue is full: a helper that stopped accepting."""
+    path = tmp_path / "full.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(0)
+    queued: list[socket.socket] = []
+    try:
+        while True:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.setblocking(False)
+            try:
+                s.connect(str(path))
+            except BlockingIOError:
+                s.close()
+                break
+            queued.append(s)
+            assert len(queued) < 64, "the listen queue never filled"
+        yield path
+    finally:
+        for s in queued:
+            s.close()
+        listener.close()
+
+
+def test_forward_to_a_helper_that_stopped_accepting_is_none_at_once(full_queue: Path) -> None:
+    # A blocking connect would wait for an accept that never comes; run it in a thread so that such a bug fails
+    # the test instead of hanging it.
+    got: list[tuple[int, bytes] | None] = []
+    t = threading.Thread(target=lambda: got.append(shim.forward(str(full_queue), b"x", timeout=60)), daemon=True)
+    started = time.monotonic()
+    t.start()
+    t.join(10)
+    assert not t.is_alive(), "forward blocked on a helper that does not accept"
+    assert got == [None]
+    assert time.monotonic() - started < 5
+
+
+def test_the_executable_does_the_work_itself_when_the_helper_stopped_accepting(
+    tmp_path: Path, full_queue: Path
+) -> None:
+    plugin = _plugin(tmp_path, full_queue)
+    done = _exec(plugin, {"CNI_COMMAND": "VERSION"}, b'{"cniVersion": "1.0.0"}')
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"cniVersion": "1.0.0", "supportedVersions": ["1.0.0", "1.1.0"]}
+
+
+def test_a_helper_that_took_the_call_and_went_silent_is_error_11(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    path = tmp_path / "silent.sock"
+    listener = bind(path)  # listening, never accepting, queue not full: the call is queued and never answered
+    monkeypatch.setattr(shim, "REPLY_TIMEOUT", 0.2)
+    monkeypatch.setattr(sys, "argv", ["nodeagent-bridge"])
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b'{"cniVersion": "1.0.0"}')))
+    try:
+        with pytest.raises(SystemExit) as exited:
+            shim.main(str(path), [])
+    finally:
+        listener.close()
+    assert exited.value.code == 1
+    err = json.loads(capsysbinary.readouterr().out)
+    assert err["cniVersion"] == "1.0.0" and err["code"] == 11
+    assert str(path) in err["msg"] and "did not answer within 0.2s" in err["msg"]
+    assert "waiting for the helper's reply" in err["details"]
 
 
 def test_bind_refuses_a_live_helper_and_replaces_a_stale_socket(tmp_path: Path) -> None:

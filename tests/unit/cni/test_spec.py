@@ -125,7 +125,7 @@ def test_result_round_trips_as_prev_result() -> None:
         {"ips": [{"address": "nope"}]},
         {"interfaces": [{"mac": "x"}]},
         {"ips": [{"address": "198.18.7.5/24", "interface": 3}]},
-        {"dns": "8.8.8.8"},
+        {"dns": "198.18.0.10"},  # an address where an object must be
     ],
 )
 def test_a_bad_prev_result_is_a_decode_failure(bad: object) -> None:
