@@ -72,6 +72,7 @@ class AgentOptions:
     node_name: str | None = None
     node_ip: str | None = None
     standalone: bool = False
+    root_dir: Path = Path("/var/lib/kubelet")
 
 
 def read_resolv_conf(path: str) -> ResolvConf:
@@ -262,6 +263,7 @@ async def _run(
             memory_capacity=facts.memory_bytes,
             node_allocatable=allocatable,
             node_hostname=facts.hostname,
+            root_dir=str(options.root_dir),
         ),
         events=pod_event,
         fetch_object=_object_fetcher(client),

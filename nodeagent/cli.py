@@ -85,6 +85,7 @@ async def _run(args: argparse.Namespace) -> int:
             node_name=args.node_name,
             node_ip=args.node_ip,
             standalone=args.standalone,
+            root_dir=args.root_dir,
         )
     )
     return 0
@@ -131,6 +132,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--node-name", default=None, help="default: the hostname")
     run.add_argument("--node-ip", default=None, help="the node's InternalIP (default: the first global IPv4)")
     run.add_argument("--standalone", action="store_true", help="no apiserver: static pods only")
+    run.add_argument(
+        "--root-dir",
+        type=Path,
+        default=Path("/var/lib/kubelet"),
+        help="where the agent keeps pod directories (pods/<uid>/...), as the kubelet's --root-dir",
+    )
     run.set_defaults(handler=_run)
 
     pods = sub.add_parser("pods", help="list the pods a running agent runs, with their status (its local /pods)")

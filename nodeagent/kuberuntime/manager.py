@@ -61,6 +61,8 @@ class NodeContext:
     memory_capacity: int = 0
     node_allocatable: Mapping[str, str] = field(default_factory=dict)
     node_hostname: str = ""
+    # The agent's --root-dir: pods/<uid>/containers/<name>/ (termination messages) and later volumes.
+    root_dir: str = "/var/lib/kubelet"
 
 
 @dataclass(frozen=True)

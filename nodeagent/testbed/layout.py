@@ -72,6 +72,11 @@ class Layout:
         return self.root / "manifests"
 
     @property
+    def kubelet_root(self) -> Path:
+        """The agent's --root-dir (upstream /var/lib/kubelet): pods/<uid>/... lives here."""
+        return self.root / "kubelet"
+
+    @property
     def env_file(self) -> Path:
         return self.root / "env"
 

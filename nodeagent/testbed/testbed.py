@@ -503,6 +503,7 @@ class Testbed:
                 "--kubeconfig", str(self.layout.node_kubeconfig),
                 "--node-name", settings.node_name,
                 "--node-ip", "127.0.0.1",
+                "--root-dir", str(self.layout.kubelet_root),
             ],
         )  # fmt: skip
         await _wait(AGENT, proc.log_path, _node_ready_check(self.layout, settings), proc)

@@ -65,6 +65,7 @@ def start_agent(
                 sys.executable, "-m", "nodeagent", "run",
                 "--config", str(config or testbed.layout.agent_config),
                 "--node-ip", "127.0.0.1",
+                "--root-dir", str(testbed.layout.kubelet_root),
                 *argv,
             ],
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})},
