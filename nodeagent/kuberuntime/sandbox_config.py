@@ -4,7 +4,9 @@ Choices, each as upstream unless said:
 
 - Hostname: `spec.hostname` or the pod name, cut to 63 characters (trailing '-' and '.' dropped); with `subdomain`
   the domain is `<subdomain>.<ns>.svc.<clusterDomain>`, and `setHostnameAsFQDN` joins both (at most 64 characters).
-  A hostNetwork pod gets the node's hostname (upstream leaves it empty, which the runtime fills with the same).
+  A hostNetwork pod gets no hostname at all, as upstream: it shares the node's UTS namespace (so it reports the
+  node's hostname), and a runtime asked to set one there fails ("unable to set hostname without a private UTS
+  namespace").
 - DNS: ClusterFirst (the default) uses the cluster DNS servers and the search list `<ns>.svc.<domain> svc.<domain>
   <domain>` followed by the host's, with `ndots:5`. A hostNetwork pod with ClusterFirst, or ClusterFirst without
   clusterDNS configured, falls back to Default (the host's resolv.conf, passed in parsed). None starts empty.
@@ -100,10 +102,11 @@ def pod_hostname_and_domain(pod: Mapping[str, Any], cluster_domain: str) -> tupl
     return hostname, domain
 
 
-def sandbox_hostname(pod: Mapping[str, Any], *, cluster_domain: str, node_hostname: str) -> str:
+def sandbox_hostname(pod: Mapping[str, Any], *, cluster_domain: str) -> str:
+    """The sandbox's hostname; "" for a hostNetwork pod, which keeps the node's (upstream generatePodSandboxConfig)."""
     spec = _spec(pod)
     if spec.get("hostNetwork"):
-        return node_hostname
+        return ""
     hostname, domain = pod_hostname_and_domain(pod, cluster_domain)
     if spec.get("setHostnameAsFQDN") and domain:
         fqdn = f"{hostname}.{domain}"
@@ -269,7 +272,6 @@ def make_sandbox_config(
     attempt: int,
     cgroup_parent: str,
     dns: DNSSettings,
-    node_hostname: str = "",
     pod_log_dir_root: str = DEFAULT_POD_LOG_DIR_ROOT,
     seccomp_profile_root: str = DEFAULT_SECCOMP_PROFILE_ROOT,
 ) -> api_pb2.PodSandboxConfig:
@@ -298,7 +300,7 @@ def make_sandbox_config(
         linux.overhead.CopyFrom(resources_from_quantities(overhead.get("cpu"), overhead.get("memory")))
     return api_pb2.PodSandboxConfig(
         metadata=api_pb2.PodSandboxMetadata(name=name, uid=uid, namespace=namespace, attempt=attempt),
-        hostname=sandbox_hostname(pod, cluster_domain=dns.cluster_domain, node_hostname=node_hostname),
+        hostname=sandbox_hostname(pod, cluster_domain=dns.cluster_domain),
         log_directory=pod_log_directory(namespace, name, uid, root=pod_log_dir_root),
         dns_config=make_dns_config(pod, dns),
         port_mappings=make_port_mappings(pod),

@@ -114,6 +114,14 @@ LIMITED = {"limits": {"cpu": "1500m", "memory": "1Gi"}, "requests": {"cpu": "250
         ("limits.ephemeral-storage", "1Gi", {}, "100"),
         ("requests.cpu", None, {}, "0"),
         ("requests.memory", None, {"limits": {"memory": "1Ki"}}, "1024"),  # request defaults to limit
+        # The apiserver sends an unset divisor as the zero quantity: it means 1, as upstream.
+        ("limits.cpu", "0", LIMITED, "2"),
+        ("limits.cpu", "0", {}, "4"),
+        ("limits.memory", "0", {}, str(8 * GI)),
+        ("requests.memory", "0", LIMITED, str(GI // 2)),
+        ("limits.ephemeral-storage", "0", {}, str(100 * GI)),
+        ("limits.cpu", "0m", LIMITED, "2"),
+        ("limits.memory", "", LIMITED, str(GI)),
     ],
 )
 def test_resource_field_ref(resource: str, divisor: str | None, resources: dict[str, Any], value: str) -> None:

@@ -92,12 +92,12 @@ def test_dns_search_list_is_capped() -> None:
         ({"hostname": "h1"}, "h1"),
         ({"hostname": "h1", "subdomain": "sub"}, "h1"),
         ({"hostname": "h1", "subdomain": "sub", "setHostnameAsFQDN": True}, "h1.sub.ns1.svc.cluster.local"),
-        ({"hostNetwork": True, "hostname": "h1"}, "node-a"),
+        ({"hostNetwork": True, "hostname": "h1"}, ""),  # the node's UTS namespace: no hostname to set
         ({"hostname": "a" * 62 + "-b"}, "a" * 62),  # cut to 63, trailing dash dropped
     ],
 )
 def test_hostname(spec: dict[str, Any], expected: str) -> None:
-    assert sandbox_hostname(pod(**spec), cluster_domain="cluster.local", node_hostname="node-a") == expected
+    assert sandbox_hostname(pod(**spec), cluster_domain="cluster.local") == expected
 
 
 def test_fqdn_too_long() -> None:
@@ -105,7 +105,6 @@ def test_fqdn_too_long() -> None:
         sandbox_hostname(
             pod(hostname="h" * 60, subdomain="sub", setHostnameAsFQDN=True),
             cluster_domain="cluster.local",
-            node_hostname="n",
         )
 
 
@@ -165,10 +164,8 @@ def test_make_sandbox_config_full() -> None:
             }
         ],
     }
-    config = make_sandbox_config(
-        pod(**spec), attempt=0, cgroup_parent="/x", dns=DNS, node_hostname="node-a", pod_log_dir_root="/logs"
-    )
-    assert config.hostname == "node-a"
+    config = make_sandbox_config(pod(**spec), attempt=0, cgroup_parent="/x", dns=DNS, pod_log_dir_root="/logs")
+    assert config.hostname == ""
     assert config.log_directory == "/logs/ns1_web_u-1"
     sc = config.linux.security_context
     assert sc.namespace_options == api_pb2.NamespaceOption(network=api_pb2.NODE, pid=api_pb2.NODE, ipc=api_pb2.NODE)

@@ -122,6 +122,9 @@ class FakeRuntime:
     async def get_pod_status(self, uid: str) -> RuntimePodStatus:
         return self.status
 
+    def runtime_status(self, status: PodStatus) -> RuntimePodStatus:
+        return from_pod_status(status)  # no exited containers here: no termination message to read
+
     async def kill_pod(self, pod: Any, status: RuntimePodStatus, *, grace_period: int) -> None:
         self.calls.append(("kill_pod", grace_period))
         if self.kill_gate is not None:
