@@ -3,7 +3,13 @@
 Pure functions over the apiserver's JSON (plain dicts); the status manager that sends the patches lives elsewhere.
 """
 
-from nodeagent.status.compare import is_stale, needs_update, status_equal_ignoring_time, status_patch
+from nodeagent.status.compare import (
+    is_stale,
+    merge_pod_status,
+    needs_update,
+    status_equal_ignoring_time,
+    status_patch,
+)
 from nodeagent.status.conditions import (
     CONTAINERS_READY,
     INITIALIZED,
@@ -13,6 +19,7 @@ from nodeagent.status.conditions import (
     READY,
     containers_ready_condition,
     initialized_condition,
+    need_to_reconcile_pod_readiness,
     pod_ready_to_start_containers_condition,
     pod_scheduled_condition,
     ready_condition,
@@ -21,6 +28,7 @@ from nodeagent.status.conditions import (
 from nodeagent.status.container_status import ContainerInput, RuntimeState, TerminatedRun, container_status
 from nodeagent.status.generate import generate_pod_status, qos_class
 from nodeagent.status.phase import FAILED, PENDING, RUNNING, SUCCEEDED, get_phase
+from nodeagent.status.terminate import has_pod_initialized, terminated_pod_status
 
 __all__ = [
     "CONTAINERS_READY",
@@ -40,8 +48,11 @@ __all__ = [
     "containers_ready_condition",
     "generate_pod_status",
     "get_phase",
+    "has_pod_initialized",
     "initialized_condition",
     "is_stale",
+    "merge_pod_status",
+    "need_to_reconcile_pod_readiness",
     "needs_update",
     "pod_ready_to_start_containers_condition",
     "pod_scheduled_condition",
@@ -50,4 +61,5 @@ __all__ = [
     "stamp_transition_times",
     "status_equal_ignoring_time",
     "status_patch",
+    "terminated_pod_status",
 ]

@@ -1,8 +1,15 @@
 """Deciding whether a pod status is worth sending, and what to send.
 
-`needs_update` ignores the times the kubelet stamps (as isPodStatusByKubeletEqual does), `status_patch` builds a
-JSON merge patch (RFC 7386) carrying only what changed, and `is_stale` refuses a status that would move the pod
+`needs_update` ignores the times the kubelet stamps (as isPodStatusByKubeletEqual does), `merge_pod_status` puts
+the conditions the kubelet does not own back as the apiserver has them (upstream mergePodStatus), `status_patch`
+builds a strategic merge patch carrying only what changed, and `is_stale` refuses a status that would move the pod
 backwards: out of a terminal phase, or to a lower restart count.
+
+The patch is a strategic merge patch, as upstream's statusutil.PatchPodStatus sends: the lists v1.PodStatus merges
+by key (conditions by type, podIPs and hostIPs by ip) carry only the elements that changed, `$patch: delete` for
+those that went and `$setElementOrder` for the order. So a condition someone else owns (a readiness gate a user or
+controller sets) is never written by the kubelet, even when it changed in the apiserver after the kubelet last
+looked: a JSON merge patch would replace the whole list and put an old value back.
 """
 
 from __future__ import annotations
@@ -11,7 +18,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from nodeagent.status._common import JSON
+from nodeagent.status.conditions import KUBELET_CONDITIONS
 from nodeagent.status.phase import TERMINAL_PHASES
+
+# The kubelet sets this one though it does not own it, and only when the pod reaches a terminal phase (upstream
+# PodConditionSharedByKubelet).
+DISRUPTION_TARGET = "DisruptionTarget"
+
+# The v1.PodStatus lists a strategic merge patch merges by a key (patchStrategy=merge, patchMergeKey).
+_MERGE_KEYS = {"conditions": "type", "podIPs": "ip", "hostIPs": "ip", "resourceClaimStatuses": "name"}
 
 _CONDITION_TIMES = ("lastProbeTime", "lastTransitionTime")
 
@@ -36,30 +51,67 @@ def needs_update(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
     return old is None or not status_equal_ignoring_time(old, new)
 
 
-def _merge_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> JSON:
+def merge_pod_status(api: Mapping[str, Any], new: Mapping[str, Any]) -> JSON:
+    """`new` with the conditions the kubelet does not own as `api` (the apiserver's status) has them, and the
+    kubelet's own from `new`; DisruptionTarget from `new` only as the pod turns terminal (upstream mergePodStatus)."""
+    conditions = [dict(c) for c in api.get("conditions") or () if c.get("type") not in KUBELET_CONDITIONS]
+    conditions += [dict(c) for c in new.get("conditions") or () if c.get("type") in KUBELET_CONDITIONS]
+    turning_terminal = api.get("phase") not in TERMINAL_PHASES and new.get("phase") in TERMINAL_PHASES
+    for shared in (c for c in new.get("conditions") or () if c.get("type") == DISRUPTION_TARGET):
+        if turning_terminal:
+            conditions = [c for c in conditions if c.get("type") != DISRUPTION_TARGET] + [dict(shared)]
+    out = dict(new)
+    if conditions or "conditions" in new:
+        out["conditions"] = conditions
+    return out
+
+
+def _merge_diff(old: Mapping[str, Any], new: Mapping[str, Any], *, top: bool = False) -> JSON:
     patch: JSON = {}
     for key, value in new.items():
         if key not in old:
             patch[key] = value
         elif old[key] != value:
             previous = old[key]
-            if isinstance(previous, Mapping) and isinstance(value, Mapping) and value:
+            merge_key = _MERGE_KEYS.get(key) if top else None
+            if merge_key is not None and isinstance(previous, list) and isinstance(value, list):
+                patch.update(_keyed_list_diff(key, merge_key, previous, value))
+            elif isinstance(previous, Mapping) and isinstance(value, Mapping) and value:
                 patch[key] = _merge_diff(previous, value)
             else:
-                patch[key] = value  # lists and scalars are replaced whole in a merge patch
+                patch[key] = value  # other lists (containerStatuses) and scalars are replaced whole
     for key in old:
         if key not in new:
             patch[key] = None
     return patch
 
 
+def _keyed_list_diff(field: str, key: str, old: list[Any], new: list[Any]) -> JSON:
+    """A merge-by-key list's part of a strategic merge patch: changed or new elements (a changed one as the
+    element's own diff, with its key), deletions, and the new order."""
+    old_by_key = {item.get(key): item for item in old if isinstance(item, Mapping)}
+    new_keys = [item.get(key) for item in new if isinstance(item, Mapping)]
+    elements: list[Any] = []
+    for item in new:
+        previous = old_by_key.get(item.get(key))
+        if previous is None:
+            elements.append(item)
+        elif previous != item:
+            elements.append({key: item.get(key), **_merge_diff(previous, item)})
+    elements += [{key: k, "$patch": "delete"} for k in old_by_key if k not in new_keys]
+    out: JSON = {f"$setElementOrder/{field}": [{key: k} for k in new_keys]}
+    if elements:
+        out[field] = elements
+    return out
+
+
 def status_patch(old: Mapping[str, Any], new: Mapping[str, Any], *, uid: str | None = None) -> JSON:
-    """A merge patch for the pod's status subresource turning `old` into `new`; {} when nothing changed.
+    """A strategic merge patch for the pod's status subresource turning `old` into `new`; {} when nothing changed.
 
     With `uid`, the patch also carries metadata.uid, which the apiserver checks as a precondition so a status never
     lands on a new pod of the same name, as the status manager does.
     """
-    diff = _merge_diff(old, new)
+    diff = _merge_diff(old, new, top=True)
     if not diff:
         return {}
     patch: JSON = {"status": diff}

@@ -186,3 +186,31 @@ def stamp_transition_times(
                 out[key] = value
         stamped.append(out)
     return stamped
+
+
+def need_to_reconcile_pod_readiness(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod's Ready condition, as the apiserver shows it, disagrees with its readiness gates' conditions
+    there, so the pod must be synced (upstream NeedToReconcilePodReadiness, which HandlePodReconcile asks).
+
+    A controller or user that sets a gate's condition changes only the status: no spec change syncs the pod.
+    Upstream looks at containerStatuses alone; the init statuses are looked at too, so that a pod with a sidecar is
+    not synced again on every status change for want of the sidecar's status.
+    """
+    spec: Mapping[str, Any] = pod.get("spec") or {}
+    if not spec.get("readinessGates"):
+        return False
+    status: Mapping[str, Any] = pod.get("status") or {}
+    conditions = list(status.get("conditions") or ())
+    current = find_condition(conditions, READY)
+    if current is None:
+        return False  # the kubelet has not reported readiness yet: its first sync will
+    statuses = [*(status.get("initContainerStatuses") or ()), *(status.get("containerStatuses") or ())]
+    expected = ready_condition(spec, conditions, statuses, str(status.get("phase", "")))
+    return bool(
+        current.get("status") != expected["status"] or current.get("message", "") != expected.get("message", "")
+    )
+
+
+def find_condition(conditions: Iterable[Mapping[str, Any]], kind: str) -> Mapping[str, Any] | None:
+    """The condition of that type (podutil.GetPodConditionFromList)."""
+    return next((c for c in conditions if c.get("type") == kind), None)

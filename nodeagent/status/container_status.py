@@ -1,19 +1,30 @@
 """API container statuses (v1.ContainerStatus as JSON) built from what the runtime and the pod worker know.
 
 The input is `ContainerInput`: the newest runtime container of one spec container, the previous terminated run, and
-the waiting reason the last sync left (ContainerCreating, ErrImagePull, ImagePullBackOff, CrashLoopBackOff,
-CreateContainerConfigError, ...). The shape follows convertToAPIContainerStatuses in kubelet_pods.go: a runtime
-container that exited while the last sync recorded a reason to wait (a back-off) is reported as waiting with that
-reason and the exited run moves to lastState.
+the waiting reason the last sync left (ErrImagePull, ImagePullBackOff, CrashLoopBackOff, CreateContainerConfigError,
+...). The shape follows convertToAPIContainerStatuses in kubelet_pods.go:
+
+- without a runtime container the status waits with the default reason (ContainerCreating, or PodInitializing in a
+  pod with init containers) and keeps the previous status's restartCount and lastState; a previous terminated
+  status is kept whole. A container whose previous status was running but that the runtime no longer has (removed
+  behind the kubelet's back, or garbage-collected) gets a terminated lastState with reason ContainerStatusUnknown,
+  exit code 137 and upstream's "could not be located when the pod was deleted" message, and its restartCount goes
+  up by one unless the pod is being deleted: the pod does not fall back to Pending, and the restart shows;
+- a runtime container in the unknown state whose previous status was running is terminated with
+  ContainerStatusUnknown and upstream's "could not be located when the pod was terminated" message;
+- a container the last sync could not start waits with that reason, the run that ended (if any) in lastState.
 """
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
-from nodeagent.status._common import JSON, format_time
+from nodeagent.status._common import JSON, format_time, last_state_of, state_of
 
 CONTAINER_CREATING = "ContainerCreating"
 POD_INITIALIZING = "PodInitializing"
@@ -22,6 +33,15 @@ IMAGE_PULL_BACK_OFF = "ImagePullBackOff"
 CRASH_LOOP_BACK_OFF = "CrashLoopBackOff"
 CREATE_CONTAINER_CONFIG_ERROR = "CreateContainerConfigError"
 CONTAINER_STATUS_UNKNOWN = "ContainerStatusUnknown"
+
+# Upstream's messages (convertToAPIContainerStatuses, and the status manager's TerminatePod) and exit code.
+UNKNOWN_WHEN_TERMINATED = "The container could not be located when the pod was terminated"
+UNKNOWN_WHEN_DELETED = "The container could not be located when the pod was deleted.  The container used to be Running"
+INIT_ASSUMED_COMPLETED = (
+    "Unable to get init container status from container runtime and pod has been initialized, "
+    "treat it as exited normally"
+)
+UNKNOWN_EXIT_CODE = 137
 
 
 class RuntimeState(StrEnum):
@@ -99,18 +119,51 @@ def _waiting(reason: str, message: str) -> JSON:
     return {"waiting": waiting}
 
 
-def container_status(
-    container: ContainerInput, *, runtime_type: str = "containerd", default_waiting_reason: str = CONTAINER_CREATING
-) -> JSON:
-    """One v1.ContainerStatus as JSON.
+def unknown_state(message: str) -> JSON:
+    """A run whose end nobody saw: upstream reports exit code 137 (killed), with no times and no container ID."""
+    run = TerminatedRun(exit_code=UNKNOWN_EXIT_CODE, reason=CONTAINER_STATUS_UNKNOWN, message=message)
+    return {"terminated": terminated_state(run)}
 
-    `default_waiting_reason` is the reason shown while no container exists and the last sync left no reason:
-    ContainerCreating, or PodInitializing for app containers of a pod whose init containers have not finished.
-    """
+
+def _was_running(previous: Mapping[str, Any] | None) -> bool:
+    return previous is not None and state_of(previous).get("running") is not None
+
+
+def _without_runtime_container(
+    container: ContainerInput, previous: Mapping[str, Any] | None, default_waiting_reason: str, *, pod_deleted: bool
+) -> JSON:
+    """No runtime container: the default waiting state over the previous status (upstream's first two passes)."""
+    if previous is not None and state_of(previous).get("terminated") is not None:
+        return copy.deepcopy(dict(previous))  # the last word on a finished container
+    last = copy.deepcopy(dict(last_state_of(previous))) if previous is not None else {}
+    status = _base(container, {"waiting": {"reason": default_waiting_reason}}, last, previous)
+    if _was_running(previous) and last.get("terminated") is None:
+        # It ran and is gone: show it stopped (not pending), and count the restart unless the pod is going away.
+        status["lastState"] = unknown_state(UNKNOWN_WHEN_DELETED)
+        if not pod_deleted:
+            status["restartCount"] += 1
+    return status
+
+
+def _base(container: ContainerInput, state: JSON, last_state: JSON, previous: Mapping[str, Any] | None) -> JSON:
+    return {
+        "name": container.name,
+        "state": state,
+        "lastState": last_state,
+        "ready": False,
+        "restartCount": int(previous.get("restartCount", 0)) if previous is not None else 0,
+        "image": container.image,
+        "imageID": "",
+        "started": False,
+    }
+
+
+def _from_runtime_container(container: ContainerInput, previous: Mapping[str, Any] | None, runtime_type: str) -> JSON:
+    """The newest runtime container's status, the run before it as lastState (upstream convertContainerStatus)."""
     last_state: JSON = {}
     if container.last_terminated is not None:
         last_state = {"terminated": terminated_state(container.last_terminated, runtime_type=runtime_type)}
-
+    restart_count = container.restart_count
     state: JSON
     if container.state is RuntimeState.RUNNING:
         state = {"running": {"startedAt": _time_or_none(container.started_at)}}
@@ -123,24 +176,21 @@ def container_status(
             finished_at=container.finished_at,
             container_id=container.container_id,
         )
-        if container.waiting_reason:
-            # Waiting to restart (a back-off): the run that just ended is the last state.
-            state = _waiting(container.waiting_reason, container.waiting_message)
-            last_state = {"terminated": terminated_state(this_run, runtime_type=runtime_type)}
-        else:
-            state = {"terminated": terminated_state(this_run, runtime_type=runtime_type)}
-    elif container.state is RuntimeState.NONE:
-        state = _waiting(container.waiting_reason or default_waiting_reason, container.waiting_message)
+        state = {"terminated": terminated_state(this_run, runtime_type=runtime_type)}
+    elif container.state is RuntimeState.UNKNOWN and previous is not None and _was_running(previous):
+        # It was running and the runtime cannot say what became of it: it stopped, and counts as a restart, so that
+        # a run-once container does not look as if it never ran.
+        state = unknown_state(UNKNOWN_WHEN_TERMINATED)
+        restart_count = int(previous.get("restartCount", 0)) + 1
     else:
-        # Created-but-not-started and unknown collapse to waiting, as upstream does.
-        state = _waiting(container.waiting_reason, container.waiting_message)
-
+        state = {"waiting": {}}  # created but not started, or unknown: waiting, as upstream collapses them
+    running = container.state is RuntimeState.RUNNING
     status: JSON = {
         "name": container.name,
         "state": state,
         "lastState": last_state,
-        "ready": container.ready and container.state is RuntimeState.RUNNING,
-        "restartCount": container.restart_count,
+        "ready": container.ready and running,
+        "restartCount": restart_count,
         "image": container.image,
         "imageID": container.image_id,
     }
@@ -148,6 +198,40 @@ def container_status(
         status["containerID"] = _full_id(runtime_type, container.container_id)
     # The prober's view (UpdatePodStatus): only a running container can have started, and one without a startup
     # probe has started as soon as it runs.
-    running = container.state is RuntimeState.RUNNING
     status["started"] = running and (container.started if container.started is not None else True)
+    return status
+
+
+def container_status(
+    container: ContainerInput,
+    *,
+    runtime_type: str = "containerd",
+    default_waiting_reason: str = CONTAINER_CREATING,
+    previous: Mapping[str, Any] | None = None,
+    pod_deleted: bool = False,
+    init_completed: bool = False,
+) -> JSON:
+    """One v1.ContainerStatus as JSON.
+
+    `default_waiting_reason` is the reason shown while no container exists and the last sync left no reason:
+    ContainerCreating, or PodInitializing for every container of a pod with init containers. `previous` is the
+    container's status in the last pod status (the status manager's); `pod_deleted` says the pod has a
+    deletionTimestamp. `init_completed` says this is a regular init container of a pod whose regular containers
+    exist in the runtime: without a runtime container of its own, it is reported as having exited 0.
+    """
+    if container.state is RuntimeState.NONE:
+        status = _without_runtime_container(container, previous, default_waiting_reason, pod_deleted=pod_deleted)
+        if init_completed and state_of(status).get("waiting") is not None:
+            # As upstream: an init container the runtime lost, in a pod whose regular containers exist, succeeded;
+            # it will not run again, so no reason to wait applies.
+            run = TerminatedRun(exit_code=0, reason="Completed", message=INIT_ASSUMED_COMPLETED)
+            status["state"] = {"terminated": terminated_state(run)}
+            return status
+    else:
+        status = _from_runtime_container(container, previous, runtime_type)
+    if container.waiting_reason:
+        # The last sync could not start it (upstream's reason cache): it waits, the run that ended is the last state.
+        if state_of(status).get("terminated") is not None:
+            status["lastState"] = {"terminated": status["state"]["terminated"]}
+        status["state"] = _waiting(container.waiting_reason, container.waiting_message)
     return status

@@ -1,17 +1,19 @@
 """The whole pod status the kubelet reports, assembled as generateAPIPodStatus does (pkg/kubelet/kubelet_pods.go).
 
-Conditions the kubelet does not own (readiness gate conditions, DisruptionTarget) are carried over from the old
-status unchanged; the kubelet's own conditions follow in upstream's order.
+Conditions the kubelet does not own (readiness gate conditions, DisruptionTarget) are carried over from the pod's
+status as the apiserver shows it, unchanged; the kubelet's own conditions follow in upstream's order.
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from nodeagent.kuberuntime.qos import compute_pod_qos
-from nodeagent.status._common import JSON, format_time
+from nodeagent.status._common import JSON, format_time, is_restartable_init_container, state_of
 from nodeagent.status.conditions import (
     KUBELET_CONDITIONS,
     containers_ready_condition,
@@ -21,7 +23,13 @@ from nodeagent.status.conditions import (
     ready_condition,
     stamp_transition_times,
 )
-from nodeagent.status.container_status import POD_INITIALIZING, ContainerInput, container_status
+from nodeagent.status.container_status import (
+    CONTAINER_CREATING,
+    POD_INITIALIZING,
+    ContainerInput,
+    RuntimeState,
+    container_status,
+)
 from nodeagent.status.phase import get_phase
 
 
@@ -40,34 +48,54 @@ def generate_pod_status(
     now: datetime,
     containers: Sequence[ContainerInput],
     init_containers: Sequence[ContainerInput] = (),
+    ephemeral_containers: Sequence[ContainerInput] = (),
     sandbox_ready: bool,
     pod_ips: Sequence[str] = (),
     host_ips: Sequence[str] = (),
     pod_is_terminal: bool = False,
     qos: str | None = None,
     runtime_type: str = "containerd",
+    old_status: Mapping[str, Any] | None = None,
 ) -> JSON:
-    """The pod's new status; `pod["status"]` is the old one, whose times are kept where nothing changed.
+    """The pod's new status.
 
-    `containers` / `init_containers` describe spec containers by name. A spec container without an entry (no
-    runtime container, or one already garbage-collected) keeps its old status if that was terminated, as upstream
-    does; otherwise it is waiting (ContainerCreating, or PodInitializing behind unfinished init containers) with
-    the old restartCount and lastState.
+    `old_status` is the status the kubelet last set (the status manager's), whose container statuses and times are
+    kept where nothing changed; `pod["status"]` is the status as the apiserver shows it, whose conditions that the
+    kubelet does not own (readiness gates set by a controller or a user, DisruptionTarget) are carried over, as
+    upstream reads them from the pod manager's pod. Without `old_status`, `pod["status"]` is both.
+
+    `containers` / `init_containers` / `ephemeral_containers` describe spec containers by name. A spec container
+    without an entry, or whose entry has no runtime container, is reported from its old status as upstream's
+    convertToAPIContainerStatuses does (see `container_status`). Ephemeral containers are reported in
+    ephemeralContainerStatuses and count for neither the phase nor the conditions.
     """
     spec: Mapping[str, Any] = pod.get("spec") or {}
-    old: Mapping[str, Any] = pod.get("status") or {}
-
-    old_init = {c.get("name"): c for c in old.get("initContainerStatuses") or ()}
-    init_statuses = _statuses(
-        spec.get("initContainers") or (), init_containers, old_init, runtime_type, "ContainerCreating"
+    api: Mapping[str, Any] = pod.get("status") or {}
+    old: Mapping[str, Any] = old_status if old_status is not None else api
+    # As upstream: with init containers, every container (init, app, ephemeral) waits as PodInitializing.
+    default_reason = POD_INITIALIZING if spec.get("initContainers") else CONTAINER_CREATING
+    context = _Context(
+        runtime_type=runtime_type,
+        default_reason=default_reason,
+        pod_deleted=bool((pod.get("metadata") or {}).get("deletionTimestamp")),
+        regular_created=any(c.state in _CREATED_STATES for c in containers),
     )
-    old_app = {c.get("name"): c for c in old.get("containerStatuses") or ()}
-    app_default = POD_INITIALIZING if spec.get("initContainers") else "ContainerCreating"
-    app_statuses = _statuses(spec.get("containers") or (), containers, old_app, runtime_type, app_default)
+
+    init_statuses = _statuses(
+        spec.get("initContainers") or (), init_containers, old.get("initContainerStatuses"), context, kind=_Kind.INIT
+    )
+    app_statuses = _statuses(spec.get("containers") or (), containers, old.get("containerStatuses"), context)
+    ephemeral_statuses = _statuses(
+        spec.get("ephemeralContainers") or (),
+        ephemeral_containers,
+        old.get("ephemeralContainerStatuses"),
+        context,
+        kind=_Kind.EPHEMERAL,
+    )
     phase = get_phase(spec, app_statuses, init_statuses, pod_is_terminal=pod_is_terminal)
 
     all_statuses = [*init_statuses, *app_statuses]
-    kept = [dict(c) for c in old.get("conditions") or () if c.get("type") not in KUBELET_CONDITIONS]
+    kept = [dict(c) for c in api.get("conditions") or () if c.get("type") not in KUBELET_CONDITIONS]
     owned = [
         pod_ready_to_start_containers_condition(sandbox_ready=sandbox_ready),
         initialized_condition(spec, all_statuses, phase),
@@ -88,38 +116,65 @@ def generate_pod_status(
     if init_statuses:
         status["initContainerStatuses"] = init_statuses
     status["containerStatuses"] = app_statuses
+    if ephemeral_statuses:
+        status["ephemeralContainerStatuses"] = ephemeral_statuses
     status["qosClass"] = qos or old.get("qosClass") or qos_class(spec)
     return status
+
+
+# HasAnyRegularContainerCreated: a container in these states was created (unknown is not evidence).
+_CREATED_STATES = frozenset({RuntimeState.CREATED, RuntimeState.RUNNING, RuntimeState.EXITED})
+
+
+class _Kind(enum.Enum):
+    APP = "app"
+    INIT = "init"
+    EPHEMERAL = "ephemeral"
+
+
+@dataclass(frozen=True)
+class _Context:
+    runtime_type: str
+    default_reason: str
+    pod_deleted: bool
+    regular_created: bool  # some regular container exists in the runtime: the pod initialized
 
 
 def _statuses(
     spec_containers: Sequence[Mapping[str, Any]],
     inputs: Sequence[ContainerInput],
-    old_by_name: Mapping[str, Mapping[str, Any]],
-    runtime_type: str,
-    default_waiting_reason: str,
+    old_statuses: Sequence[Mapping[str, Any]] | None,
+    context: _Context,
+    *,
+    kind: _Kind = _Kind.APP,
 ) -> list[JSON]:
+    """One kind's statuses: init containers in spec order, app and ephemeral containers sorted by name (upstream's
+    SortedContainerStatuses)."""
     by_name = {c.name: c for c in inputs}
+    old_by_name = {str(c.get("name")): c for c in old_statuses or ()}
     statuses: list[JSON] = []
     for container in spec_containers:
-        name = container["name"]
-        given = by_name.get(name)
-        if given is not None:
-            statuses.append(
-                container_status(given, runtime_type=runtime_type, default_waiting_reason=default_waiting_reason)
-            )
-            continue
-        previous = old_by_name.get(name)
-        if previous is not None and (previous.get("state") or {}).get("terminated") is not None:
-            statuses.append(dict(previous))
-            continue
+        name = str(container.get("name", ""))
+        given = by_name.get(name) or ContainerInput(name=name, image=str(container.get("image", "")))
+        regular_init = kind is _Kind.INIT and not is_restartable_init_container(container)
         status = container_status(
-            ContainerInput(name=name, image=container.get("image", "")),
-            runtime_type=runtime_type,
-            default_waiting_reason=default_waiting_reason,
+            given,
+            runtime_type=context.runtime_type,
+            default_waiting_reason=context.default_reason,
+            previous=old_by_name.get(name),
+            pod_deleted=context.pod_deleted,
+            init_completed=regular_init and context.regular_created,
         )
-        if previous is not None:
-            status["restartCount"] = previous.get("restartCount", 0)
-            status["lastState"] = previous.get("lastState") or {}
+        if regular_init:
+            # As the prober manager's UpdatePodStatus: a regular init container is ready once it exited 0, and
+            # never while it runs (it has no readiness probe; its being ready means "done").
+            terminated = state_of(status).get("terminated")
+            status["ready"] = terminated is not None and terminated.get("exitCode", 0) == 0
+        elif kind is _Kind.EPHEMERAL:
+            # Ephemeral containers have no probes: upstream leaves them unready and says nothing of started.
+            status["ready"] = False
+            status.pop("started", None)
         statuses.append(status)
+    if kind is not _Kind.INIT:
+        statuses.sort(key=lambda s: str(s.get("name", "")))
     return statuses

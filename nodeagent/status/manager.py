@@ -4,10 +4,13 @@ Producers (the pod workers) never wait on the apiserver: `set_pod_status` stores
 and wakes the sync task, which sends every status whose version the apiserver has not confirmed yet, as soon as it
 is woken and again every `sync_period` (so a failure is retried without a new status having to arrive).
 
-What is sent is a JSON merge patch from the status the apiserver last showed us (the answer to our previous patch,
-or the pod's status when we first heard of it) to the new one, carrying metadata.uid as a precondition, as
+What is sent is a strategic merge patch from the status the apiserver last showed us (the answer to our previous
+patch, or the pod's status when we first heard of it) to the new one, carrying metadata.uid as a precondition, as
 `statusutil.PatchPodStatus` does: a pod deleted and recreated under the same name never receives the old pod's
-status. The errors, as the upstream syncPod treats them:
+status. Conditions the kubelet does not own are left as the apiserver has them (upstream mergePodStatus), and the
+patch names only the conditions it changes, so a readiness gate set meanwhile by someone else is never undone.
+
+The errors, as the upstream syncPod treats them:
 
 - NotFound: the pod is gone; its status stays readable here (a terminating worker still reads it) but is never
   sent again, until `remove_orphans` forgets it.
@@ -39,7 +42,7 @@ from nodeagent.kube import paths
 from nodeagent.kube.client import KubeClient
 from nodeagent.kube.errors import ApiError, ApiUnavailable, NotFound
 from nodeagent.status._common import JSON
-from nodeagent.status.compare import is_stale, needs_update, status_patch
+from nodeagent.status.compare import is_stale, merge_pod_status, needs_update, status_patch
 from nodeagent.status.probe_results import with_probe_result
 
 log = logging.getLogger(__name__)
@@ -231,7 +234,9 @@ class StatusManager:
     async def _sync_pod(self, client: KubeClient, entry: _Entry) -> None:
         if entry.refresh and not await self._refresh(client, entry):
             return
-        version, status = entry.version, entry.status
+        version = entry.version
+        # Conditions others own (readiness gates) stay as the apiserver has them: the kubelet never writes them.
+        status = merge_pod_status(entry.api_status, entry.status)
         if not needs_update(entry.api_status, status):
             entry.synced_version = version  # the apiserver already says this
             return
@@ -239,7 +244,7 @@ class StatusManager:
         self.patches_sent += 1
         try:
             answer = await client.patch(
-                paths.pod(entry.namespace, entry.name), patch, patch_type="merge", subresource="status"
+                paths.pod(entry.namespace, entry.name), patch, patch_type="strategic", subresource="status"
             )
         except NotFound:
             log.info("pod status not sent, the pod is gone pod=%s uid=%s", entry.ref, entry.uid)

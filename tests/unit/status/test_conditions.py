@@ -10,6 +10,7 @@ import pytest
 from nodeagent.status import (
     containers_ready_condition,
     initialized_condition,
+    need_to_reconcile_pod_readiness,
     pod_ready_to_start_containers_condition,
     ready_condition,
     stamp_transition_times,
@@ -201,3 +202,71 @@ def test_reason_change_alone_keeps_transition_time() -> None:
         "reason": "B",
     }
     assert T0 < T1
+
+
+def _gated_pod(conditions: list[dict[str, Any]], *, gates: bool = True) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": [{"name": "a"}]}
+    if gates:
+        spec["readinessGates"] = [{"conditionType": "x/one"}]
+    status = {"phase": "Running", "conditions": conditions, "containerStatuses": [st("a", ready=True)]}
+    return {"spec": spec, "status": status}
+
+
+GATE_MISSING = 'corresponding condition of pod readiness gate "x/one" does not exist.'
+GATE_FALSE = 'the status of pod readiness gate "x/one" is not "True", but False'
+
+
+@pytest.mark.parametrize(
+    ("conditions", "gates", "expected"),
+    [
+        pytest.param([{"type": "Ready", "status": "True"}], False, False, id="no gates: never"),
+        pytest.param([], True, False, id="no Ready yet: the first sync reports it"),
+        pytest.param(
+            [{"type": "Ready", "status": "False", "reason": "ReadinessGatesNotReady", "message": GATE_MISSING}],
+            True,
+            False,
+            id="gate missing, Ready says so",
+        ),
+        pytest.param(
+            [
+                {"type": "Ready", "status": "False", "reason": "ReadinessGatesNotReady", "message": GATE_MISSING},
+                {"type": "x/one", "status": "True"},
+            ],
+            True,
+            True,
+            id="gate set True: Ready must turn True",
+        ),
+        pytest.param(
+            [{"type": "Ready", "status": "True"}, {"type": "x/one", "status": "False"}],
+            True,
+            True,
+            id="gate set False: Ready must turn False",
+        ),
+        pytest.param(
+            [
+                {"type": "Ready", "status": "False", "reason": "ReadinessGatesNotReady", "message": GATE_MISSING},
+                {"type": "x/one", "status": "False"},
+            ],
+            True,
+            True,
+            id="gate now False: the message changes",
+        ),
+        pytest.param(
+            [
+                {"type": "Ready", "status": "False", "reason": "ReadinessGatesNotReady", "message": GATE_FALSE},
+                {"type": "x/one", "status": "False"},
+            ],
+            True,
+            False,
+            id="gate False, Ready says so",
+        ),
+        pytest.param(
+            [{"type": "Ready", "status": "True"}, {"type": "x/one", "status": "True"}],
+            True,
+            False,
+            id="gate True, Ready True",
+        ),
+    ],
+)
+def test_need_to_reconcile_pod_readiness(conditions: list[dict[str, Any]], gates: bool, expected: bool) -> None:
+    assert need_to_reconcile_pod_readiness(_gated_pod(conditions, gates=gates)) is expected

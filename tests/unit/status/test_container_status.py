@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from nodeagent.status import ContainerInput, RuntimeState, TerminatedRun, container_status
+from nodeagent.status.container_status import INIT_ASSUMED_COMPLETED, UNKNOWN_WHEN_DELETED, UNKNOWN_WHEN_TERMINATED
 
 T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
 T1 = datetime(2024, 5, 1, 12, 1, 0, tzinfo=UTC)
@@ -165,3 +166,210 @@ def test_pod_initializing_default_and_runtime_type() -> None:
         ContainerInput(**BASE, state=RuntimeState.RUNNING, container_id="x"), runtime_type="cri-o"
     )
     assert running["containerID"] == "cri-o://x"
+
+
+# --- a container the runtime no longer has, or cannot say anything about (convertToAPIContainerStatuses) -----------
+
+RUNNING_BEFORE: dict[str, Any] = {
+    "name": "app",
+    "state": {"running": {"startedAt": "2024-05-01T12:00:00Z"}},
+    "lastState": {},
+    "ready": True,
+    "restartCount": 2,
+    "image": "busybox:1.36",
+    "imageID": "sha",
+    "containerID": "containerd://gone",
+    "started": True,
+}
+WAITING_BEFORE: dict[str, Any] = {
+    **RUNNING_BEFORE,
+    "state": {"waiting": {"reason": "ContainerCreating"}},
+    "ready": False,
+    "started": False,
+}
+FAILED_BEFORE: dict[str, Any] = {
+    **RUNNING_BEFORE,
+    "state": {"terminated": {"exitCode": 1, "reason": "Error", "startedAt": None, "finishedAt": None}},
+    "ready": False,
+    "started": False,
+}
+VANISHED = {
+    "terminated": {
+        "exitCode": 137,
+        "reason": "ContainerStatusUnknown",
+        "message": UNKNOWN_WHEN_DELETED,
+        "startedAt": None,
+        "finishedAt": None,
+    }
+}
+LOST_WHILE_RUNNING = {
+    "terminated": {
+        "exitCode": 137,
+        "reason": "ContainerStatusUnknown",
+        "message": UNKNOWN_WHEN_TERMINATED,
+        "startedAt": None,
+        "finishedAt": None,
+    }
+}
+DEFAULT_WAIT = {"ready": False, "image": "busybox:1.36", "imageID": "", "started": False}
+
+
+@pytest.mark.parametrize(
+    ("given", "previous", "options", "expected"),
+    [
+        pytest.param(
+            ContainerInput(**BASE),
+            RUNNING_BEFORE,
+            {},
+            {
+                "state": {"waiting": {"reason": "ContainerCreating"}},
+                "lastState": VANISHED,
+                "restartCount": 3,
+                **DEFAULT_WAIT,
+            },
+            id="removed while running: stopped with an unknown end, one more restart",
+        ),
+        pytest.param(
+            ContainerInput(**BASE),
+            RUNNING_BEFORE,
+            {"pod_deleted": True},
+            {
+                "state": {"waiting": {"reason": "ContainerCreating"}},
+                "lastState": VANISHED,
+                "restartCount": 2,
+                **DEFAULT_WAIT,
+            },
+            id="removed while running, pod being deleted: no restart counted",
+        ),
+        pytest.param(
+            ContainerInput(**BASE),
+            RUNNING_BEFORE,
+            {"default_waiting_reason": "PodInitializing"},
+            {
+                "state": {"waiting": {"reason": "PodInitializing"}},
+                "lastState": VANISHED,
+                "restartCount": 3,
+                **DEFAULT_WAIT,
+            },
+            id="removed while running, pod with init containers",
+        ),
+        pytest.param(
+            ContainerInput(**BASE, waiting_reason="CreateContainerConfigError", waiting_message="cm missing"),
+            RUNNING_BEFORE,
+            {},
+            {
+                "state": {"waiting": {"reason": "CreateContainerConfigError", "message": "cm missing"}},
+                "lastState": VANISHED,
+                "restartCount": 3,
+                **DEFAULT_WAIT,
+            },
+            id="removed while running, and its restart failed",
+        ),
+        pytest.param(
+            ContainerInput(**BASE),
+            {**RUNNING_BEFORE, "lastState": {"terminated": {"exitCode": 1}}},
+            {},
+            {
+                "state": {"waiting": {"reason": "ContainerCreating"}},
+                "lastState": {"terminated": {"exitCode": 1}},
+                "restartCount": 2,
+                **DEFAULT_WAIT,
+            },
+            id="removed while running, an earlier end known: kept as it is",
+        ),
+        pytest.param(
+            ContainerInput(**BASE),
+            {**WAITING_BEFORE, "restartCount": 3, "lastState": VANISHED},
+            {},
+            {
+                "state": {"waiting": {"reason": "ContainerCreating"}},
+                "lastState": VANISHED,
+                "restartCount": 3,
+                **DEFAULT_WAIT,
+            },
+            id="still gone at the next sync: counted once",
+        ),
+        pytest.param(
+            ContainerInput(**BASE),
+            WAITING_BEFORE,
+            {},
+            {"state": {"waiting": {"reason": "ContainerCreating"}}, "lastState": {}, "restartCount": 2, **DEFAULT_WAIT},
+            id="never ran: waits, restart count kept",
+        ),
+        pytest.param(ContainerInput(**BASE), FAILED_BEFORE, {}, FAILED_BEFORE, id="ended before: kept whole"),
+        pytest.param(
+            ContainerInput(**BASE, waiting_reason="CrashLoopBackOff", waiting_message="back-off"),
+            FAILED_BEFORE,
+            {},
+            {
+                **FAILED_BEFORE,
+                "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off"}},
+                "lastState": FAILED_BEFORE["state"],
+            },
+            id="ended before, garbage-collected, backing off",
+        ),
+        pytest.param(
+            ContainerInput(**BASE, state=RuntimeState.UNKNOWN, container_id="lost", restart_count=2),
+            RUNNING_BEFORE,
+            {},
+            {
+                "state": LOST_WHILE_RUNNING,
+                "lastState": {},
+                "ready": False,
+                "restartCount": 3,
+                "image": "busybox:1.36",
+                "imageID": "",
+                "containerID": "containerd://lost",
+                "started": False,
+            },
+            id="unknown state after running: terminated, one more restart",
+        ),
+        pytest.param(
+            ContainerInput(**BASE, state=RuntimeState.UNKNOWN, container_id="lost"),
+            WAITING_BEFORE,
+            {},
+            {
+                "state": {"waiting": {}},
+                "lastState": {},
+                "ready": False,
+                "restartCount": 0,
+                "image": "busybox:1.36",
+                "imageID": "",
+                "containerID": "containerd://lost",
+                "started": False,
+            },
+            id="unknown state, never ran: waiting",
+        ),
+        pytest.param(
+            ContainerInput(**BASE),
+            None,
+            {"init_completed": True, "default_waiting_reason": "PodInitializing"},
+            {
+                "state": {
+                    "terminated": {
+                        "exitCode": 0,
+                        "reason": "Completed",
+                        "message": INIT_ASSUMED_COMPLETED,
+                        "startedAt": None,
+                        "finishedAt": None,
+                    }
+                },
+                "lastState": {},
+                "restartCount": 0,
+                **DEFAULT_WAIT,
+            },
+            id="init container lost after the pod initialized: completed",
+        ),
+        pytest.param(
+            ContainerInput(**BASE),
+            FAILED_BEFORE,
+            {"init_completed": True},
+            FAILED_BEFORE,
+            id="init container lost, its end known: kept",
+        ),
+    ],
+)
+def test_container_without_a_runtime_view(
+    given: ContainerInput, previous: dict[str, Any] | None, options: dict[str, Any], expected: dict[str, Any]
+) -> None:
+    assert container_status(given, previous=previous, **options) == {"name": "app", **expected}

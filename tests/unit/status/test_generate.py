@@ -69,7 +69,8 @@ def test_new_pod_with_init_containers_is_pending_and_app_waits_for_init() -> Non
         pod(initContainers=[{"name": "i", "image": "img"}]), now=T0, containers=[], sandbox_ready=False
     )
     assert status["phase"] == "Pending"
-    assert status["initContainerStatuses"][0]["state"] == {"waiting": {"reason": "ContainerCreating"}}
+    # As upstream: with init containers every container waits as PodInitializing, the init containers too.
+    assert status["initContainerStatuses"][0]["state"] == {"waiting": {"reason": "PodInitializing"}}
     assert status["containerStatuses"][0]["state"] == {"waiting": {"reason": "PodInitializing"}}
     conditions = conditions_by_type(status)
     assert conditions["PodReadyToStartContainers"]["status"] == "False"
@@ -272,3 +273,245 @@ def test_container_gone_from_runtime_keeps_restart_count() -> None:
     (only,) = status["containerStatuses"]
     assert only["state"] == {"waiting": {"reason": "ContainerCreating"}}
     assert (only["restartCount"], only["lastState"]) == (4, {"terminated": {"exitCode": 1}})
+
+
+# --- init containers: ready once done, PodInitializing while they run ----------------------------------------------
+
+
+def exited(name: str, code: int, **fields: Any) -> ContainerInput:
+    return ContainerInput(
+        name=name, image="img", state=RuntimeState.EXITED, container_id=f"id-{name}", exit_code=code, **fields
+    )
+
+
+INIT_POD = pod(initContainers=[{"name": "i1", "image": "img"}, {"name": "i2", "image": "img"}])
+
+
+def _states(statuses: list[dict[str, Any]]) -> dict[str, tuple[str, str, bool]]:
+    """name -> (state, waiting reason or exit code, ready)."""
+    out = {}
+    for s in statuses:
+        [(kind, body)] = s["state"].items()
+        detail = str(body.get("reason", "")) if kind == "waiting" else str(body.get("exitCode", ""))
+        out[s["name"]] = (kind, detail, s["ready"])
+    return out
+
+
+@pytest.mark.parametrize(
+    ("init", "app", "expected_init", "expected_app", "phase"),
+    [
+        pytest.param(
+            [],
+            [],
+            {"i1": ("waiting", "PodInitializing", False), "i2": ("waiting", "PodInitializing", False)},
+            ("waiting", "PodInitializing", False),
+            "Pending",
+            id="before the sandbox exists",
+        ),
+        pytest.param(
+            [ContainerInput(name="i1", image="img", waiting_reason="ErrImagePull", waiting_message="no such image")],
+            [],
+            {"i1": ("waiting", "ErrImagePull", False), "i2": ("waiting", "PodInitializing", False)},
+            ("waiting", "PodInitializing", False),
+            "Pending",
+            id="first init image pull failing",
+        ),
+        pytest.param(
+            [exited("i1", 0), running("i2")],
+            [],
+            {"i1": ("terminated", "0", True), "i2": ("running", "", False)},
+            ("waiting", "PodInitializing", False),
+            "Pending",
+            id="second init running: the first is ready, the running one not",
+        ),
+        pytest.param(
+            [exited("i1", 1, restart_count=2, waiting_reason="CrashLoopBackOff", waiting_message="back-off 20s")],
+            [],
+            {"i1": ("waiting", "CrashLoopBackOff", False), "i2": ("waiting", "PodInitializing", False)},
+            ("waiting", "PodInitializing", False),
+            "Pending",
+            id="first init failed and restarting",
+        ),
+        pytest.param(
+            [exited("i1", 0), exited("i2", 0)],
+            [running("a")],
+            {"i1": ("terminated", "0", True), "i2": ("terminated", "0", True)},
+            ("running", "", True),
+            "Running",
+            id="initialized",
+        ),
+        pytest.param(
+            [],
+            [running("a")],
+            {"i1": ("terminated", "0", True), "i2": ("terminated", "0", True)},
+            ("running", "", True),
+            "Running",
+            id="init containers garbage-collected after the pod initialized: completed",
+        ),
+    ],
+)
+def test_init_container_statuses(
+    init: list[ContainerInput],
+    app: list[ContainerInput],
+    expected_init: dict[str, tuple[str, str, bool]],
+    expected_app: tuple[str, str, bool],
+    phase: str,
+) -> None:
+    status = generate_pod_status(INIT_POD, now=T0, containers=app, init_containers=init, sandbox_ready=bool(init))
+    assert _states(status["initContainerStatuses"]) == expected_init
+    assert _states(status["containerStatuses"]) == {"a": expected_app}
+    assert status["phase"] == phase
+    assert status["containerStatuses"][0]["restartCount"] == 0
+
+
+def test_a_running_init_container_has_started_but_is_not_ready() -> None:
+    # The prober's view says ready (no readiness probe), but a regular init container is ready only once done.
+    status = generate_pod_status(INIT_POD, now=T0, containers=[], init_containers=[running("i1")], sandbox_ready=True)
+    first = status["initContainerStatuses"][0]
+    assert (first["ready"], first["started"]) == (False, True)
+
+
+def test_a_sidecar_is_ready_from_its_probes() -> None:
+    p = pod(initContainers=[{"name": "side", "image": "img", "restartPolicy": "Always"}])
+    status = generate_pod_status(
+        p, now=T0, containers=[running("a")], init_containers=[running("side", ready=True)], sandbox_ready=True
+    )
+    assert status["initContainerStatuses"][0]["ready"] is True
+    assert conditions_by_type(status)["Ready"]["status"] == "True"
+
+
+def test_app_statuses_are_sorted_by_name_as_upstream() -> None:
+    p = pod()
+    p["spec"]["containers"] = [{"name": "zeta", "image": "img"}, {"name": "alpha", "image": "img"}]
+    status = generate_pod_status(p, now=T0, containers=[running("zeta"), running("alpha")], sandbox_ready=True)
+    assert [c["name"] for c in status["containerStatuses"]] == ["alpha", "zeta"]
+
+
+# --- a container removed behind the kubelet's back ----------------------------------------------------------------
+
+
+def test_a_vanished_container_keeps_the_pod_running_and_counts_a_restart() -> None:
+    first = generate_pod_status(pod(), now=T0, containers=[running("a")], sandbox_ready=True)
+    gone = generate_pod_status(
+        pod(first), now=T1, containers=[ContainerInput(name="a", image="img")], sandbox_ready=True
+    )
+    (only,) = gone["containerStatuses"]
+    assert only["state"] == {"waiting": {"reason": "ContainerCreating"}}
+    assert only["lastState"]["terminated"]["reason"] == "ContainerStatusUnknown"
+    assert only["lastState"]["terminated"]["exitCode"] == 137
+    assert only["restartCount"] == 1
+    assert gone["phase"] == "Running"  # stopped, not pending
+    assert not is_stale(first, gone)
+
+
+# --- ephemeral containers -------------------------------------------------------------------------------------------
+
+EPHEMERAL_POD = pod(
+    ephemeralContainers=[
+        {"name": "debug-b", "image": "img", "targetContainerName": "a"},
+        {"name": "debug-a", "image": "img"},
+    ]
+)
+
+
+@pytest.mark.parametrize(
+    ("ephemeral", "expected"),
+    [
+        pytest.param(
+            [],
+            {"debug-a": ("waiting", "ContainerCreating", False), "debug-b": ("waiting", "ContainerCreating", False)},
+            id="not started yet",
+        ),
+        pytest.param(
+            [running("debug-b"), exited("debug-a", 3)],
+            {"debug-a": ("terminated", "3", False), "debug-b": ("running", "", False)},
+            id="one running, one exited",
+        ),
+        pytest.param(
+            [ContainerInput(name="debug-a", image="img", waiting_reason="ErrImagePull", waiting_message="no")],
+            {"debug-a": ("waiting", "ErrImagePull", False), "debug-b": ("waiting", "ContainerCreating", False)},
+            id="image pull failing",
+        ),
+    ],
+)
+def test_ephemeral_container_statuses(
+    ephemeral: list[ContainerInput], expected: dict[str, tuple[str, str, bool]]
+) -> None:
+    status = generate_pod_status(
+        EPHEMERAL_POD, now=T0, containers=[running("a")], ephemeral_containers=ephemeral, sandbox_ready=True
+    )
+    statuses = status["ephemeralContainerStatuses"]
+    assert [s["name"] for s in statuses] == ["debug-a", "debug-b"]  # sorted by name, as upstream
+    assert _states(statuses) == expected
+    assert all("started" not in s for s in statuses)  # no probes: upstream says nothing of started
+    # They count for neither the phase nor readiness.
+    assert status["phase"] == "Running"
+    assert conditions_by_type(status)["Ready"]["status"] == "True"
+    assert conditions_by_type(status)["ContainersReady"]["status"] == "True"
+
+
+def test_no_ephemeral_containers_no_ephemeral_statuses() -> None:
+    status = generate_pod_status(pod(), now=T0, containers=[running("a")], sandbox_ready=True)
+    assert "ephemeralContainerStatuses" not in status
+
+
+def test_a_finished_ephemeral_container_keeps_its_status_once_removed() -> None:
+    first = generate_pod_status(
+        EPHEMERAL_POD,
+        now=T0,
+        containers=[running("a")],
+        ephemeral_containers=[exited("debug-a", 0), running("debug-b")],
+        sandbox_ready=True,
+    )
+    later = generate_pod_status(
+        {**EPHEMERAL_POD, "status": first}, now=T1, containers=[running("a")], sandbox_ready=True
+    )
+    assert later["ephemeralContainerStatuses"][0] == first["ephemeralContainerStatuses"][0]
+
+
+# --- readiness gates: the conditions others own come from the apiserver's view ---------------------------------------
+
+GATE = "example.com/feature-1"
+
+
+def _gate(value: str) -> dict[str, Any]:
+    return {"type": GATE, "status": value, "lastProbeTime": None, "lastTransitionTime": "2024-05-01T11:00:00Z"}
+
+
+@pytest.mark.parametrize(
+    ("api_conditions", "ready", "message"),
+    [
+        ([], "False", f'corresponding condition of pod readiness gate "{GATE}" does not exist.'),
+        ([_gate("False")], "False", f'the status of pod readiness gate "{GATE}" is not "True", but False'),
+        ([_gate("True")], "True", None),
+    ],
+)
+def test_readiness_gates_read_the_apiservers_conditions(
+    api_conditions: list[dict[str, Any]], ready: str, message: str | None
+) -> None:
+    gated = pod(readinessGates=[{"conditionType": GATE}])
+    # The status the kubelet set last knows nothing of the gate: a user set it through the apiserver since.
+    last_set = generate_pod_status(gated, now=T0, containers=[running("a")], sandbox_ready=True)
+    api_view = {**last_set, "conditions": [*last_set["conditions"], *api_conditions]}
+    status = generate_pod_status(
+        pod(api_view, readinessGates=[{"conditionType": GATE}]),
+        now=T1,
+        containers=[running("a")],
+        sandbox_ready=True,
+        old_status=last_set,
+    )
+    conditions = conditions_by_type(status)
+    assert (conditions["Ready"]["status"], conditions["Ready"].get("message")) == (ready, message)
+    assert [c for c in status["conditions"] if c["type"] == GATE] == api_conditions  # carried over unchanged
+    # Times continue the status the kubelet set.
+    assert conditions["Initialized"]["lastTransitionTime"] == "2024-05-01T12:00:00Z"
+
+
+def test_the_old_status_not_the_apiservers_gives_container_history() -> None:
+    last_set = generate_pod_status(pod(), now=T0, containers=[running("a")], sandbox_ready=True)
+    status = generate_pod_status(
+        pod({"phase": "Pending"}), now=T1, containers=[ContainerInput(name="a", image="img")], sandbox_ready=True,
+        old_status=last_set,
+    )  # fmt: skip
+    assert status["containerStatuses"][0]["restartCount"] == 1  # it ran (by the kubelet's own record) and vanished
+    assert status["startTime"] == "2024-05-01T12:00:00Z"

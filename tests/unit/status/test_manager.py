@@ -39,25 +39,56 @@ def pod_status(
     }
 
 
-def merge(target: Any, patch: Any) -> Any:
-    """RFC 7386, as the apiserver applies a merge patch."""
+MERGE_KEYS = {"conditions": "type", "podIPs": "ip", "hostIPs": "ip"}
+ORDER = "$setElementOrder/"
+
+
+def strategic(target: Any, patch: Any, *, top: bool = False) -> Any:
+    """A strategic merge patch as the apiserver applies it to a v1.PodStatus: maps merge (null deletes), the keyed
+    lists merge element by element (`$patch: delete` removes one, `$setElementOrder` orders them), others replace."""
     if not isinstance(patch, dict):
         return patch
     out = dict(target) if isinstance(target, dict) else {}
     for key, value in patch.items():
+        if key.startswith(ORDER):
+            continue
+        merge_key = MERGE_KEYS.get(key) if top else None
         if value is None:
             out.pop(key, None)
+        elif merge_key is not None and isinstance(value, list):
+            out[key] = keyed(out.get(key) or [], value, merge_key)
         else:
-            out[key] = merge(out.get(key), value)
+            out[key] = strategic(out.get(key), value)
+    for key, order in patch.items():
+        if key.startswith(ORDER) and top:
+            field = key[len(ORDER) :]
+            merge_key = MERGE_KEYS[field]
+            rank = {item[merge_key]: i for i, item in enumerate(order)}
+            out[field] = sorted(out.get(field) or [], key=lambda item: rank.get(item[merge_key], len(rank)))
+    return out
+
+
+def keyed(items: list[Any], patch: list[Any], key: str) -> list[Any]:
+    out = [dict(item) for item in items]
+    for element in patch:
+        index = next((i for i, item in enumerate(out) if item[key] == element[key]), None)
+        if element.get("$patch") == "delete":
+            if index is not None:
+                del out[index]
+        elif index is None:
+            out.append(dict(element))
+        else:
+            out[index] = strategic(out[index], element)
     return out
 
 
 def apiserver(stored: dict[str, Any]) -> Callable[[httpx.Request], httpx.Response]:
-    """A PATCH of pods/status applied to `stored`, answered with the whole pod, as the apiserver does."""
+    """A strategic merge PATCH of pods/status applied to `stored`, answered with the whole pod, as the apiserver."""
 
     def reply(request: httpx.Request) -> httpx.Response:
-        body = json.loads(request.content)
-        stored["status"] = merge(stored.get("status") or {}, body["status"])
+        assert request.headers["content-type"] == "application/strategic-merge-patch+json"
+        patch = json.loads(request.content)
+        stored["status"] = strategic(stored.get("status") or {}, patch["status"], top=True)
         return httpx.Response(200, json=stored)
 
     return reply
@@ -92,7 +123,7 @@ async def test_a_new_status_is_patched_once_with_the_uid_precondition(script: Sc
 
     assert manager.patches_sent == 1
     [request] = script.requests
-    assert request.headers["content-type"] == "application/merge-patch+json"
+    assert request.headers["content-type"] == "application/strategic-merge-patch+json"
     assert body(request) == {"metadata": {"uid": "u1"}, "status": pod_status()}
     assert stored["status"] == pod_status()
 
@@ -109,7 +140,11 @@ async def test_the_patch_carries_only_what_changed_since_the_apiservers_answer(
 
     second = body(script.requests[1])
     assert second["metadata"] == {"uid": "u1"}
-    assert set(second["status"]) == {"conditions", "containerStatuses"}
+    assert set(second["status"]) == {"$setElementOrder/conditions", "conditions", "containerStatuses"}
+    # Only the condition's own changes, named by its type: a strategic merge patch merges conditions by type.
+    assert second["status"]["conditions"] == [
+        {"type": "Ready", "status": "True", "lastTransitionTime": "2024-05-01T12:01:00Z"}
+    ]
     assert stored["status"] == pod_status(ready="True", t="2024-05-01T12:01:00Z")
     assert manager.patches_sent == 2
 
@@ -339,3 +374,41 @@ async def test_a_static_pods_status_waits_for_its_mirror_and_follows_it_when_rec
     assert body(script.requests[-1])["metadata"] == {"uid": "m2"}
     assert second["status"] == pod_status()
     assert manager.patches_sent == 2
+
+
+# --- conditions others own (readiness gates) ----------------------------------------------------------------------
+
+GATE = {"type": "example.com/gate", "status": "True", "lastTransitionTime": "2024-05-01T12:00:30Z"}
+
+
+async def test_a_gate_set_since_the_last_answer_is_never_undone(script: Script, manager: StatusManager) -> None:
+    stored = pod()
+    script.add("PATCH", PATH, apiserver(stored)).add("PATCH", PATH, apiserver(stored))
+    manager.set_pod_status(pod(), pod_status(ready="False"))
+    await manager.sync_once()
+    # A user sets the gate through the apiserver; the kubelet's next status was generated before it saw that.
+    stored["status"]["conditions"].append(dict(GATE))
+    stale_view = {**pod_status(ready="True", t="2024-05-01T12:01:00Z")}
+    stale_view["conditions"] = [*stale_view["conditions"], {**GATE, "status": "False"}]
+    manager.set_pod_status(pod(), stale_view)
+    await manager.sync_once()
+
+    second = body(script.requests[1])["status"]
+    assert [c["type"] for c in second["conditions"]] == ["Ready"]  # the gate is not named
+    assert stored["status"]["conditions"] == [
+        {"type": "Ready", "status": "True", "lastTransitionTime": "2024-05-01T12:01:00Z"},
+        GATE,
+    ]
+
+
+async def test_a_change_to_a_foreign_condition_alone_sends_nothing(script: Script, manager: StatusManager) -> None:
+    stored = pod()
+    script.add("PATCH", PATH, apiserver(stored))
+    manager.set_pod_status(pod(), pod_status())
+    await manager.sync_once()
+    with_gate = pod_status()
+    with_gate["conditions"] = [*with_gate["conditions"], GATE]
+    manager.set_pod_status(pod(), with_gate)  # a newer view of the pod, the kubelet's part unchanged
+    await manager.sync_once()
+    assert manager.patches_sent == 1
+    assert manager.get_pod_status("u1") == with_gate  # readers see it

@@ -1,0 +1,113 @@
+"""The strategic merge patch the status manager sends, and the conditions it leaves to their owners."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from nodeagent.status.compare import merge_pod_status, status_patch
+
+
+def cond(kind: str, status: str = "True", **fields: Any) -> dict[str, Any]:
+    return {"type": kind, "status": status, **fields}
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        pytest.param(
+            {"conditions": [cond("Ready", "False", reason="ContainersNotReady"), cond("Initialized")]},
+            {"conditions": [cond("Ready", "True"), cond("Initialized")]},
+            {
+                "$setElementOrder/conditions": [{"type": "Ready"}, {"type": "Initialized"}],
+                "conditions": [{"type": "Ready", "status": "True", "reason": None}],
+            },
+            id="a changed condition: its own diff, named by type, a removed field set to null",
+        ),
+        pytest.param(
+            {"conditions": [cond("Initialized")]},
+            {"conditions": [cond("Initialized"), cond("Ready", "False")]},
+            {
+                "$setElementOrder/conditions": [{"type": "Initialized"}, {"type": "Ready"}],
+                "conditions": [cond("Ready", "False")],
+            },
+            id="a new condition: whole",
+        ),
+        pytest.param(
+            {"conditions": [cond("Initialized"), cond("Ready")]},
+            {"conditions": [cond("Initialized")]},
+            {
+                "$setElementOrder/conditions": [{"type": "Initialized"}],
+                "conditions": [{"type": "Ready", "$patch": "delete"}],
+            },
+            id="a condition gone: deleted by key",
+        ),
+        pytest.param(
+            {"podIP": "198.18.0.5", "podIPs": [{"ip": "198.18.0.5"}]},
+            {"podIP": "198.18.0.6", "podIPs": [{"ip": "198.18.0.6"}]},
+            {
+                "podIP": "198.18.0.6",
+                "$setElementOrder/podIPs": [{"ip": "198.18.0.6"}],
+                "podIPs": [{"ip": "198.18.0.6"}, {"ip": "198.18.0.5", "$patch": "delete"}],
+            },
+            id="a new pod IP replaces the old one",
+        ),
+        pytest.param(
+            {},
+            {"podIPs": [{"ip": "198.18.0.5"}], "conditions": [cond("Ready")]},
+            {"podIPs": [{"ip": "198.18.0.5"}], "conditions": [cond("Ready")]},
+            id="lists the apiserver does not have yet: whole",
+        ),
+        pytest.param(
+            {"containerStatuses": [{"name": "a", "restartCount": 0}, {"name": "b", "restartCount": 0}]},
+            {"containerStatuses": [{"name": "a", "restartCount": 1}, {"name": "b", "restartCount": 0}]},
+            {"containerStatuses": [{"name": "a", "restartCount": 1}, {"name": "b", "restartCount": 0}]},
+            id="container statuses are atomic: replaced whole",
+        ),
+        pytest.param({"conditions": [cond("Ready")]}, {"conditions": [cond("Ready")]}, None, id="nothing changed"),
+    ],
+)
+def test_status_patch(old: dict[str, Any], new: dict[str, Any], expected: dict[str, Any] | None) -> None:
+    patch = status_patch(old, new, uid="u1")
+    assert patch == ({} if expected is None else {"metadata": {"uid": "u1"}, "status": expected})
+
+
+GATE = "example.com/gate"
+
+
+@pytest.mark.parametrize(
+    ("api", "new", "conditions"),
+    [
+        pytest.param(
+            {"conditions": [cond("Ready", "False"), cond(GATE, "True")]},
+            {"conditions": [cond("Ready", "True"), cond(GATE, "False")]},
+            [cond(GATE, "True"), cond("Ready", "True")],
+            id="a gate as the apiserver has it, the kubelet's own as generated",
+        ),
+        pytest.param(
+            {"conditions": [cond("Ready", "False")]},
+            {"conditions": [cond("Ready", "False"), cond(GATE, "True")]},
+            [cond("Ready", "False")],
+            id="a gate the apiserver does not have is not added",
+        ),
+        pytest.param(
+            {"phase": "Running", "conditions": []},
+            {"phase": "Failed", "conditions": [cond("DisruptionTarget", reason="EvictionByEvictionAPI")]},
+            [cond("DisruptionTarget", reason="EvictionByEvictionAPI")],
+            id="DisruptionTarget sent as the pod turns terminal",
+        ),
+        pytest.param(
+            {"phase": "Running", "conditions": []},
+            {"phase": "Running", "conditions": [cond("DisruptionTarget")]},
+            [],
+            id="DisruptionTarget not sent before",
+        ),
+    ],
+)
+def test_merge_pod_status_keeps_the_conditions_others_own(
+    api: dict[str, Any], new: dict[str, Any], conditions: list[dict[str, Any]]
+) -> None:
+    merged = merge_pod_status(api, new)
+    assert merged["conditions"] == conditions
+    assert {k: v for k, v in merged.items() if k != "conditions"} == {k: v for k, v in new.items() if k != "conditions"}
