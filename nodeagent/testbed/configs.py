@@ -143,6 +143,19 @@ def agent_config(layout: Layout, settings: Settings) -> str:
     if settings.healthz_port:
         # Its own port, so agents of two testbeds on one machine never fight over the default 10248.
         doc["healthzPort"] = settings.healthz_port
+    if settings.kubelet_port:
+        # The kubelet API as a real cluster runs it: a serving certificate from the testbed's CA (the apiserver
+        # verifies it), client certificates from that CA, bearer tokens through TokenReview, and every request
+        # authorized by a SubjectAccessReview.
+        doc["port"] = settings.kubelet_port
+        doc["tlsCertFile"] = str(layout.pki / "kubelet-serving.crt")
+        doc["tlsPrivateKeyFile"] = str(layout.pki / "kubelet-serving.key")
+        doc["authentication"] = {
+            "x509": {"clientCAFile": str(layout.pki / "ca.crt")},
+            "webhook": {"enabled": True},
+            "anonymous": {"enabled": False},
+        }
+        doc["authorization"] = {"mode": "Webhook"}
     return yaml.safe_dump(doc, sort_keys=False)
 
 

@@ -113,6 +113,7 @@ class Settings:
     pod_cidr: str
     service_cidr: str
     healthz_port: int = 0  # the agent's local endpoint (/healthz, /pods); 0 in a testbed.json written before it
+    kubelet_port: int = 0  # the agent's kubelet API (upstream 10250); 0 in a testbed.json written before it
 
     @property
     def apiserver_url(self) -> str:

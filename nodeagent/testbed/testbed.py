@@ -97,6 +97,7 @@ class Pki:
     controller_manager: CertPair
     scheduler: CertPair
     kubelet_client: CertPair
+    kubelet_serving: CertPair
     service_account: CertPair
 
 
@@ -134,6 +135,17 @@ def _make_pki(layout: Layout, node_name: str) -> Pki:
             common_name="kube-apiserver-kubelet-client",
             organizations=("system:masters",),
             client=True,
+        ),
+        # The agent's serving certificate for the kubelet API, as the kubelet-serving signer would issue it: the
+        # apiserver verifies it (--kubelet-certificate-authority) when it proxies logs, exec and the node proxy.
+        kubelet_serving=ca.issue(
+            d,
+            "kubelet-serving",
+            common_name=f"system:node:{node_name}",
+            organizations=("system:nodes",),
+            server=True,
+            dns_names=(node_name, "localhost"),
+            ip_addresses=loopback,
         ),
         service_account=service_account_keys(d),
     )
@@ -213,7 +225,7 @@ class Testbed:
 
     async def _up(self, node_name: str) -> Settings:
         lay = self.layout
-        ports = _free_ports(8)
+        ports = _free_ports(9)
         bridge = hostnet.bridge_name(lay.root)
         settings = Settings(
             node_name=node_name,
@@ -228,6 +240,7 @@ class Testbed:
             pod_cidr=hostnet.choose_pod_cidr(lay.root, taken=set()),
             service_cidr=hostnet.SERVICE_CIDR,
             healthz_port=ports[7],
+            kubelet_port=ports[8],
         )
         settings.save(lay.settings_file)
         pki = _make_pki(lay, node_name)
@@ -418,6 +431,7 @@ class Testbed:
                 f"--service-account-signing-key-file={pki.service_account.key}",
                 f"--kubelet-client-certificate={pki.kubelet_client.cert}",
                 f"--kubelet-client-key={pki.kubelet_client.key}",
+                f"--kubelet-certificate-authority={pki.ca.cert}",
                 "--kubelet-preferred-address-types=InternalIP,Hostname",
                 "--allow-privileged=true",
                 # The loopback advertise address may not be written into the kubernetes Service's endpoints.

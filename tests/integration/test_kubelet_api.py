@@ -1,0 +1,329 @@
+"""The kubelet API as users reach it: the real kubectl against the testbed's apiserver, which proxies to the agent's
+:port over TLS (verifying the agent's serving certificate), plus direct calls with and without credentials.
+
+logs (--tail, --timestamps, --limit-bytes, --since, -f, --previous), exec (exit codes, stdin, a tty), attach, cp,
+port-forward with parallel requests, and the auth filter (401 without credentials, 403 with upstream's message for a
+user who may only read stats and metrics).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import pty
+import re
+import select
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from nodeagent.kube import paths
+from nodeagent.kube.client import KubeClient
+from nodeagent.kube.errors import NotFound
+from nodeagent.testbed import configs
+from nodeagent.testbed.layout import Settings
+from nodeagent.testbed.testbed import Testbed
+from nodeagent.testbed.versions import kubernetes_bin_dir
+from tests.integration.agentproc import NS, Agent, clean_up, eventually, node_ready, start_agent, stop_agent
+
+Obj = dict[str, Any]
+SA = "kubelet-api-reader"
+
+
+@pytest.fixture(scope="module")
+def agent(testbed: Testbed, settings: Settings) -> Iterator[Agent]:
+    running = start_agent(testbed, testbed.layout.logs / "agent-kubelet-api.log")
+    try:
+        yield running
+    finally:
+        stop_agent(running)
+        asyncio.run(_delete_rbac(testbed))
+        asyncio.run(clean_up(testbed, settings))
+
+
+async def _delete_rbac(testbed: Testbed) -> None:
+    async with KubeClient.from_kubeconfig(testbed.layout.admin_kubeconfig) as admin:
+        for path in (
+            paths.api_path("clusterrolebindings", group="rbac.authorization.k8s.io", name=SA),
+            paths.api_path("clusterroles", group="rbac.authorization.k8s.io", name=SA),
+            paths.api_path("serviceaccounts", namespace=NS, name=SA),
+        ):
+            with contextlib.suppress(NotFound):
+                await admin.delete(path)
+
+
+def kubectl_argv(testbed: Testbed, *args: str) -> list[str]:
+    return [str(kubernetes_bin_dir() / "kubectl"), "--kubeconfig", str(testbed.layout.admin_kubeconfig), *args]
+
+
+def kubectl(
+    testbed: Testbed, *args: str, stdin: str | None = None, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        kubectl_argv(testbed, *args), capture_output=True, text=True, timeout=120, check=check, input=stdin
+    )
+
+
+async def akubectl(
+    testbed: Testbed, *args: str, stdin: str | None = None, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    return await asyncio.to_thread(kubectl, testbed, *args, stdin=stdin, check=check)
+
+
+def _name(prefix: str) -> str:
+    return f"api-{prefix}-{uuid.uuid4().hex[:5]}"
+
+
+async def run_pod(admin: KubeClient, agent: Agent, name: str, command: list[str], **extra: Any) -> Obj:
+    container = {"name": "main", "command": command, **extra.pop("container", {})}
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "automountServiceAccountToken": False,
+            "containers": [container],
+            **extra,
+        },
+    }
+    await admin.create(paths.pods(NS), body)
+
+    async def running() -> Obj | None:
+        pod: Obj = await admin.get(paths.pod(NS, name))
+        statuses = (pod.get("status") or {}).get("containerStatuses") or []
+        return pod if statuses and "running" in (statuses[0].get("state") or {}) else None
+
+    got: Obj = await eventually(running, timeout=90, what=f"{name} running", agent=agent)
+    return got
+
+
+@pytest.fixture(scope="module")
+def busybox(settings: Settings) -> str:
+    return configs.busybox_image(settings)
+
+
+async def wait_node(admin: KubeClient, agent: Agent, settings: Settings) -> None:
+    await eventually(lambda: node_ready(admin, settings.node_name), timeout=60, what="node Ready", agent=agent)
+
+
+async def test_logs_options(
+    testbed: Testbed, settings: Settings, agent: Agent, admin: KubeClient, busybox: str
+) -> None:
+    await wait_node(admin, agent, settings)
+    name = _name("logs")
+    script = "for i in 1 2 3 4 5; do echo line$i; done; echo oops >&2; sleep 3600"
+    await run_pod(admin, agent, name, ["sh", "-c", script], container={"image": busybox})
+    await eventually(lambda: _contains(testbed, name, "oops"), timeout=30, what="the log holds everything", agent=agent)
+    out = (await akubectl(testbed, "logs", name)).stdout
+    assert out == "line1\nline2\nline3\nline4\nline5\noops\n"
+    assert (await akubectl(testbed, "logs", name, "--tail=2")).stdout == "line5\noops\n"
+    assert (await akubectl(testbed, "logs", name, "--limit-bytes=8")).stdout == "line1\nli"
+    assert (await akubectl(testbed, "logs", name, "--since=1h")).stdout == out
+    stamped = (await akubectl(testbed, "logs", name, "--timestamps", "--tail=1")).stdout
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z oops\n", stamped), stamped
+    failed = await akubectl(testbed, "logs", name, "-c", "nope", check=False)
+    assert failed.returncode != 0 and "container nope is not valid for pod" in failed.stderr
+
+
+async def _contains(testbed: Testbed, name: str, text: str) -> bool:
+    done = await akubectl(testbed, "logs", name, check=False)
+    return done.returncode == 0 and text in done.stdout
+
+
+async def test_logs_follow_streams_new_lines(
+    testbed: Testbed, settings: Settings, agent: Agent, admin: KubeClient, busybox: str
+) -> None:
+    await wait_node(admin, agent, settings)
+    name = _name("follow")
+    await run_pod(admin, agent, name, ["sh", "-c", "echo start; sleep 3600"], container={"image": busybox})
+    await eventually(lambda: _contains(testbed, name, "start"), timeout=30, what="first line", agent=agent)
+    follower = await asyncio.create_subprocess_exec(
+        *kubectl_argv(testbed, "logs", "-f", name), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        assert follower.stdout is not None
+        first = await asyncio.wait_for(follower.stdout.readline(), 30)
+        assert first == b"start\n"
+        # A line written later by the container's own PID 1 output reaches the follower.
+        await akubectl(testbed, "exec", name, "--", "sh", "-c", "echo later > /proc/1/fd/1")
+        second = await asyncio.wait_for(follower.stdout.readline(), 30)
+        assert second == b"later\n"
+    finally:
+        follower.kill()
+        await follower.wait()
+
+
+async def test_logs_previous_after_a_crash(
+    testbed: Testbed, settings: Settings, agent: Agent, admin: KubeClient, busybox: str
+) -> None:
+    await wait_node(admin, agent, settings)
+    name = _name("prev")
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "automountServiceAccountToken": False,
+            "containers": [{"name": "main", "image": busybox, "command": ["sh", "-c", "echo run-$RANDOM; exit 1"]}],
+        },
+    }
+    await admin.create(paths.pods(NS), body)
+
+    async def restarted() -> bool:
+        pod: Obj = await admin.get(paths.pod(NS, name))
+        statuses = (pod.get("status") or {}).get("containerStatuses") or []
+        return bool(statuses) and int(statuses[0].get("restartCount", 0)) >= 1
+
+    await eventually(restarted, timeout=90, what="a restart", agent=agent)
+    previous = (await akubectl(testbed, "logs", name, "--previous")).stdout
+    assert re.fullmatch(r"run-\d+\n", previous), previous
+
+
+async def test_exec_exit_codes_stdin_and_tty(
+    testbed: Testbed, settings: Settings, agent: Agent, admin: KubeClient, busybox: str
+) -> None:
+    await wait_node(admin, agent, settings)
+    name = _name("exec")
+    await run_pod(admin, agent, name, ["sleep", "3600"], container={"image": busybox})
+    assert (await akubectl(testbed, "exec", name, "--", "true", check=False)).returncode == 0
+    assert (await akubectl(testbed, "exec", name, "--", "false", check=False)).returncode == 1
+    assert (await akubectl(testbed, "exec", name, "--", "sh", "-c", "exit 7", check=False)).returncode == 7
+    echoed = await akubectl(testbed, "exec", "-i", name, "--", "cat", stdin="through stdin\n")
+    assert echoed.stdout == "through stdin\n"
+    out = await asyncio.to_thread(
+        _run_in_pty, kubectl_argv(testbed, "exec", "-it", name, "--", "sh", "-c", "tty; exit 3")
+    )
+    code, text = out
+    assert code == 3, text
+    assert "/dev/pts/" in text, text
+
+
+def _run_in_pty(argv: list[str]) -> tuple[int, str]:
+    """Run with a pseudo-terminal as stdin/stdout (kubectl only asks for a tty when its stdin is one)."""
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(argv, stdin=follower, stdout=follower, stderr=follower, close_fds=True)
+    os.close(follower)
+    output = bytearray()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([leader], [], [], 0.5)
+        if ready:
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            output += chunk
+        elif proc.poll() is not None:
+            break
+    os.close(leader)
+    return proc.wait(10), output.decode(errors="replace")
+
+
+async def test_attach_and_cp(
+    testbed: Testbed, settings: Settings, agent: Agent, admin: KubeClient, busybox: str, tmp_path: Path
+) -> None:
+    await wait_node(admin, agent, settings)
+    name = _name("attach")
+    await run_pod(
+        admin, agent, name, ["sh", "-c", "while read line; do echo got:$line; done"],
+        container={"image": busybox, "stdin": True},
+    )  # fmt: skip
+    attached = await akubectl(testbed, "attach", "-i", name, "-c", "main", stdin="hello\n", check=False)
+    assert "got:hello" in attached.stdout, (attached.stdout, attached.stderr)
+    source = tmp_path / "up.txt"
+    source.write_text("copied up\n")
+    await akubectl(testbed, "cp", str(source), f"{NS}/{name}:/tmp/up.txt", "-c", "main")
+    assert (await akubectl(testbed, "exec", name, "--", "cat", "/tmp/up.txt")).stdout == "copied up\n"
+    await akubectl(testbed, "exec", name, "--", "sh", "-c", "echo copied down > /tmp/down.txt")
+    target = tmp_path / "down.txt"
+    await akubectl(testbed, "cp", f"{NS}/{name}:/tmp/down.txt", str(target), "-c", "main")
+    assert target.read_text() == "copied down\n"
+
+
+async def test_port_forward_with_parallel_requests(
+    testbed: Testbed, settings: Settings, agent: Agent, admin: KubeClient, busybox: str
+) -> None:
+    await wait_node(admin, agent, settings)
+    name = _name("pf")
+    script = "mkdir -p /www && echo hello-from-pod > /www/index.html && exec httpd -f -p 8080 -h /www"
+    await run_pod(admin, agent, name, ["sh", "-c", script], container={"image": busybox})
+    forward = await asyncio.create_subprocess_exec(
+        *kubectl_argv(testbed, "port-forward", f"pod/{name}", ":8080", "--address", "127.0.0.1"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert forward.stdout is not None
+        line = (await asyncio.wait_for(forward.stdout.readline(), 30)).decode()
+        match = re.search(r"127\.0\.0\.1:(\d+) -> 8080", line)
+        assert match, line
+        port = int(match.group(1))
+        async with httpx.AsyncClient(timeout=30, trust_env=False) as client:
+            answers = await asyncio.gather(*(client.get(f"http://127.0.0.1:{port}/") for _ in range(20)))
+        assert [a.status_code for a in answers] == [200] * 20
+        assert {a.text for a in answers} == {"hello-from-pod\n"}
+    finally:
+        forward.kill()
+        await forward.wait()
+
+
+async def test_auth_without_credentials_and_with_a_stats_only_user(
+    testbed: Testbed, settings: Settings, agent: Agent, admin: KubeClient
+) -> None:
+    await wait_node(admin, agent, settings)
+    base = f"https://127.0.0.1:{settings.kubelet_port}"
+    ca = str(testbed.layout.pki / "ca.crt")
+    async with httpx.AsyncClient(verify=ca, timeout=10, trust_env=False) as anonymous:
+        response = await anonymous.get(f"{base}/pods")
+        assert response.status_code == 401
+        assert response.text == "Unauthorized\n"
+    token = await _stats_only_token(admin)
+    async with httpx.AsyncClient(
+        verify=ca, timeout=10, trust_env=False, headers={"Authorization": f"Bearer {token}"}
+    ) as client:
+        allowed = await client.get(f"{base}/metrics")
+        assert allowed.status_code == 200
+        denied = await client.post(f"{base}/exec/{NS}/x/main?command=true&stdout=1")
+        assert denied.status_code == 403
+        assert denied.text == (
+            f"Forbidden (user=system:serviceaccount:{NS}:{SA}, verb=create, resource=nodes, subresource(s)=[proxy])\n"
+        )
+    # The admin through the apiserver's node proxy: TLS verified both ways.
+    raw = await akubectl(testbed, "get", "--raw", f"/api/v1/nodes/{settings.node_name}/proxy/healthz")
+    assert raw.stdout == "ok"
+
+
+async def _stats_only_token(admin: KubeClient) -> str:
+    rbac = "rbac.authorization.k8s.io"
+    await admin.create(paths.api_path("serviceaccounts", namespace=NS), {"metadata": {"name": SA}})
+    await admin.create(
+        paths.api_path("clusterroles", group=rbac),
+        {
+            "metadata": {"name": SA},
+            "rules": [{"apiGroups": [""], "resources": ["nodes/stats", "nodes/metrics"], "verbs": ["get"]}],
+        },
+    )
+    await admin.create(
+        paths.api_path("clusterrolebindings", group=rbac),
+        {
+            "metadata": {"name": SA},
+            "roleRef": {"apiGroup": rbac, "kind": "ClusterRole", "name": SA},
+            "subjects": [{"kind": "ServiceAccount", "name": SA, "namespace": NS}],
+        },
+    )
+    answer = await admin.create(
+        paths.api_path("serviceaccounts", namespace=NS, name=SA) + "/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 600}},
+    )
+    return str(answer["status"]["token"])

@@ -1,0 +1,164 @@
+"""CRI log reading: parsing, tail from the end, the writer's joins and limits, following across rotation."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import os
+from pathlib import Path
+
+import pytest
+
+from nodeagent.server import logs
+from nodeagent.server.logs import LogOptions, read_logs
+
+UTC = datetime.UTC
+
+
+def record(second: int, stream: str, tag: str, text: str, nanos: str = "000000000") -> str:
+    return f"2026-11-25T10:00:{second:02d}.{nanos}Z {stream} {tag} {text}\n"
+
+
+async def collect(path: Path, options: LogOptions, **kw: object) -> bytes:
+    out = bytearray()
+
+    async def emit(data: bytes) -> None:
+        out.extend(data)
+
+    await read_logs(str(path), options, emit, **kw)  # type: ignore[arg-type]
+    return bytes(out)
+
+
+@pytest.mark.parametrize(
+    ("line", "stream", "partial", "content"),
+    [
+        (b"2026-11-25T10:00:00.123456789Z stdout F hello world", "stdout", False, b"hello world"),
+        (b"2026-11-25T10:00:00Z stderr P part", "stderr", True, b"part"),
+        (b"2026-11-25T10:00:00.1+02:00 stdout F ", "stdout", False, b""),
+        (b"2026-11-25T10:00:00.1Z stdout F", "stdout", False, b""),
+    ],
+)
+def test_parse_record(line: bytes, stream: str, partial: bool, content: bytes) -> None:
+    rec = logs.parse_record(line)
+    assert (rec.stream, rec.partial, rec.content) == (stream, partial, content)
+    assert rec.timestamp.tzinfo is not None
+
+
+@pytest.mark.parametrize("line", [b"garbage", b"2026-11-25T10:00:00Z stdin F x", b"notatime stdout F x"])
+def test_parse_record_rejects(line: bytes) -> None:
+    with pytest.raises(logs.LogFormatError):
+        logs.parse_record(line)
+
+
+@pytest.mark.parametrize(
+    ("raw", "shown"),
+    [
+        (b"2026-11-25T10:00:00.123450000Z", b"2026-11-25T10:00:00.12345Z"),
+        (b"2026-11-25T10:00:00.000000000Z", b"2026-11-25T10:00:00Z"),
+        (b"2026-11-25T10:00:00Z", b"2026-11-25T10:00:00Z"),
+    ],
+)
+def test_go_rfc3339nano(raw: bytes, shown: bytes) -> None:
+    assert logs.format_go_rfc3339nano(raw) == shown
+
+
+@pytest.mark.parametrize(
+    ("content", "lines", "expected"),
+    [
+        (b"a\nb\nc\n", 1, b"c\n"),
+        (b"a\nb\nc\n", 2, b"b\nc\n"),
+        (b"a\nb\nc\n", 5, b"a\nb\nc\n"),
+        (b"a\nb\nc\n", 0, b""),
+        (b"a\nb\nc", 1, b"c"),
+        (b"", 3, b""),
+    ],
+)
+def test_tail_start(tmp_path: Path, content: bytes, lines: int, expected: bytes) -> None:
+    path = tmp_path / "f"
+    path.write_bytes(content)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        start = logs.tail_start(fd, len(content), lines)
+    finally:
+        os.close(fd)
+    assert content[start:] == expected
+
+
+def test_tail_start_crosses_blocks(tmp_path: Path) -> None:
+    lines = [f"line {i:05d} " + "x" * 300 + "\n" for i in range(100)]
+    content = "".join(lines).encode()
+    path = tmp_path / "f"
+    path.write_bytes(content)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        start = logs.tail_start(fd, len(content), 30)
+    finally:
+        os.close(fd)
+    assert content[start:] == "".join(lines[-30:]).encode()
+
+
+async def test_read_joins_partials_and_timestamps(tmp_path: Path) -> None:
+    path = tmp_path / "0.log"
+    path.write_text(
+        record(1, "stdout", "P", "hel", "100000000")
+        + record(1, "stdout", "F", "lo", "200000000")
+        + record(2, "stderr", "F", "err")
+    )
+    assert await collect(path, LogOptions()) == b"hello\nerr\n"
+    shown = await collect(path, LogOptions(timestamps=True))
+    assert shown == b"2026-11-25T10:00:01.1Z hello\n2026-11-25T10:00:02Z err\n"
+
+
+async def test_read_tail_since_and_limit(tmp_path: Path) -> None:
+    path = tmp_path / "0.log"
+    path.write_text("".join(record(i, "stdout", "F", f"line{i}") for i in range(10)))
+    assert await collect(path, LogOptions(tail=2)) == b"line8\nline9\n"
+    since = datetime.datetime(2026, 11, 25, 10, 0, 7, tzinfo=UTC)
+    assert await collect(path, LogOptions(since=since)) == b"line7\nline8\nline9\n"
+    assert await collect(path, LogOptions(limit_bytes=8)) == b"line0\nli"
+
+
+async def test_read_skips_bad_lines(tmp_path: Path) -> None:
+    path = tmp_path / "0.log"
+    path.write_text(record(1, "stdout", "F", "a") + "not a record\n" + record(2, "stdout", "F", "b"))
+    assert await collect(path, LogOptions()) == b"a\nb\n"
+
+
+async def test_follow_ends_when_container_stops_and_survives_rotation(tmp_path: Path) -> None:
+    path = tmp_path / "0.log"
+    path.write_text(record(1, "stdout", "F", "first"))
+    state = {"running": True}
+    out = bytearray()
+
+    async def emit(data: bytes) -> None:
+        out.extend(data)
+
+    async def running() -> bool:
+        return state["running"]
+
+    follower = asyncio.create_task(
+        read_logs(str(path), LogOptions(follow=True), emit, running=running, poll=0.01, state_check=0.05)
+    )
+    await asyncio.sleep(0.1)
+    with path.open("a") as f:
+        f.write(record(2, "stdout", "F", "second"))
+    await asyncio.sleep(0.1)
+    # Rotation: the old file renamed, a new one at the path.
+    path.rename(tmp_path / "0.log.20261125-100003")
+    path.write_text(record(4, "stdout", "F", "after rotation"))
+    await asyncio.sleep(0.1)
+    assert not follower.done()
+    state["running"] = False
+    await asyncio.wait_for(follower, 2)
+    assert bytes(out) == b"first\nsecond\nafter rotation\n"
+
+
+async def test_follow_with_limit_ends_at_limit(tmp_path: Path) -> None:
+    path = tmp_path / "0.log"
+    path.write_text(record(1, "stdout", "F", "0123456789"))
+
+    async def running() -> bool:
+        return True
+
+    out = await asyncio.wait_for(collect(path, LogOptions(follow=True, limit_bytes=4), running=running, poll=0.01), 2)
+    assert out == b"0123"
