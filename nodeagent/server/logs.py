@@ -198,11 +198,18 @@ async def read_logs(
                 if pending:
                     await _write_line(writer, pending, path)
                 return
-            # Rotation: a new file at the path. Finish the old one (nothing more comes to it), then switch.
-            replaced = _replaced(fd, path)
-            if replaced is not None:
+            # Rotation: a new file at the path. The runtime may still be writing its last lines into the old one
+            # (it reopens right after the rename): wait a poll, read the old file to its end, then switch.
+            if _replaced(fd, path):
+                await asyncio.sleep(poll)
+                if os.pread(fd, 1, offset):
+                    continue
+                try:
+                    new_fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                except FileNotFoundError:
+                    continue
                 os.close(fd)
-                fd, offset = replaced, 0
+                fd, offset = new_fd, 0
                 continue
             await asyncio.sleep(poll)
             idle += poll
@@ -228,16 +235,11 @@ async def _write_line(writer: LogWriter, line: bytes, path: str) -> None:
     await writer.write(record, line.split(b" ", 1)[0])
 
 
-def _replaced(fd: int, path: str) -> int | None:
-    """A new file descriptor when `path` now names another file than `fd` (after a rotation), else None."""
+def _replaced(fd: int, path: str) -> bool:
+    """Whether `path` now names another file than `fd` (after a rotation)."""
     try:
         current = os.stat(path)
     except FileNotFoundError:
-        return None
+        return False
     mine = os.fstat(fd)
-    if (current.st_dev, current.st_ino) == (mine.st_dev, mine.st_ino):
-        return None
-    try:
-        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
+    return (current.st_dev, current.st_ino) != (mine.st_dev, mine.st_ino)
