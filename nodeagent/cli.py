@@ -18,6 +18,7 @@ from nodeagent.testbed import install as installer
 from nodeagent.testbed.layout import Layout
 from nodeagent.testbed.processes import ComponentFailed
 from nodeagent.testbed.testbed import Testbed, TestbedError
+from nodeagent.version import version_text
 
 DEFAULT_DIR = Path("/var/lib/nodeagent/testbed")
 
@@ -118,6 +119,12 @@ async def _pods(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nodeagent", description="A kubelet written in Python.")
     parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=version_text(),
+        help="show nodeagent's version and the Kubernetes release it emulates by default, and exit",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     up = sub.add_parser("up", help="install what is missing, start a local testbed and print how to use it")

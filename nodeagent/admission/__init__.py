@@ -1,4 +1,4 @@
-"""Kubelet-side pod admission (GeneralPredicates): pure decisions over the pod, the node and the pods already here."""
+"""Kubelet-side pod admission (sysctls, GeneralPredicates): pure decisions over the pod, the node and the pods here."""
 
 from nodeagent.admission.predicates import (
     NODE_AFFINITY,
@@ -17,6 +17,7 @@ from nodeagent.admission.predicates import (
     matches_node_affinity,
 )
 from nodeagent.admission.resources import pod_requests
+from nodeagent.admission.sysctls import SYSCTL_FORBIDDEN, SysctlAllowlist, new_allowlist
 
 __all__ = [
     "NODE_AFFINITY",
@@ -28,10 +29,13 @@ __all__ = [
     "OUT_OF_PODS",
     "POD_OS_NOT_SUPPORTED",
     "POD_OS_SELECTOR_NODE_LABEL_DOES_NOT_MATCH",
+    "SYSCTL_FORBIDDEN",
     "TAINT_TOLERATION",
     "AdmitResult",
+    "SysctlAllowlist",
     "admit",
     "has_untolerated_no_execute_taint",
     "matches_node_affinity",
+    "new_allowlist",
     "pod_requests",
 ]

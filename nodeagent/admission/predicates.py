@@ -3,6 +3,7 @@
 The checks, the order and the words are upstream's (pkg/kubelet/lifecycle/predicate.go and the scheduler plugins
 it reuses): the pod's OS, then resources fit allocatable, node affinity/selector, node name, host ports, and
 finally untolerated NoExecute taints (static pods exempt). Only the first failure is reported, as upstream does.
+Before them, as upstream's admit handlers are ordered, the sysctl allowlist (`sysctls`, SysctlForbidden).
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from decimal import Decimal
 from typing import Any
 
 from nodeagent.admission.resources import CPU, EPHEMERAL_STORAGE, MEMORY, PODS, pod_requests, scaled
-from nodeagent.config import parse_quantity
+from nodeagent.admission.sysctls import SYSCTL_FORBIDDEN, SysctlAllowlist
+from nodeagent.config.quantity import parse_quantity
 
 OUT_OF_CPU = "OutOfcpu"
 OUT_OF_MEMORY = "OutOfmemory"
@@ -214,15 +216,23 @@ def _is_static_pod(pod: Mapping[str, Any]) -> bool:
 
 def admit(
     pod: Mapping[str, Any],
-    node: Mapping[str, Any],
+    node: Mapping[str, Any] | None,
     other_pods: Sequence[Mapping[str, Any]],
     *,
     node_os: str = "linux",
+    sysctls: SysctlAllowlist | None = None,
 ) -> AdmitResult:
     """Whether the kubelet may run `pod` on `node` next to `other_pods` (the pods it already admitted).
 
-    Terminal pods and the pod itself are left out of `other_pods`, as the kubelet only counts active pods.
+    Terminal pods and the pod itself are left out of `other_pods`, as the kubelet only counts active pods. Without
+    a Node (standalone, or before registration) only the sysctls are checked.
     """
+    if sysctls is not None:
+        forbidden = sysctls.forbidden(pod)
+        if forbidden is not None:
+            return AdmitResult(admit=False, reason=SYSCTL_FORBIDDEN, message=forbidden)
+    if node is None:
+        return ADMITTED
     uid = (pod.get("metadata") or {}).get("uid")
     others = [
         p

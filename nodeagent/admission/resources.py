@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
-from nodeagent.config import parse_quantity
+from nodeagent.config.quantity import parse_quantity
 
 CPU = "cpu"
 MEMORY = "memory"

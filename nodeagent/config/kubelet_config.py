@@ -26,6 +26,9 @@ Project extensions: fields that are not in upstream v1beta1. The upstream kubele
 - `plegRelistThreshold` (`pleg_relist_threshold`, default 3m0s): how old the generic relist's last success may be
   before the PLEG is unhealthy and the node NotReady ("PLEG is not healthy: ..."). Upstream hard-codes 3 minutes
   (10 for the evented PLEG's safety-net relist, which stays so); tests shorten it.
+- `emulatedKubernetesVersion` (`emulated_kubernetes_version`, default the testbed's release, `v1.34.4`): the
+  Kubernetes release the node reports as its kubeletVersion and probes name in their User-Agent
+  (`kube-probe/1.34`); see `nodeagent.version`. Upstream reports the version it was built as.
 
 Not in the subset (an upstream field here is warned about and ignored): TLS serving files, certificate rotation,
 event QPS, CPU/memory/topology managers, image GC ages, logging, tracing, graceful shutdown by pod priority, swap,
@@ -38,6 +41,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import StrEnum
+
+from nodeagent.version import DEFAULT_KUBERNETES_VERSION
 
 API_VERSION = "kubelet.config.k8s.io/v1beta1"
 KIND = "KubeletConfiguration"
@@ -138,6 +143,9 @@ class KubeletConfiguration:
     image_service_endpoint: str = ""  # empty: the image service is at container_runtime_endpoint
     runtime_request_timeout: timedelta = timedelta(minutes=2)
 
+    # Pod admission: unsafe sysctls (or patterns ending in *) pods may set beyond the safe ones.
+    allowed_unsafe_sysctls: tuple[str, ...] = ()
+
     # Pod sources and the sync loop.
     static_pod_path: str = ""
     static_pod_url: str = ""
@@ -201,6 +209,8 @@ class KubeletConfiguration:
     # Container logs and volumes.
     container_log_max_size: str = "10Mi"
     container_log_max_files: int = 5
+    container_log_max_workers: int = 1
+    container_log_monitor_interval: timedelta = timedelta(seconds=10)
     volume_plugin_dir: str = DEFAULT_VOLUME_PLUGIN_DIR
 
     feature_gates: Mapping[str, bool] = field(default_factory=dict)
@@ -208,6 +218,7 @@ class KubeletConfiguration:
     # Project extensions (not upstream; see the module docstring).
     pleg: PLEGMode = PLEGMode.AUTO
     pleg_relist_threshold: timedelta = timedelta(minutes=3)
+    emulated_kubernetes_version: str = DEFAULT_KUBERNETES_VERSION
 
 
 def defaults() -> KubeletConfiguration:

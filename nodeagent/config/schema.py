@@ -52,10 +52,7 @@ E = TypeVar("E", bound=StrEnum)
 # but it is ignored, and the warning says so rather than calling a valid kubelet field "unknown".
 UPSTREAM_ONLY_FIELDS: frozenset[str] = frozenset(
     {
-        "allowedUnsafeSysctls",
         "configMapAndSecretChangeDetectionStrategy",
-        "containerLogMaxWorkers",
-        "containerLogMonitorInterval",
         "contentType",
         "cpuCFSQuota",
         "cpuCFSQuotaPeriod",
@@ -130,7 +127,7 @@ UPSTREAM_ONLY_FIELDS: frozenset[str] = frozenset(
 )
 
 # Fields of this project that upstream does not have; documented in `kubelet_config`.
-PROJECT_EXTENSION_FIELDS: frozenset[str] = frozenset({"pleg", "plegRelistThreshold"})
+PROJECT_EXTENSION_FIELDS: frozenset[str] = frozenset({"pleg", "plegRelistThreshold", "emulatedKubernetesVersion"})
 
 
 def show(raw: object) -> str:
@@ -426,6 +423,7 @@ _KUBELET_CONFIGURATION = _Struct(
         _Field("containerRuntimeEndpoint", "container_runtime_endpoint", _STR, zero_is_unset=True),
         _Field("imageServiceEndpoint", "image_service_endpoint", _STR),
         _Field("runtimeRequestTimeout", "runtime_request_timeout", _DURATION, zero_is_unset=True),
+        _Field("allowedUnsafeSysctls", "allowed_unsafe_sysctls", _STR_LIST),
         _Field("staticPodPath", "static_pod_path", _STR),
         _Field("staticPodURL", "static_pod_url", _STR),
         _Field("staticPodURLHeader", "static_pod_url_header", _Map(_STR_LIST)),
@@ -476,10 +474,13 @@ _KUBELET_CONFIGURATION = _Struct(
         _Field("evictionMinimumReclaim", "eviction_minimum_reclaim", _STR_MAP),
         _Field("containerLogMaxSize", "container_log_max_size", _STR, zero_is_unset=True),
         _Field("containerLogMaxFiles", "container_log_max_files", _INT32),
+        _Field("containerLogMaxWorkers", "container_log_max_workers", _INT32),
+        _Field("containerLogMonitorInterval", "container_log_monitor_interval", _DURATION),
         _Field("volumePluginDir", "volume_plugin_dir", _STR, zero_is_unset=True),
         _Field("featureGates", "feature_gates", _Map(_BOOL)),
         _Field("pleg", "pleg", _Enum(PLEGMode), zero_is_unset=True),
         _Field("plegRelistThreshold", "pleg_relist_threshold", _DURATION, zero_is_unset=True),
+        _Field("emulatedKubernetesVersion", "emulated_kubernetes_version", _STR, zero_is_unset=True),
     ],
     ignored=("apiVersion", "kind"),
     unsupported=UPSTREAM_ONLY_FIELDS,

@@ -16,11 +16,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from nodeagent.admission.sysctls import pattern_problem
 from nodeagent.config.durations import format_go_duration, parse_go_duration
 from nodeagent.config.errors import DurationError, QuantityError
 from nodeagent.config.kubelet_config import KubeletConfiguration
 from nodeagent.config.quantity import is_percentage, parse_percentage, parse_quantity
 from nodeagent.config.schema import show
+from nodeagent.version import parse_kubernetes_version
 
 # The signals upstream's eviction manager knows (pkg/kubelet/eviction/api).
 EVICTION_SIGNALS: tuple[str, ...] = (
@@ -157,6 +159,15 @@ def _check_runtime(config: KubeletConfiguration, found: Findings) -> None:
     _not_negative(found, "httpCheckFrequency", config.http_check_frequency)
     _not_negative(found, "syncFrequency", config.sync_frequency)
     _not_negative(found, "plegRelistThreshold", config.pleg_relist_threshold)
+    try:
+        parse_kubernetes_version(config.emulated_kubernetes_version)
+    except ValueError as e:
+        found.problem("emulatedKubernetesVersion", str(e))
+    # Upstream refuses these when it builds its allowlist at start-up, with the same words.
+    for i, pattern in enumerate(config.allowed_unsafe_sysctls):
+        problem = pattern_problem(pattern)
+        if problem is not None:
+            found.problem(f"allowedUnsafeSysctls[{i}]", problem)
 
 
 def _check_server(config: KubeletConfiguration, found: Findings) -> None:
@@ -353,3 +364,11 @@ def _check_logs(config: KubeletConfiguration, found: Findings) -> None:
         found.problem("containerLogMaxSize", str(e))
     if config.container_log_max_files <= 1:
         found.problem("containerLogMaxFiles", f"must be greater than 1, got {config.container_log_max_files}")
+    _at_least(found, "containerLogMaxWorkers", config.container_log_max_workers, 1)
+    # As upstream: the log manager checks sizes no more often than every 3 s.
+    if config.container_log_monitor_interval < timedelta(seconds=3):
+        found.problem(
+            "containerLogMonitorInterval",
+            "must be a positive time duration greater than or equal to 3s, "
+            f"got {show(format_go_duration(config.container_log_monitor_interval))}",
+        )

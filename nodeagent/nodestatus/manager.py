@@ -31,7 +31,7 @@ from nodeagent.kube.request import Obj
 from nodeagent.nodestatus._quantity import format_micro_time
 from nodeagent.nodestatus.conditions import DISK_PRESSURE, MEMORY_PRESSURE, PID_PRESSURE, READY, node_conditions
 from nodeagent.nodestatus.facts import NodeFacts
-from nodeagent.nodestatus.node import CONTROLLER_MANAGED_ATTACH_DETACH, build_node_status, initial_node
+from nodeagent.nodestatus.node import OWNED_ANNOTATIONS, build_node_status, initial_node
 from nodeagent.nodestatus.report import NODE_LEASE_NAMESPACE, lease_object, should_report
 
 log = logging.getLogger(__name__)
@@ -177,8 +177,8 @@ class NodeStatusManager:
         return True
 
     async def _reconcile_existing(self, wanted: Obj) -> bool:
-        """As tryRegisterWithAPIServer on AlreadyExists: put back the default labels and the attach/detach
-        annotation we own; the status loop brings the rest of the status up to date."""
+        """As tryRegisterWithAPIServer on AlreadyExists: put back the default labels and the annotations we own
+        (attach/detach, our version); the status loop brings the rest of the status up to date."""
         try:
             existing = await self._client.get(paths.node(self._name))
         except _RETRYABLE as exc:
@@ -189,7 +189,7 @@ class NodeStatusManager:
             have = existing.get("metadata", {}).get(field) or {}
             want = wanted["metadata"].get(field) or {}
             if field == "annotations":
-                want = {k: v for k, v in want.items() if k == CONTROLLER_MANAGED_ATTACH_DETACH}
+                want = {k: v for k, v in want.items() if k in OWNED_ANNOTATIONS}
             changed = {k: v for k, v in want.items() if have.get(k) != v}
             if changed:
                 metadata[field] = changed

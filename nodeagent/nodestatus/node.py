@@ -9,9 +9,13 @@ from nodeagent.config import KubeletConfiguration
 from nodeagent.nodestatus.facts import NodeFacts
 from nodeagent.nodestatus.labels import node_labels
 from nodeagent.nodestatus.resources import allocatable, capacity
+from nodeagent.version import NODEAGENT_VERSION, VERSION_ANNOTATION
 
 # The kubelet leaves attach/detach to the controller manager by default and says so on its Node.
 CONTROLLER_MANAGED_ATTACH_DETACH = "volumes.kubernetes.io/controller-managed-attach-detach"
+# The annotations the agent owns on its Node: put back at every registration, so a restarted (or upgraded) agent
+# keeps them true.
+OWNED_ANNOTATIONS: tuple[str, ...] = (CONTROLLER_MANAGED_ATTACH_DETACH, VERSION_ANNOTATION)
 
 
 def build_node_status(
@@ -60,7 +64,8 @@ def initial_node(
     conditions: Sequence[Mapping[str, Any]] = (),
     hugepages: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
-    """The Node to create at registration: labels, registerWithTaints, spec.podCIDR and providerID when set."""
+    """The Node to create at registration: labels, registerWithTaints, spec.podCIDR and providerID when set, and
+    the annotations we own (attach/detach by the controller, nodeagent's own version)."""
     spec: dict[str, Any] = {}
     if config.pod_cidr:
         spec["podCIDR"] = config.pod_cidr
@@ -81,7 +86,7 @@ def initial_node(
         "metadata": {
             "name": node_name,
             "labels": node_labels(node_name, facts.operating_system, facts.architecture, hostname=facts.hostname),
-            "annotations": {CONTROLLER_MANAGED_ATTACH_DETACH: "true"},
+            "annotations": {CONTROLLER_MANAGED_ATTACH_DETACH: "true", VERSION_ANNOTATION: NODEAGENT_VERSION},
         },
         "spec": spec,
         "status": build_node_status(facts, config, conditions, hugepages=hugepages),

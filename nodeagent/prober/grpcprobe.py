@@ -77,9 +77,11 @@ def decode_check_response(data: bytes) -> int:
     return status
 
 
-async def probe_grpc(host: str, port: int, service: str, timeout: float) -> ProbeOutcome:
+async def probe_grpc(
+    host: str, port: int, service: str, timeout: float, *, user_agent: str = USER_AGENT
+) -> ProbeOutcome:
     address = join_host_port(host, port)
-    options = [("grpc.primary_user_agent", USER_AGENT), ("grpc.enable_http_proxy", 0)]
+    options = [("grpc.primary_user_agent", user_agent), ("grpc.enable_http_proxy", 0)]
     async with grpc.aio.insecure_channel(address, options=options) as channel:
         check = channel.unary_unary(
             CHECK_METHOD, request_serializer=lambda b: b, response_deserializer=decode_check_response

@@ -59,11 +59,11 @@ def format_url(scheme: str, host: str, port: int, path: str) -> str:
     return urllib.parse.urlunsplit((scheme, join_host_port(host, port), url_path, parsed.query, parsed.fragment))
 
 
-def probe_headers(headers: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+def probe_headers(headers: tuple[tuple[str, str], ...], user_agent: str = USER_AGENT) -> tuple[tuple[str, str], ...]:
     out = list(headers)
     names = {name.lower() for name, _ in out}
     if "user-agent" not in names:
-        out.append(("User-Agent", USER_AGENT))
+        out.append(("User-Agent", user_agent))
     if "accept" not in names:
         out.append(("Accept", "*/*"))
     elif next(value for name, value in out if name.lower() == "accept") == "":
@@ -71,12 +71,14 @@ def probe_headers(headers: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str]
     return tuple(out)
 
 
-def http_request(action: HTTPGetAction, container: Mapping[str, Any], pod_ip: str) -> HTTPRequest:
+def http_request(
+    action: HTTPGetAction, container: Mapping[str, Any], pod_ip: str, *, user_agent: str = USER_AGENT
+) -> HTTPRequest:
     """The probe's request (upstream NewRequestForHTTPGetAction); a bad port raises ProbeError."""
     scheme = action.scheme.lower() or "http"
     host = action.host or pod_ip
     port = resolve_container_port(action.port, container)
-    return HTTPRequest(format_url(scheme, host, port, action.path), probe_headers(action.headers))
+    return HTTPRequest(format_url(scheme, host, port, action.path), probe_headers(action.headers, user_agent))
 
 
 def _insecure_tls() -> ssl.SSLContext:

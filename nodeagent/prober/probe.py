@@ -19,19 +19,15 @@ from typing import Any
 
 import grpc
 
-from nodeagent import __version__
+from nodeagent.version import DEFAULT_KUBERNETES_VERSION, probe_user_agent
 
 # Upstream reads at most 10 KiB of a command's output or a response body.
 MAX_OUTPUT_BYTES = 10 * 1024
 
 
-def _user_agent() -> str:
-    major, minor = [*__version__.split("."), "0", "0"][:2]
-    return f"kube-probe/{major}.{minor}"
-
-
-# As upstream's "kube-probe/<major>.<minor>", with the agent's own version.
-USER_AGENT = _user_agent()
+# As upstream's "kube-probe/<major>.<minor>", of the Kubernetes release the node emulates (by default; the agent
+# passes the configured one to the Prober).
+USER_AGENT = probe_user_agent(DEFAULT_KUBERNETES_VERSION)
 
 
 class Outcome(enum.Enum):

@@ -20,7 +20,7 @@ from typing import Any, Literal, Protocol
 from nodeagent.prober.execprobe import CommandRunner, probe_exec, static_command
 from nodeagent.prober.grpcprobe import probe_grpc
 from nodeagent.prober.httpprobe import HTTPProber, http_request
-from nodeagent.prober.probe import Outcome, ProbeError, ProbeOutcome, resolve_container_port
+from nodeagent.prober.probe import USER_AGENT, Outcome, ProbeError, ProbeOutcome, resolve_container_port
 from nodeagent.prober.results import Result
 from nodeagent.prober.spec import ExecAction, GRPCAction, HTTPGetAction, ProbeSpec, ProbeType, TCPSocketAction
 from nodeagent.prober.spec import field_path as container_field_path
@@ -78,11 +78,18 @@ class ProbeRunner(Protocol):
 
 class Prober:
     def __init__(
-        self, runner: CommandRunner, *, events: EventSink = _no_events, http: HTTPProber | None = None
+        self,
+        runner: CommandRunner,
+        *,
+        events: EventSink = _no_events,
+        http: HTTPProber | None = None,
+        user_agent: str = USER_AGENT,
     ) -> None:
         self._runner = runner
         self._events = events
         self._http = http or HTTPProber()
+        # kube-probe/<major>.<minor> of the emulated Kubernetes release, for httpGet and grpc probes.
+        self._user_agent = user_agent
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -147,11 +154,13 @@ class Prober:
             return await probe_exec(self._runner, target.container_id, command, timeout)
         if isinstance(handler, HTTPGetAction):
             host_ip = target.pod_ip if handler.host else self._pod_ip(target)
-            request = http_request(handler, target.container, host_ip)
+            request = http_request(handler, target.container, host_ip, user_agent=self._user_agent)
             return await self._http.probe(request, timeout)
         if isinstance(handler, TCPSocketAction):
             port = resolve_container_port(handler.port, target.container)
             return await probe_tcp(handler.host or self._pod_ip(target), port, timeout)
         if isinstance(handler, GRPCAction):
-            return await probe_grpc(self._pod_ip(target), handler.port, handler.service, timeout)
+            return await probe_grpc(
+                self._pod_ip(target), handler.port, handler.service, timeout, user_agent=self._user_agent
+            )
         raise ProbeError(f"missing probe handler for {target.pod_ref}:{target.name}")

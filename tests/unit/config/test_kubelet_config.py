@@ -59,6 +59,7 @@ UPSTREAM_DEFAULTS: dict[str, object] = {
     "container_runtime_endpoint": "unix:///run/containerd/containerd.sock",
     "image_service_endpoint": "",
     "runtime_request_timeout": timedelta(minutes=2),
+    "allowed_unsafe_sysctls": (),
     "static_pod_path": "",
     "static_pod_url": "",
     "static_pod_url_header": {},
@@ -117,10 +118,13 @@ UPSTREAM_DEFAULTS: dict[str, object] = {
     "eviction_minimum_reclaim": {},
     "container_log_max_size": "10Mi",
     "container_log_max_files": 5,
+    "container_log_max_workers": 1,
+    "container_log_monitor_interval": timedelta(seconds=10),
     "volume_plugin_dir": "/usr/libexec/kubernetes/kubelet-plugins/volume/exec/",
     "feature_gates": {},
     "pleg": "auto",  # project extension
     "pleg_relist_threshold": timedelta(minutes=3),  # project extension
+    "emulated_kubernetes_version": "v1.34.4",  # project extension: the testbed's release
 }
 
 
@@ -244,6 +248,8 @@ ROUND_TRIP: list[tuple[str, str, object, object]] = [
     ),
     ("containerLogMaxSize", "container_log_max_size", "50Mi", "50Mi"),
     ("containerLogMaxFiles", "container_log_max_files", 3, 3),
+    ("containerLogMaxWorkers", "container_log_max_workers", 2, 2),
+    ("containerLogMonitorInterval", "container_log_monitor_interval", "30s", timedelta(seconds=30)),
     ("volumePluginDir", "volume_plugin_dir", "/var/lib/kubelet/volumeplugins", "/var/lib/kubelet/volumeplugins"),
     (
         "featureGates",
@@ -253,6 +259,13 @@ ROUND_TRIP: list[tuple[str, str, object, object]] = [
     ),
     ("pleg", "pleg", "evented", PLEGMode.EVENTED),
     ("plegRelistThreshold", "pleg_relist_threshold", "10s", timedelta(seconds=10)),
+    (
+        "allowedUnsafeSysctls",
+        "allowed_unsafe_sysctls",
+        ["kernel.msg*", "net.core.somaxconn"],
+        ("kernel.msg*", "net.core.somaxconn"),
+    ),
+    ("emulatedKubernetesVersion", "emulated_kubernetes_version", "v1.33.2", "v1.33.2"),
 ]
 
 
@@ -346,6 +359,7 @@ def test_schema_tables_match_the_dataclasses() -> None:
         ("volumePluginDir", "", "volume_plugin_dir"),
         ("pleg", "", "pleg"),
         ("plegRelistThreshold", "0s", "pleg_relist_threshold"),
+        ("emulatedKubernetesVersion", "", "emulated_kubernetes_version"),
         # null is absent, whatever the field
         ("maxPods", None, "max_pods"),
         ("healthzPort", None, "healthz_port"),
@@ -526,8 +540,26 @@ def test_wrong_types_raise(fields: dict[str, Any], fragment: str) -> None:
         ({"containerLogMaxFiles": 1}, "containerLogMaxFiles: must be greater than 1, got 1"),
         ({"containerLogMaxSize": "10MB"}, 'containerLogMaxSize: invalid quantity "10MB"'),
         ({"containerLogMaxSize": "-1Mi"}, 'containerLogMaxSize: must not be negative, got "-1Mi"'),
+        ({"containerLogMaxWorkers": 0}, "containerLogMaxWorkers: must be greater than or equal to 1, got 0"),
+        (
+            {"containerLogMonitorInterval": "2s"},
+            'containerLogMonitorInterval: must be a positive time duration greater than or equal to 3s, got "2s"',
+        ),
         ({"syncFrequency": "-1s"}, 'syncFrequency: must not be negative, got "-1s"'),
         ({"plegRelistThreshold": "-1s"}, 'plegRelistThreshold: must not be negative, got "-1s"'),
+        (
+            {"emulatedKubernetesVersion": "1.34.4"},
+            'emulatedKubernetesVersion: must be a Kubernetes release such as "v1.34.4", got "1.34.4"',
+        ),
+        ({"emulatedKubernetesVersion": "v1.34"}, "emulatedKubernetesVersion: must be a Kubernetes release"),
+        (
+            {"allowedUnsafeSysctls": ["kernel.msg*", "vm.swappiness"]},
+            'allowedUnsafeSysctls[1]: the sysctls "vm.swappiness" are not known to be namespaced',
+        ),
+        (
+            {"allowedUnsafeSysctls": ["Net.Core"]},
+            'allowedUnsafeSysctls[0]: sysctl "Net.Core" must have at most 253 characters and match regex',
+        ),
         ({"runtimeRequestTimeout": "-2m"}, 'runtimeRequestTimeout: must not be negative, got "-2m0s"'),
         ({"nodeStatusUpdateFrequency": "-10s"}, 'nodeStatusUpdateFrequency: must not be negative, got "-10s"'),
         ({"evictionPressureTransitionPeriod": "-1m"}, "evictionPressureTransitionPeriod: must not be negative"),

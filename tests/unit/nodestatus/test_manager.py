@@ -23,6 +23,7 @@ from nodeagent.kube.client import KubeClient
 from nodeagent.kube.kubeconfig import ClusterCredentials
 from nodeagent.nodestatus import NodeFacts
 from nodeagent.nodestatus.manager import NodeStatusManager, _status_patch, condition_events
+from nodeagent.version import NODEAGENT_VERSION
 from tests.unit.fakeclock import FakeClock
 from tests.unit.kube.scripted import SERVER, Script, status
 
@@ -192,7 +193,10 @@ async def test_register_creates_the_node_with_conditions_and_records_pressure_ev
         await manager.register()
     body = json.loads(script.requests[0].content)
     assert body["metadata"]["labels"]["kubernetes.io/hostname"] == NAME
-    assert body["metadata"]["annotations"] == {"volumes.kubernetes.io/controller-managed-attach-detach": "true"}
+    assert body["metadata"]["annotations"] == {
+        "volumes.kubernetes.io/controller-managed-attach-detach": "true",
+        "nodeagent.io/version": NODEAGENT_VERSION,
+    }
     ready = {c["type"]: c for c in body["status"]["conditions"]}["Ready"]
     assert (ready["status"], ready["reason"]) == ("True", "KubeletReady")
     assert body["status"]["nodeInfo"]["containerRuntimeVersion"] == "containerd://1.7.24"
@@ -215,23 +219,35 @@ OWNED = {
     "beta.kubernetes.io/arch": "amd64",
 }
 CMAD = "volumes.kubernetes.io/controller-managed-attach-detach"
+VERSION = "nodeagent.io/version"
 
 
 @pytest.mark.parametrize(
     ("labels", "annotations", "patch"),
     [
-        pytest.param({**OWNED, "team": "x"}, {CMAD: "true", "other": "y"}, None, id="in-sync-no-patch"),
+        pytest.param(
+            {**OWNED, "team": "x"},
+            {CMAD: "true", VERSION: NODEAGENT_VERSION, "other": "y"},
+            None,
+            id="in-sync-no-patch",
+        ),
         pytest.param(
             {**OWNED, "kubernetes.io/arch": "arm64", "team": "x"},
-            {CMAD: "true"},
+            {CMAD: "true", VERSION: NODEAGENT_VERSION},
             {"metadata": {"labels": {"kubernetes.io/arch": "amd64"}}},
             id="wrong-arch-label",
         ),
         pytest.param(
             {"team": "x"},
             {},
-            {"metadata": {"labels": OWNED, "annotations": {CMAD: "true"}}},
+            {"metadata": {"labels": OWNED, "annotations": {CMAD: "true", VERSION: NODEAGENT_VERSION}}},
             id="missing-labels-and-annotation",
+        ),
+        pytest.param(
+            OWNED,
+            {CMAD: "true", VERSION: "0.0.1"},
+            {"metadata": {"annotations": {VERSION: NODEAGENT_VERSION}}},
+            id="an-older-agent-registered-it",
         ),
     ],
 )

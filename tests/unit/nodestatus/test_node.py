@@ -21,6 +21,7 @@ from nodeagent.nodestatus import (
     should_report,
 )
 from nodeagent.nodestatus.facts import goarch, read_os_image
+from nodeagent.version import NODEAGENT_VERSION
 
 T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
 
@@ -79,7 +80,10 @@ def test_initial_node() -> None:
     assert node["metadata"]["name"] == "n1"
     assert node["metadata"]["labels"]["kubernetes.io/hostname"] == "n1"
     assert node["metadata"]["labels"]["beta.kubernetes.io/arch"] == "amd64"
-    assert node["metadata"]["annotations"] == {"volumes.kubernetes.io/controller-managed-attach-detach": "true"}
+    assert node["metadata"]["annotations"] == {
+        "volumes.kubernetes.io/controller-managed-attach-detach": "true",
+        "nodeagent.io/version": NODEAGENT_VERSION,
+    }
     assert node["spec"] == {
         "podCIDR": "10.244.1.0/24",
         "podCIDRs": ["10.244.1.0/24"],

@@ -117,7 +117,7 @@ async def health() -> AsyncIterator[HealthServer]:
 )
 async def test_verdicts(health: HealthServer, service: str, timeout: float, expected: ProbeOutcome) -> None:
     assert await probe_grpc("127.0.0.1", health.port, service, timeout) == expected
-    assert health.user_agents[-1].startswith("kube-probe/0.1")
+    assert health.user_agents[-1].startswith("kube-probe/1.34")
 
 
 async def test_server_without_health_service() -> None:

@@ -17,7 +17,7 @@ from nodeagent.prober.probe import Outcome, ProbeError, ProbeOutcome
 from nodeagent.prober.spec import HTTPGetAction
 
 CONTAINER: dict[str, Any] = {"name": "web", "ports": [{"name": "http", "containerPort": 8080}]}
-UA = ("User-Agent", "kube-probe/0.1")
+UA = ("User-Agent", "kube-probe/1.34")
 ACCEPT = ("Accept", "*/*")
 
 
@@ -154,7 +154,7 @@ async def test_headers_reach_the_server(servers: tuple[Server, Server], prober: 
     assert path == "/ok"
     assert headers["x-probe"] == "yes"
     assert headers["host"] == "svc.example"
-    assert headers["user-agent"] == "kube-probe/0.1"
+    assert headers["user-agent"] == "kube-probe/1.34"
     assert headers["accept"] == "*/*"
 
 

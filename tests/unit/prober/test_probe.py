@@ -63,4 +63,4 @@ def test_go_code_names_and_limits() -> None:
     assert go_code_name(grpc.StatusCode.NOT_FOUND) == "NotFound"
     assert go_code_name(None) == "Unknown"
     assert truncate(b"x" * 20_000) == "x" * 10 * 1024
-    assert USER_AGENT == "kube-probe/0.1"
+    assert USER_AGENT == "kube-probe/1.34"  # the emulated Kubernetes release, as upstream's own version
