@@ -1,10 +1,15 @@
 """`nodeagent run`: build the agent's parts from its config and run them as supervised tasks until stopped.
 
-Order at start, as the kubelet: load the config (unknown fields warn, invalid values stop with a clear error),
-connect to the runtime and wait for it, relist it once (so the node's first status already knows the PLEG's health
-and the pod status cache is filled), register the node, then start the pod sources, the PLEG (`pleg: generic |
-evented | auto`), the status managers, the lease, the syncLoop and the local endpoint. On SIGINT/SIGTERM the tasks
-stop in reverse order; pods keep running (a restarted agent adopts them).
+Order at start, as the kubelet: install the SIGINT/SIGTERM handlers, load the config (unknown fields warn, invalid
+values stop with a clear error), connect to the runtime and wait for it, relist it once (so the node's first status
+already knows the PLEG's health and the pod status cache is filled), register the node, then start the pod sources,
+the PLEG (`pleg: generic | evented | auto`), the status managers, the lease, the syncLoop and the local endpoint.
+Each start-up wait gives way to a stop signal (`nodeagent.startup`): an agent that cannot reach its runtime or
+apiserver, or may not register its node, still exits at once, cleanly. Once running, on SIGINT/SIGTERM the tasks stop
+in reverse order; pods keep running (a restarted agent adopts them).
+
+The node reports the emulated Kubernetes release (`emulatedKubernetesVersion`, `nodeagent.version`) as its
+kubeletVersion and in the probes' User-Agent; nodeagent's own version is in its `Starting` event and annotation.
 
 With `standalone` there is no apiserver at all: no registration, no lease, no events, no mirror pods; the pods come
 from the static sources only (staticPodPath, staticPodURL) and `nodeagent pods` reads them from the local endpoint.
@@ -15,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
+import os
 import signal
 import socket
 from dataclasses import dataclass
@@ -25,14 +31,16 @@ from prometheus_client import CollectorRegistry
 
 from cri.client import CRIClient, connect
 from cri.errors import CRIError
-from nodeagent import __version__
+from nodeagent.admission import new_allowlist
+from nodeagent.admission.sysctls import kernel_release
 from nodeagent.clock import SystemClock
 from nodeagent.config import KubeletConfiguration, load_config
 from nodeagent.events import EventRecorder, ObjectRef
 from nodeagent.kube import paths
 from nodeagent.kube.client import KubeClient
-from nodeagent.kube.errors import NotFound
+from nodeagent.kube.errors import KubeconfigError, NotFound
 from nodeagent.kubelet import Kubelet, Pod
+from nodeagent.kuberuntime.logrotation import ContainerLogManager
 from nodeagent.kuberuntime.manager import NodeContext, RuntimeManager
 from nodeagent.kuberuntime.references import ObjectFetcher
 from nodeagent.kuberuntime.sandbox_config import DNSSettings, ResolvConf
@@ -41,15 +49,23 @@ from nodeagent.nodestatus import NodeFacts, gather_node_facts
 from nodeagent.nodestatus.manager import NodeStatusManager
 from nodeagent.podconfig import FAILED_VALIDATION, PodConfig
 from nodeagent.prober import Prober, ProberManager, ProberMetrics
+from nodeagent.server.host import AgentHost
+from nodeagent.server.http import HTTPServer
+from nodeagent.server.serve import build_auth, run_server, serving_files
+from nodeagent.server.server import KubeletServer
+from nodeagent.server.tls import server_context
 from nodeagent.sources import file as file_source
 from nodeagent.sources import url as url_source
 from nodeagent.sources.apiserver import SOURCE as API_SOURCE
 from nodeagent.sources.apiserver import run_apiserver_source
 from nodeagent.sources.problems import ManifestProblem
+from nodeagent.startup import RuntimeUnavailable, StopRequested, until_stopped, wait_for_runtime
 from nodeagent.staticpods import MirrorPods
 from nodeagent.status.manager import StatusManager
 from nodeagent.syncloop import SyncLoop, SyncLoopChannels
 from nodeagent.tasks import Supervisor
+from nodeagent.version import NODEAGENT_VERSION, probe_user_agent, version_text
+from nodeagent.volumemanager import new_volume_manager
 from pleg.cache import Cache
 from pleg.events import PodLifecycleEvent
 from pleg.generator import new_pleg
@@ -57,8 +73,6 @@ from pleg.health import CHANNEL_CAPACITY
 from pleg.metrics import PLEGMetrics
 
 log = logging.getLogger(__name__)
-
-KUBELET_VERSION = f"v{__version__}-nodeagent"
 
 
 class AgentError(RuntimeError):
@@ -113,14 +127,6 @@ def _object_fetcher(client: KubeClient | None) -> ObjectFetcher | None:
     return fetch
 
 
-async def _runtime_version(cri: CRIClient, endpoint: str) -> str:
-    try:
-        version = await cri.runtime.version("v1", timeout=10)
-    except CRIError as exc:
-        raise AgentError(f"container runtime at {endpoint} is not reachable: {exc}") from exc
-    return f"{version.runtime_name}://{version.runtime_version}"
-
-
 async def _runtime_health(cri: CRIClient) -> tuple[bool, str]:
     try:
         status = await cri.runtime.status(timeout=10)
@@ -134,7 +140,29 @@ async def _runtime_health(cri: CRIClient) -> tuple[bool, str]:
     return True, ""
 
 
+def _stop_on_signals(stop: asyncio.Event) -> None:
+    """SIGINT and SIGTERM set `stop`, from the first moment of the agent's life (start-up waits race it)."""
+    loop = asyncio.get_running_loop()
+
+    def requested(sig: signal.Signals) -> None:
+        log.info("stop signal received signal=%s", sig.name)
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, requested, sig)
+
+
 async def run_agent(options: AgentOptions) -> None:
+    """Run the agent until a stop signal; returns normally when stopped (also during start-up)."""
+    stop = asyncio.Event()
+    _stop_on_signals(stop)
+    try:
+        await _start(options, stop)
+    except StopRequested as stopped:
+        log.info("agent stopped during start-up stage=%s", stopped.stage)
+
+
+async def _start(options: AgentOptions, stop: asyncio.Event) -> None:
     loaded = load_config(options.config_path)
     for warning in loaded.warnings:
         log.warning("config warning path=%s %s", options.config_path, warning)
@@ -146,27 +174,49 @@ async def run_agent(options: AgentOptions) -> None:
         raise AgentError("--standalone runs without an apiserver: drop --kubeconfig")
     clock = SystemClock()
     supervisor = Supervisor()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    kubelet_version = config.emulated_kubernetes_version
 
     async with connect(
         config.container_runtime_endpoint,
         image_endpoint=config.image_service_endpoint or None,
         timeout=config.runtime_request_timeout.total_seconds(),
     ) as cri:
-        runtime_version = await _runtime_version(cri, config.container_runtime_endpoint)
-        facts = await asyncio.to_thread(
-            gather_node_facts,
-            container_runtime_version=runtime_version,
-            kubelet_version=KUBELET_VERSION,
-            hostname=node_name,
-            internal_ip=options.node_ip,
-            daemon_port=config.port,
+        try:
+            runtime_version = await until_stopped(
+                stop,
+                "waiting for the container runtime",
+                wait_for_runtime(
+                    cri.runtime,
+                    config.container_runtime_endpoint,
+                    budget=config.runtime_request_timeout.total_seconds(),
+                    clock=clock,
+                ),
+            )
+        except RuntimeUnavailable as exc:
+            raise AgentError(str(exc)) from exc
+        facts = await until_stopped(
+            stop,
+            "reading the node's facts",
+            asyncio.to_thread(
+                gather_node_facts,
+                container_runtime_version=runtime_version,
+                kubelet_version=kubelet_version,
+                hostname=node_name,
+                internal_ip=options.node_ip,
+                daemon_port=config.port,
+            ),
         )
-        log.info("agent starting node=%s runtime=%s version=%s", node_name, runtime_version, KUBELET_VERSION)
-        client = None if options.standalone else KubeClient.from_kubeconfig(options.kubeconfig)  # type: ignore[arg-type]
+        log.info(
+            "agent starting node=%s runtime=%s kubelet_version=%s nodeagent_version=%s",
+            node_name,
+            runtime_version,
+            kubelet_version,
+            NODEAGENT_VERSION,
+        )
+        try:
+            client = None if options.standalone else KubeClient.from_kubeconfig(options.kubeconfig)  # type: ignore[arg-type]
+        except KubeconfigError as exc:
+            raise AgentError(f"the kubeconfig {options.kubeconfig} cannot be used: {exc}") from exc
         try:
             await _run(
                 options,
@@ -217,6 +267,8 @@ async def _run(
         log.warning("pod ignored pod=%s/%s error=%s", meta.get("namespace"), meta.get("name"), message)
         pod_event(pod, "Warning", FAILED_VALIDATION, message)
 
+    # What /metrics serves (the PLEG's and the runtime's series); the prober keeps its own for /metrics/probes.
+    metrics_registry = CollectorRegistry()
     pod_cache = Cache()
     pleg = new_pleg(
         config.pleg.value,
@@ -224,10 +276,10 @@ async def _run(
         asyncio.Queue[PodLifecycleEvent](maxsize=CHANNEL_CAPACITY),
         pod_cache,
         clock=clock,
-        metrics=PLEGMetrics(CollectorRegistry()),
+        metrics=PLEGMetrics(metrics_registry),
         relist_threshold=config.pleg_relist_threshold.total_seconds(),
     )
-    await pleg.relist()
+    await until_stopped(stop, "relisting the container runtime", pleg.relist())
     log.info("pleg started mode=%s type=%s", config.pleg.value, type(pleg).__name__)
 
     node_status = None
@@ -242,12 +294,23 @@ async def _run(
             record_event=node_event,
             pleg_health=pleg.healthy,
         )
-        await node_status.register()
+        # Retried for ever, as upstream (an unreachable apiserver, a credential that may not register this name).
+        await until_stopped(stop, "registering the node", node_status.register())
 
     allocatable: dict[str, str] = {}
     node_obj = node_status.node() if node_status is not None else None
     if node_obj is not None:
         allocatable = dict((node_obj.get("status") or {}).get("allocatable") or {})
+    volumes = new_volume_manager(
+        str(options.root_dir),
+        client=client,
+        get_object=_object_fetcher(client),
+        node_allocatable=allocatable,
+        memory_capacity=facts.memory_bytes,
+        clock=clock,
+        events=lambda pod, type_, reason, message: pod_event(dict(pod), type_, reason, message),
+    )
+    await volumes.start()  # the actual state from disk and the mount table, before any pod syncs
     runtime = RuntimeManager(
         cri.runtime,
         cri.image,
@@ -267,6 +330,7 @@ async def _run(
         ),
         events=pod_event,
         fetch_object=_object_fetcher(client),
+        container_mounts=volumes.container_mounts,
     )
     sources = [API_SOURCE] if client is not None else []
     if config.static_pod_path:
@@ -286,9 +350,15 @@ async def _run(
     status_manager = StatusManager(
         client, clock=clock, pod_api_uid=mirror_pods.api_uid if mirror_pods is not None else None
     )
+    try:
+        # The safe sysctls of this kernel plus allowedUnsafeSysctls (which config validation has checked).
+        sysctls = new_allowlist(config.allowed_unsafe_sysctls, kernel=kernel_release(os.uname().release))
+    except ValueError as exc:
+        raise AgentError(f"allowedUnsafeSysctls: {exc}") from exc
     channels = SyncLoopChannels(pod_config.updates, pleg.watch(), asyncio.Queue(maxsize=1000))
-    prober = Prober(cri.runtime, events=pod_event)
-    probes = ProberManager(prober, status=status_manager, updates=channels.probes, metrics=ProberMetrics(), clock=clock)
+    prober = Prober(cri.runtime, events=pod_event, user_agent=probe_user_agent(config.emulated_kubernetes_version))
+    prober_metrics = ProberMetrics()
+    probes = ProberManager(prober, status=status_manager, updates=channels.probes, metrics=prober_metrics, clock=clock)
     kubelet = Kubelet(
         node_name=node_name,
         pod_config=pod_config,
@@ -303,6 +373,8 @@ async def _run(
         sync_frequency=config.sync_frequency.total_seconds(),
         prober=probes,
         mirror_pods=mirror_pods,
+        sysctls=sysctls,
+        volumes=volumes,
     )
     sync_loop = SyncLoop(
         channels,
@@ -314,7 +386,8 @@ async def _run(
     )
     if recorder is not None:
         supervisor.start("events", recorder.run())
-        node_event("Normal", "Starting", "Starting kubelet.")
+        # Upstream's words first (tools match them), then which agent and which release it emulates.
+        node_event("Normal", "Starting", f"Starting kubelet. {version_text(config.emulated_kubernetes_version)}")
     if node_status is not None:
         supervisor.start("node-status", node_status.run())
     supervisor.start("status-manager", status_manager.run())
@@ -344,6 +417,7 @@ async def _run(
     if options.standalone and not sources:
         log.warning("standalone mode without staticPodPath or staticPodURL: no pod will ever run")
     supervisor.start("pleg", pleg.run())
+    supervisor.start("volume-manager", volumes.run())
     supervisor.start("sync-loop", sync_loop.run())
     if config.healthz_port:
         local = LocalServer(
@@ -354,6 +428,44 @@ async def _run(
             clock=clock,
         )
         supervisor.start("local-server", local.run())
+    supervisor.start(
+        "container-log-manager",
+        ContainerLogManager(
+            cri.runtime,
+            clock=clock,
+            max_size=config.container_log_max_size,
+            max_files=config.container_log_max_files,
+            max_workers=config.container_log_max_workers,
+            monitor_interval=config.container_log_monitor_interval.total_seconds(),
+        ).run(),
+    )
+    if config.enable_server and config.port:
+        api_host = AgentHost(
+            pods_fn=pod_config.pods,
+            status_of=status_manager.get_pod_status,
+            static_pods_of=(mirror_pods.static_pods_of if mirror_pods is not None else lambda mirror: []),
+            list_runtime_pods=runtime.list_pods,
+            runtime_pod=runtime.get_pod_status,
+            config=config,
+            registries={"/metrics": metrics_registry, "/metrics/probes": prober_metrics.registry},
+            syncloop_health=lambda: (not supervisor.failed.is_set(), "a background task failed; see the agent log"),
+        )
+        authenticator, authorizer = build_auth(config, client)
+        api = KubeletServer(
+            api_host,
+            cri.runtime,
+            node_name=node_name,
+            authenticator=authenticator,
+            authorizer=authorizer,
+            enable_debugging_handlers=config.enable_debugging_handlers,
+            enable_system_log_handler=config.enable_system_log_handler,
+        )
+        cert, key = serving_files(config, options.root_dir, facts.hostname, (facts.internal_ip,))
+        tls = server_context(cert, key, config.authentication.x509.client_ca_file)
+        supervisor.start(
+            "kubelet-server",
+            run_server(api, HTTPServer(api.handle, ssl_context=tls), address=config.address, port=config.port),
+        )
     log.info(
         "agent running node=%s sources=%s standalone=%s",
         node_name,

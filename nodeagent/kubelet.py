@@ -5,15 +5,18 @@ It owns no decisions of its own: admission is `nodeagent.admission.admit`, what 
 `nodeagent.status.generate_pod_status`, and readiness and liveness are the prober's. This module routes between them:
 
 - additions are admitted (a rejected pod is set Failed with upstream's reason and message, and an event), then
-  handed to a pod worker; updates, deletes and syncs go to the worker; a pod that left its source is killed;
+  handed to a pod worker; updates, deletes and syncs go to the worker; a pod that left its source is killed; a
+  status-only change syncs the pod when its readiness gates no longer agree with its Ready condition;
 - a worker's sync gets the pod's runtime status from the PLEG's cache (newer than its last sync), runs the runtime
   manager with it (containers whose liveness or startup probe failed are restarted), lets the prober start and stop
-  workers for what runs, and publishes the status generated from it with the prober's started/ready flags; a sync
+  workers for what runs, and publishes the status generated from it with the prober's started/ready flags (over
+  the status it set last, with the conditions others own as the apiserver shows them); a sync
   that changed the runtime asks the PLEG to relist the pod at once; a final phase starts termination;
 - termination first stops the liveness and startup probes (readiness goes on until the containers stop), then stops
   containers and sandbox with the grace period and reads the runtime directly to report what is left (as upstream);
-  a pod deleted through the API is then removed from the runtime and finally deleted from the API (grace 0, UID
-  precondition), as the kubelet does;
+  once terminated, a container that reported no end is marked ContainerStatusUnknown and the phase made terminal
+  (upstream's TerminatePod); a pod deleted through the API is then removed from the runtime and finally deleted
+  from the API (grace 0, UID precondition), as the kubelet does;
 - housekeeping kills runtime pods carrying our labels that no source knows, forgets finished workers, and drops the
   probes of pods that neither a source nor a worker knows (a pod still terminating keeps them);
 - static pods (`nodeagent.staticpods`): a mirror pod is never run, a change to one syncs its static pod; a static
@@ -24,7 +27,6 @@ It owns no decisions of its own: admission is `nodeagent.admission.admit`, what 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime
 import logging
 import time
@@ -33,24 +35,30 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from cri.errors import CRIError
-from nodeagent.admission import admit
+from nodeagent import activedeadline as active_deadline
+from nodeagent.admission import SysctlAllowlist, admit
 from nodeagent.kube import paths
 from nodeagent.kube.client import KubeClient
-from nodeagent.kube.errors import NotFound
+from nodeagent.kube.errors import Conflict, NotFound
 from nodeagent.kuberuntime import actions as acts
 from nodeagent.kuberuntime.manager import RuntimeManager, SyncResult
+from nodeagent.kuberuntime.termination_message import cap_message, pod_message_budget
 from nodeagent.podconfig import PodConfig
 from nodeagent.podworkers import PodStatusSource, PodWorkers, UpdatePodOptions, UpdateType, WorkState
 from nodeagent.prober import ContainerProbeStatus, FailedProbes, ProbeManager
 from nodeagent.staticpods import MirrorPods, StaticPodGate, full_name, is_mirror_pod, is_static_pod
 from nodeagent.status import generate_pod_status
+from nodeagent.status.conditions import need_to_reconcile_pod_readiness
 from nodeagent.status.container_status import ContainerInput, RuntimeState, TerminatedRun
+from nodeagent.status.terminate import terminated_pod_status
+from nodeagent.volumemanager import VolumeManager, VolumeWaitError
 from pleg.status import PodStatus
 
 log = logging.getLogger(__name__)
 
 Pod = dict[str, Any]
 TERMINAL_PHASES = ("Succeeded", "Failed")
+VOLUME_RETRY_SECONDS = 10.0  # upstream's pod worker back-off after a SyncPod error
 API_SOURCE = "api"
 
 _STATES = {
@@ -87,10 +95,17 @@ def container_inputs(
     status: acts.RuntimePodStatus,
     result: SyncResult | None,
     probes: ProbeView | None = None,
+    *,
+    message_limit: int | None = None,
 ) -> list[ContainerInput]:
     """What status generation needs per spec container: its newest instance, the run before it, and (from the
     prober) whether it has started and is ready. Without a prober a running container is started and ready, as
-    upstream treats containers without probes."""
+    upstream treats containers without probes. Terminated messages keep at most `message_limit` bytes (the pod's
+    share of 12 KiB, as upstream's normalizeStatus)."""
+
+    def message(text: str) -> str:
+        return text if message_limit is None else cap_message(text, message_limit)
+
     out = []
     for spec in spec_containers:
         name = str(spec.get("name", ""))
@@ -115,7 +130,7 @@ def container_inputs(
             last = TerminatedRun(
                 exit_code=previous.exit_code,
                 reason=previous.reason,
-                message=previous.message,
+                message=message(previous.message),
                 started_at=_time(previous.started_at),
                 finished_at=_time(previous.finished_at),
                 container_id=previous.id,
@@ -131,7 +146,7 @@ def container_inputs(
                 finished_at=_time(current.finished_at),
                 exit_code=current.exit_code,
                 reason=current.reason,
-                message=current.message,
+                message=message(current.message),
                 restart_count=current.restart_count,
                 last_terminated=last,
                 waiting_reason=waiting.reason if waiting else "",
@@ -169,6 +184,8 @@ class Kubelet:
     request_relist: Callable[[str], None] = lambda uid: None
     sync_frequency: float = 60.0
     mirror_pods: MirrorPods | None = None  # None without an apiserver (standalone)
+    sysctls: SysctlAllowlist | None = None  # the sysctls pods may set (safe + allowedUnsafeSysctls)
+    volumes: VolumeManager | None = None  # None: volumes are not set up (unit tests of other parts)
     monotonic: Callable[[], float] = time.monotonic
     wall: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC)
     workers: PodWorkers = field(init=False)
@@ -189,10 +206,10 @@ class Kubelet:
                 continue
             if (pod.get("status") or {}).get("phase") in TERMINAL_PHASES and not self._known(pod):
                 continue  # finished before we saw it: nothing to run
-            node = self.node()
-            if node is not None and self.workers.state(_uid(pod)) is None:
+            if self.workers.state(_uid(pod)) is None:
                 active = [p for p in self.pod_config.pods() if self._active(p) and _uid(p) != _uid(pod)]
-                verdict = admit(pod, node, active)
+                # Without a Node (standalone) only the node-independent checks (sysctls) apply.
+                verdict = admit(pod, self.node(), active, sysctls=self.sysctls)
                 if not verdict.admit:
                     self._reject(pod, verdict.reason, verdict.message)
                     continue
@@ -224,7 +241,13 @@ class Kubelet:
             self.workers.update_pod(UpdatePodOptions(UpdateType.KILL, pod))
 
     async def handle_pod_reconcile(self, pods: Sequence[Pod]) -> None:
-        del pods  # status-only changes: nothing to do until the prober and eviction need them
+        for pod in pods:
+            # As upstream's HandlePodReconcile: a status-only change syncs the pod when its Ready condition no longer
+            # agrees with its readiness gates (a controller or a user set a gate's condition).
+            if is_mirror_pod(pod) or _uid(pod) in self._rejected or not need_to_reconcile_pod_readiness(pod):
+                continue
+            if self.workers.state(_uid(pod)) is WorkState.SYNCING:
+                self.workers.update_pod(UpdatePodOptions(UpdateType.SYNC, pod))
 
     async def handle_pod_syncs(self, pods: Sequence[Pod]) -> None:
         for pod in pods:
@@ -247,6 +270,11 @@ class Kubelet:
             # As upstream ("Failed cleaning pods"): the runtime may be down; the next housekeeping tries again.
             log.warning("housekeeping failed cleaning pods error=%s", exc)
         self.status_manager.remove_orphans(known)
+        if self.volumes is not None:
+            # After the unknown runtime pods are gone: their directories go once nothing of theirs is mounted.
+            await self.volumes.cleanup_orphaned_pod_dirs(
+                lambda uid: self.pod_config.pod_by_uid(uid) is not None or self.workers.state(uid) is not None
+            )
         if self.mirror_pods is not None:
             alive = {
                 full_name(p) for uid in self.workers.known_uids() if self._alive(uid) and (p := self.workers.pod(uid))
@@ -273,7 +301,9 @@ class Kubelet:
             uid = _uid(pod)
             if uid in self._rejected or self.workers.state(uid) is None:
                 continue
-            if self._next_sync.get(uid, 0.0) <= now:
+            # As upstream's getPodsToSync, a pod past its active deadline is due whatever its schedule.
+            past_deadline = self.workers.state(uid) is WorkState.SYNCING and self._past_active_deadline(pod)
+            if self._next_sync.get(uid, 0.0) <= now or past_deadline:
                 due.append(pod)
                 self._next_sync[uid] = now + self.sync_frequency
         return due
@@ -293,7 +323,16 @@ class Kubelet:
                 return False
             if self.mirror_pods is not None:
                 await self.mirror_pods.sync(pod)
-        runtime_status = acts.from_pod_status(status)
+        runtime_status = self.runtime.runtime_status(status)
+        if self._past_active_deadline(pod):
+            # As upstream's SyncPod: the status it generates is already Failed, so nothing starts; termination
+            # kills what runs.
+            generated = self._generate(pod, runtime_status, None, sandbox_ready=self._sandbox_ready(runtime_status))
+            self._deadline_exceeded(pod, generated, record=True)
+            self._publish(pod, generated)
+            return True
+        if self.volumes is not None and not await self._volumes_ready(pod, runtime_status):
+            return False
         failed = self.prober.failed_containers(uid) if self.prober is not None else FailedProbes()
         result = await self.runtime.sync_pod(
             pod, runtime_status, liveness_failed=failed.liveness, startup_failed=failed.startup
@@ -305,10 +344,34 @@ class Kubelet:
         # As upstream, the API status comes from the status the sync decided on.
         generated = self._generate(pod, runtime_status, result, sandbox_ready=self._sandbox_ready(runtime_status))
         self._publish(pod, generated)
-        self._schedule(uid, result)
+        self._schedule(uid, result, deadline_in=active_deadline.time_left(pod, generated, self.wall()))
         if result.changed:
             self.request_relist(uid)
         return generated["phase"] in TERMINAL_PHASES
+
+    async def _volumes_ready(self, pod: Pod, runtime_status: acts.RuntimePodStatus) -> bool:
+        """Upstream's WaitForAttachAndMount in SyncPod: no container starts before every volume is set up; while it
+        waits the pod shows ContainerCreating; a failure is a FailedMount event and a retry after upstream's pod
+        worker back-off (10 s). A pod asked to terminate stops waiting without an event."""
+        assert self.volumes is not None
+        uid = _uid(pod)
+
+        def publish_waiting() -> None:
+            sandbox_ready = self._sandbox_ready(runtime_status)
+            self._publish(pod, self._generate(pod, runtime_status, None, sandbox_ready=sandbox_ready))
+
+        try:
+            await self.volumes.wait_for_attach_and_mount(
+                pod, cancelled=lambda: self.workers.state(uid) is not WorkState.SYNCING, on_wait=publish_waiting
+            )
+        except VolumeWaitError as exc:
+            if not exc.interrupted:
+                log.warning("unable to attach or mount volumes pod=%s uid=%s error=%s", _ref(pod), uid, exc)
+                self.record_event(pod, "Warning", "FailedMount", f"Unable to attach or mount volumes: {exc}")
+                publish_waiting()
+                self._next_sync[uid] = self.monotonic() + VOLUME_RETRY_SECONDS
+            return False
+        return True
 
     async def sync_terminating_pod(
         self, pod: Pod, status: PodStatus, grace_period: int, kill_reason: str | None
@@ -324,13 +387,25 @@ class Kubelet:
         generated = self._generate(pod, after, None, sandbox_ready=False, terminal=True)
         if kill_reason:
             generated.update(phase="Failed", reason=kill_reason)
+        elif self._past_active_deadline(pod):
+            self._deadline_exceeded(pod, generated, record=False)
         self._publish(pod, generated)
         # Last, so the relist's time is past the end of this sync and answers the cleanup's wait at once.
         self.request_relist(uid)
 
     async def sync_terminated_pod(self, pod: Pod, status: PodStatus) -> None:
+        # As upstream's status manager TerminatePod: a container that reported no end is marked failed
+        # (ContainerStatusUnknown), and the pod ends in a terminal phase.
+        last = self.status_manager.get_pod_status(_uid(pod))
+        self._publish(
+            pod,
+            terminated_pod_status(pod.get("spec") or {}, last or pod.get("status") or {}, is_static=is_static_pod(pod)),
+        )
         self._static_gate.finished(pod)
         self._next_sync.pop(_uid(pod), None)
+        if self.volumes is not None:
+            # As upstream's SyncTerminatedPod (WaitForUnmount): the containers are gone, so are the volumes.
+            await self.volumes.unmount_pod(_uid(pod))
         wakeup = self._wakeups.pop(_uid(pod), None)
         if wakeup is not None:
             wakeup.cancel()
@@ -339,12 +414,18 @@ class Kubelet:
         await self.runtime.remove_pod(acts.from_pod_status(status))
         if self.client is None or _meta(pod).get("annotations", {}).get("kubernetes.io/config.source") != API_SOURCE:
             return
-        with contextlib.suppress(NotFound):
+        try:
             await self.client.delete(
                 paths.pod(str(_meta(pod)["namespace"]), str(_meta(pod)["name"])),
                 grace_period_seconds=0,
                 preconditions_uid=_uid(pod),
             )
+        except NotFound:
+            pass
+        except Conflict as exc:
+            # The UID precondition failed: the name now belongs to a pod created since, so ours is already gone.
+            log.info("pod already gone from the apiserver pod=%s uid=%s error=%s", _ref(pod), _uid(pod), exc)
+            return
         log.info("pod deleted from the apiserver pod=%s uid=%s", _ref(pod), _uid(pod))
 
     # --- helpers -----------------------------------------------------------------------------------------------
@@ -384,11 +465,15 @@ class Kubelet:
         terminal: bool = False,
     ) -> dict[str, Any]:
         spec = pod.get("spec") or {}
+        # As upstream: container statuses and times continue the status last set (the status manager's); the
+        # conditions others own (readiness gates) come from the pod as the apiserver shows it now.
         published = self.status_manager.get_pod_status(_uid(pod))
+        current = self.pod_config.pod_by_uid(_uid(pod))
         base = dict(pod)
-        if published is not None:
-            base["status"] = published
+        if current is not None:
+            base["status"] = current.get("status") or {}
         pod_ips = self._pod_ips(pod, runtime_status, result)
+        limit = pod_message_budget(pod)
         prober = self.prober
         probes: ProbeView | None = None
         if prober is not None:
@@ -399,12 +484,21 @@ class Kubelet:
         return generate_pod_status(
             base,
             now=self.wall(),
-            containers=container_inputs(spec.get("containers") or [], runtime_status, result, probes),
-            init_containers=container_inputs(spec.get("initContainers") or [], runtime_status, result, probes),
+            containers=container_inputs(
+                spec.get("containers") or [], runtime_status, result, probes, message_limit=limit
+            ),
+            init_containers=container_inputs(
+                spec.get("initContainers") or [], runtime_status, result, probes, message_limit=limit
+            ),
+            # Ephemeral containers have no probes.
+            ephemeral_containers=container_inputs(
+                spec.get("ephemeralContainers") or [], runtime_status, result, None, message_limit=limit
+            ),
             sandbox_ready=sandbox_ready,
             pod_ips=pod_ips,
             host_ips=self.host_ips,
             pod_is_terminal=terminal,
+            old_status=published,
         )
 
     def _pod_ips(self, pod: Pod, runtime_status: acts.RuntimePodStatus, result: SyncResult | None) -> tuple[str, ...]:
@@ -418,20 +512,32 @@ class Kubelet:
     def _publish(self, pod: Pod, status: dict[str, Any]) -> None:
         self.status_manager.set_pod_status(pod, status)
 
-    def _schedule(self, uid: str, result: SyncResult) -> None:
-        # A crash-loop back-off is looked at again when it expires; other waits (image pulls) soon; otherwise the
-        # periodic resync.
+    def _past_active_deadline(self, pod: Pod) -> bool:
+        return active_deadline.past_active_deadline(pod, self.status_manager.get_pod_status(_uid(pod)), self.wall())
+
+    def _deadline_exceeded(self, pod: Pod, status: dict[str, Any], *, record: bool) -> None:
+        """Upstream's active deadline handler (ShouldEvict): the pod fails with its reason and message."""
+        status.update(phase="Failed", reason=active_deadline.REASON, message=active_deadline.MESSAGE)
+        if record:
+            deadline = (pod.get("spec") or {}).get("activeDeadlineSeconds")
+            log.info("pod past its active deadline pod=%s uid=%s deadline=%ss", _ref(pod), _uid(pod), deadline)
+            self.record_event(pod, "Normal", active_deadline.REASON, active_deadline.MESSAGE)
+
+    def _schedule(self, uid: str, result: SyncResult, deadline_in: float | None = None) -> None:
+        # A back-off (crash loop, image pull) is looked at again exactly when it expires, and an active deadline
+        # when it falls; other waits soon; otherwise the periodic resync.
         delay = self.sync_frequency
-        if result.retry_after is not None:
-            delay = min(delay, max(result.retry_after, 0.0))
-            # Exactly when the back-off expires, not at the next 1 s tick (upstream's work queue does the same).
+        if result.retry_after is None and result.waiting:
+            delay = min(delay, 2.0)
+        wake = min((t for t in (result.retry_after, deadline_in) if t is not None), default=None)
+        if wake is not None:
+            delay = min(delay, max(wake, 0.0))
+            # Exactly then, not at the next 1 s tick (upstream's work queue does the same).
             handle = asyncio.get_running_loop().call_later(delay, self._resync, uid)
             old = self._wakeups.pop(uid, None)
             if old is not None:
                 old.cancel()
             self._wakeups[uid] = handle
-        elif result.waiting:
-            delay = min(delay, 2.0)
         self._next_sync[uid] = self.monotonic() + delay
 
     def _resync(self, uid: str) -> None:

@@ -163,6 +163,11 @@ class KubeletConfiguration:
     authentication: KubeletAuthentication = field(default_factory=KubeletAuthentication)
     authorization: KubeletAuthorization = field(default_factory=KubeletAuthorization)
     streaming_connection_idle_timeout: timedelta = timedelta(hours=4)
+    tls_cert_file: str = ""  # "" (with tls_private_key_file ""): a self-signed pair under <rootDir>/pki
+    tls_private_key_file: str = ""
+    enable_server: bool = True
+    enable_debugging_handlers: bool = True  # logs, exec, attach, portForward, run, runningpods, /logs
+    enable_system_log_handler: bool = True  # /logs/ (with enable_debugging_handlers)
 
     # Cluster networking and DNS.
     cluster_domain: str = ""

@@ -21,6 +21,31 @@ As upstream:
   within the probe's own terminationGracePeriodSeconds when it sets one, as upstream's setTerminationGracePeriod).
 - When nothing is left running and nothing is to start, the pod is killed (sidecars included).
 - A Succeeded or Failed pod, or one being deleted, starts nothing; whatever still runs is killed.
+- Ephemeral containers (spec.ephemeralContainers, added through the `ephemeralcontainers` subresource) start in the
+  pod's current sandbox when they have no status at all, even before init completes, and are never restarted
+  (EphemeralContainersToStart). A new sandbox starts none of them.
+
+Leftovers (an agent killed between CreateContainer and StartContainer, or during RunPodSandbox) are cleared at sync
+time, where upstream leaves them to its container GC:
+
+- A container the runtime reports CREATED never ran (containerd marks one whose start failed EXITED, reason
+  StartError). Neither did one whose StartContainer an earlier agent made and was killed during: containerd cancels
+  the call and records StartError ("context canceled", or "signal: killed" for the shim it was starting).
+  `interrupted_starts_as_created` turns such an instance (created before this agent started, never started, a
+  cancelled start) back into CREATED before anything is decided. As upstream's
+  ShouldContainerBeRestarted such a container is superseded by a new instance, but this instance is removed first
+  (`containers_to_remove`; a CREATED one still being started cannot be, and its successor waits for the next sync),
+  and so is any never-run instance that is not the newest of its name. The new instance takes the restart count the
+  removed one carried, since that run never happened (`next_restart_count`); otherwise the count is the newest
+  remaining instance's plus one, or comes from the log directory when none remains (upstream's
+  calcRestartCountByLogDir; containerd opens `<n>.log` only at StartContainer, so a never-started run left none).
+  A container that never ran thus reports 0 restarts, where upstream (keeping the CREATED instance beside the new
+  one) would report 1 for a run that never happened.
+- A sandbox that is not the newest and not ready is stopped (its network and netns go with StopPodSandbox, which is
+  idempotent) and removed with its containers (`sandboxes_to_remove`), unless one of them is still what the pod's
+  status reads (the newest instance of a container, or the last exited run before it, as upstream's GC keeps the
+  newest dead instance per container). When a new sandbox is made, the pod's init containers are removed first, as
+  upstream's purgeInitContainers, so they run again in the new sandbox.
 
 Back-off (CrashLoopBackOff) is consulted for every container to start that exited before: one still waiting is
 moved from the start lists to `backoff` with upstream's message. The back-off itself is only read here; the caller
@@ -30,8 +55,9 @@ records a restart with `Backoff.next` when it starts the container.
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cri.v1 import api_pb2
@@ -46,6 +72,8 @@ REASON_LIVENESS_PROBE = "LivenessProbe"
 REASON_STARTUP_PROBE = "StartupProbe"
 REASON_SPEC_CHANGED = "SpecChanged"
 REASON_UNKNOWN_STATE = "UnknownState"
+# containerd's reason for a container whose StartContainer failed (errorStartReason).
+REASON_START_ERROR = "StartError"
 
 _NS_PER_SECOND = 1_000_000_000
 
@@ -127,6 +155,13 @@ class BackoffWait:
 
 
 @dataclass(frozen=True)
+class ContainerToRemove:
+    container_id: str
+    name: str
+    why: str  # for the log: never started and superseded, an init container of an old sandbox, in an old sandbox
+
+
+@dataclass(frozen=True)
 class PodActions:
     kill_pod: bool = False
     create_sandbox: bool = False
@@ -136,6 +171,10 @@ class PodActions:
     containers_to_start: tuple[str, ...] = ()
     containers_to_kill: tuple[ContainerToKill, ...] = ()
     backoff: tuple[BackoffWait, ...] = field(default=())
+    ephemeral_containers_to_start: tuple[str, ...] = ()
+    # Removed after the kills and before anything is created: containers first, then these sandboxes (stopped first).
+    containers_to_remove: tuple[ContainerToRemove, ...] = ()
+    sandboxes_to_remove: tuple[str, ...] = ()
 
 
 # --- builders from CRI -------------------------------------------------------------------------------------------
@@ -316,6 +355,7 @@ def _changed(container: Mapping[str, Any], st: ContainerStatus) -> bool:
 @dataclass
 class _Plan:
     kill_pod: bool = False
+    ephemeral_to_start: list[str] = field(default_factory=list)
     init_to_start: list[str] = field(default_factory=list)
     to_start: list[str] = field(default_factory=list)
     to_kill: list[ContainerToKill] = field(default_factory=list)
@@ -332,16 +372,24 @@ def _init_actions(
     """Fill the plan's init part; True when every init container is done (sidecars started)."""
     spec = _spec(pod)
     policy = spec.get("restartPolicy") or "Always"
-    # Once a regular container exists, init ran to completion before; its containers may have been removed since.
-    initialized = any(status.find_container(str(c.get("name", ""))) for c in spec.get("containers") or [])
+    # A regular container that ran means init completed before (its init containers may have been removed since),
+    # but only in the current sandbox: a new sandbox runs init again. Upstream cannot tell sandboxes apart and so
+    # counts only created or running ones (podHasInitialized); a container knows its sandbox here (unknown: current).
+    current = status.sandboxes[0].id if status.sandboxes else ""
+    initialized = any(
+        st is not None
+        and (st.state in (ContainerState.CREATED, ContainerState.RUNNING) or st.pod_sandbox_id in ("", current))
+        for st in (status.find_container(str(c.get("name", ""))) for c in spec.get("containers") or [])
+    )
     for container in spec.get("initContainers") or []:
         name = str(container.get("name", ""))
         st = status.find_container(name)
         if container.get("restartPolicy") == "Always":  # a sidecar
             if st is None or st.state is not ContainerState.RUNNING:
-                if st is not None and st.state in (ContainerState.UNKNOWN, ContainerState.CREATED):
-                    message = f"Init container is in {st.state.value!r} state, try killing it before restart"
-                    plan.to_kill.append(ContainerToKill(st.id, name, message, REASON_UNKNOWN_STATE))
+                if st is not None and st.state is ContainerState.UNKNOWN:
+                    plan.to_kill.append(
+                        ContainerToKill(st.id, name, _unknown_message("Init container"), REASON_UNKNOWN_STATE)
+                    )
                 plan.init_to_start.append(name)
                 if not initialized:
                     return False
@@ -358,6 +406,10 @@ def _init_actions(
             return False
         if st.state is ContainerState.RUNNING:
             return False
+        if st.state is ContainerState.CREATED:
+            # Never started (the runtime failed to, or the agent died first): start a new one, as upstream.
+            plan.init_to_start.append(name)
+            return False
         if st.state is ContainerState.EXITED:
             if st.exit_code == 0:
                 continue
@@ -366,11 +418,18 @@ def _init_actions(
                 return False
             plan.init_to_start.append(name)
             return False
-        message = f"Init container is in {st.state.value!r} state, try killing it before restart"
-        plan.to_kill.append(ContainerToKill(st.id, name, message, REASON_UNKNOWN_STATE))
+        if policy == "Never":  # unknown state counts as failed, as upstream
+            plan.kill_pod = True
+            return False
+        plan.to_kill.append(ContainerToKill(st.id, name, _unknown_message("Init container"), REASON_UNKNOWN_STATE))
         plan.init_to_start.append(name)
         return False
     return True
+
+
+def _unknown_message(what: str) -> str:
+    # Upstream formats kubecontainer.ContainerStateUnknown ("unknown") with %q.
+    return f'{what} is in "unknown" state, try killing it before restart'
 
 
 def _running_container_kill(
@@ -410,8 +469,9 @@ def _apply_backoff(
     start: list[str] = []
     waits: list[BackoffWait] = []
     for name in names:
-        st = status.find_container(name)
-        if st is None or st.state is not ContainerState.EXITED or not st.finished_at:
+        # As upstream's doBackOff: the newest instance that exited (a newer CREATED one never ran).
+        st = next((c for c in status.containers if c.name == name and c.state is ContainerState.EXITED), None)
+        if st is None or not st.finished_at:
             start.append(name)
             continue
         key = container_backoff_key(uid, name)
@@ -474,6 +534,8 @@ def compute_pod_actions(
         else:
             plan.to_start = to_start
     else:
+        # Ephemeral containers may start before initialization completes (upstream starts them first).
+        plan.ephemeral_to_start = _ephemeral_to_start(pod, status)
         initialized = _init_actions(pod, status, plan, liveness_failed=liveness_failed, startup_failed=startup_failed)
         if initialized and not plan.kill_pod:
             keep = 0
@@ -485,7 +547,7 @@ def compute_pod_actions(
                     if should_container_be_restarted(container, pod, status):
                         plan.to_start.append(name)
                         if st is not None and st.state is ContainerState.UNKNOWN:
-                            message = "Container is in unknown state, try killing it before restart"
+                            message = _unknown_message("Container")
                             plan.to_kill.append(ContainerToKill(st.id, name, message, REASON_UNKNOWN_STATE))
                     continue
                 changed = _changed(container, st)
@@ -504,6 +566,9 @@ def compute_pod_actions(
 
     init_start, init_waits = _apply_backoff(plan.init_to_start, pod, status, backoff, now)
     start, waits = _apply_backoff(plan.to_start, pod, status, backoff, now)
+    starting = {*plan.ephemeral_to_start, *init_start, *start}
+    purge = {str(c.get("name", "")) for c in spec.get("initContainers") or []} if create else set()
+    remove, sandboxes = _leftovers(status, starting=starting, purge=purge)
     return PodActions(
         kill_pod=plan.kill_pod,
         create_sandbox=create,
@@ -513,10 +578,122 @@ def compute_pod_actions(
         containers_to_start=start,
         containers_to_kill=tuple(plan.to_kill),
         backoff=(*init_waits, *waits),
+        ephemeral_containers_to_start=tuple(plan.ephemeral_to_start),
+        containers_to_remove=remove,
+        sandboxes_to_remove=sandboxes,
     )
 
 
-def next_restart_count(status: RuntimePodStatus, name: str) -> int:
-    """The restart count of the container about to start: one more than its newest instance, 0 when first."""
-    st = status.find_container(name)
-    return 0 if st is None else st.restart_count + 1
+def _ephemeral_to_start(pod: Mapping[str, Any], status: RuntimePodStatus) -> list[str]:
+    """Ephemeral containers with no status at all, as upstream; never restarted once they ran. One left CREATED
+    (the agent died before starting it) never ran, so it is started anew: upstream would leave it CREATED for good."""
+    out = []
+    for container in _spec(pod).get("ephemeralContainers") or []:
+        name = str(container.get("name", ""))
+        st = status.find_container(name)
+        if st is None or st.state is ContainerState.CREATED:
+            out.append(name)
+    return out
+
+
+def _leftovers(
+    status: RuntimePodStatus, *, starting: set[str], purge: set[str]
+) -> tuple[tuple[ContainerToRemove, ...], tuple[str, ...]]:
+    """What to remove at this sync (see the module docstring): never-started instances that are superseded, the
+    init containers of a pod that gets a new sandbox (`purge`), and old not-ready sandboxes nothing still needs."""
+    remove: dict[str, ContainerToRemove] = {}
+    seen: set[str] = set()
+    for c in status.containers:  # newest first
+        newest = c.name not in seen
+        seen.add(c.name)
+        if c.name in purge:
+            remove[c.id] = ContainerToRemove(c.id, c.name, "init container of a replaced sandbox")
+        elif c.state is ContainerState.CREATED and (not newest or c.name in starting):
+            remove[c.id] = ContainerToRemove(c.id, c.name, "created, never started, superseded")
+    # What the pod's status reads: each container's newest instance and the last exited run before it.
+    needed: set[str] = set()
+    for name in seen:
+        instances = [c for c in status.containers if c.name == name and c.id not in remove]
+        if instances:
+            needed.add(instances[0].id)
+            previous = next((c for c in instances[1:] if c.state is ContainerState.EXITED), None)
+            if previous is not None:
+                needed.add(previous.id)
+    sandboxes = []
+    for sandbox in status.sandboxes[1:]:  # never the newest
+        if sandbox.state is SandboxState.READY:
+            continue
+        members = [c for c in status.containers if c.pod_sandbox_id == sandbox.id]
+        if any(c.id in needed or c.state in (ContainerState.RUNNING, ContainerState.UNKNOWN) for c in members):
+            continue
+        sandboxes.append(sandbox.id)
+        for c in members:
+            remove.setdefault(c.id, ContainerToRemove(c.id, c.name, "in an old sandbox"))
+    return tuple(remove.values()), tuple(sandboxes)
+
+
+# What containerd's StartContainer error says when its caller went away mid-call: the call's context was cancelled,
+# or the shim process it was starting was killed with it.
+_CANCELLED_START = ("context canceled", "signal: killed")
+
+
+def start_interrupted(container: ContainerStatus, *, created_before: float) -> bool:
+    """A start an earlier agent asked for and was killed during: created before `created_before` (this agent's start,
+    wall seconds), failed to start (StartError, never started) because the call was cancelled. This agent's own
+    failed starts are never taken for one, so a container that really fails to start is counted and backed off."""
+    return (
+        container.state is ContainerState.EXITED
+        and container.reason == REASON_START_ERROR
+        and not container.started_at
+        and 0 < container.created_at < created_before * _NS_PER_SECOND
+        and any(text in container.message for text in _CANCELLED_START)
+    )
+
+
+def interrupted_starts_as_created(status: RuntimePodStatus, *, created_before: float) -> RuntimePodStatus:
+    """The status with each interrupted start (`start_interrupted`) shown as what it is: created, never run."""
+    if not any(start_interrupted(c, created_before=created_before) for c in status.containers):
+        return status
+    containers = tuple(
+        replace(c, state=ContainerState.CREATED) if start_interrupted(c, created_before=created_before) else c
+        for c in status.containers
+    )
+    return replace(status, containers=containers)
+
+
+def next_restart_count(status: RuntimePodStatus, name: str, *, removed: Iterable[str] = (), from_logs: int = 0) -> int:
+    """The restart count of the container about to start, as upstream's startContainer: one more than its newest
+    instance, else `from_logs` (`restart_count_from_log_files`). A `removed` newest instance that never ran gives
+    its own count to its successor (that run never happened); other removed ones are left out."""
+    gone = set(removed)
+    instances = [c for c in status.containers if c.name == name]
+    if instances and instances[0].id in gone and instances[0].state is ContainerState.CREATED:
+        return instances[0].restart_count
+    st = next((c for c in instances if c.id not in gone), None)
+    return from_logs if st is None else st.restart_count + 1
+
+
+_LOG_FILE = re.compile(r"(\d+)\.log(\..*)?")
+
+
+def restart_count_from_log_files(names: Iterable[str]) -> int:
+    """Upstream's calcRestartCountByLogDir over a container's log directory listing: one more than the highest
+    `<n>.log` (rotated `<n>.log.<suffix>` too), 0 when there is none."""
+    counts = [int(m.group(1)) + 1 for n in names if (m := _LOG_FILE.match(n))]
+    return max(counts, default=0)
+
+
+def ephemeral_target_id(pod: Mapping[str, Any], name: str, status: RuntimePodStatus) -> str | None:
+    """The container whose PID namespace the ephemeral container `name` joins (its targetContainerName), as
+    upstream's getTargetID: None when it names none; LookupError when that container has no instance yet."""
+    for container in _spec(pod).get("ephemeralContainers") or []:
+        if container.get("name") != name:
+            continue
+        target = str(container.get("targetContainerName") or "")
+        if not target:
+            return None
+        st = status.find_container(target)
+        if st is None:
+            raise LookupError(f"unable to find target container {target}")
+        return st.id
+    return None

@@ -10,7 +10,7 @@ Choices, each as upstream unless said:
 - ConfigMaps and Secrets come from injected lookups returning the data (decoded) or None when the object does not
   exist; a missing object or key raises `CreateContainerConfigError` unless the reference is optional.
 - `resourceFieldRef` without a limit uses node allocatable (upstream MergeContainerResourceLimits); cpu rounds up to
-  the divisor, memory and ephemeral-storage too.
+  the divisor, memory and ephemeral-storage too. An unset or zero divisor means 1.
 - Resources: cpu shares from the request (or the limit when there is no request; at least 2, at most 262144),
   period 100000 always and quota from the cpu limit (at least 1000 when set, 0 without), memory limit in bytes,
   oom_score_adj by QoS (Guaranteed -997, BestEffort 1000, Burstable 1000 - 1000*request/capacity clamped to 3..999).
@@ -100,8 +100,11 @@ def _resource_field_value(
     else:
         values = effective_requests(container)
     value = values.get(name, Decimal(0))
+    # As upstream ExtractContainerResourceValue: an unset divisor reaches us as the zero quantity ("0"), meaning 1.
     divisor = _quantity(divisor_text or "1", f"divisor of {resource}")
-    if divisor <= 0:
+    if divisor == 0:
+        divisor = Decimal(1)
+    elif divisor < 0:
         raise CreateContainerConfigError(f"invalid divisor {divisor_text} for {resource}")
     if name == "cpu":
         # As upstream: millicores first (rounded up), then divided by the divisor's millicores, rounded up.
@@ -339,11 +342,13 @@ def make_container_config(
     get_config_map: DataLookup = _no_objects,
     get_secret: DataLookup = _no_objects,
     image_user: str = "",
+    volume_mounts: Sequence[api_pb2.Mount] = (),
 ) -> api_pb2.ContainerConfig:
     """The config of one container of the pod; raises `CreateContainerConfigError` as upstream would report it.
 
     `pod_ips` is the sandbox's IPs, primary first (status.podIP is the first); `memory_capacity` is the node's memory
-    capacity in bytes (for the Burstable OOM score); `node_allocatable` fills resourceFieldRef limits that are unset.
+    capacity in bytes (for the Burstable OOM score); `node_allocatable` fills resourceFieldRef limits that are unset;
+    `volume_mounts` are the container's volume mounts, already made by the volume manager (nodeagent.volume).
     """
     name = str(container.get("name", ""))
     env = make_environment(
@@ -378,6 +383,7 @@ def make_container_config(
         stdin=bool(container.get("stdin")),
         stdin_once=bool(container.get("stdinOnce")),
         tty=bool(container.get("tty")),
+        mounts=list(volume_mounts),
         linux=api_pb2.LinuxContainerConfig(
             resources=resources, security_context=make_security_context(pod, container, image_user=image_user)
         ),

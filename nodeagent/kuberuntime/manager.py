@@ -2,7 +2,9 @@
 
 Given what runs for a pod (the PLEG's cached status, newer than the pod's last sync), decides with the pure
 `compute_pod_actions`, and performs the actions in upstream's order: kill the pod if needed, kill single
-containers, create the sandbox, start the next init container (or sidecars), then the regular containers. Each
+containers, remove leftovers (never-started containers, old not-ready sandboxes: upstream's GC work, done here at sync
+time), create the sandbox, start ephemeral containers, the next init container (or sidecars), then the regular
+containers. Each
 container that cannot start gets a waiting reason upstream would report (ErrImagePull, ImagePullBackOff,
 ErrImageNeverPull, CrashLoopBackOff, CreateContainerConfigError, CreateContainerError, RunContainerError) and an
 event. One container's failure does not stop the others.
@@ -13,9 +15,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import shutil
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -25,9 +28,20 @@ from cri.v1 import api_pb2
 from nodeagent.kuberuntime import actions as acts
 from nodeagent.kuberuntime.backoff import Backoff, container_backoff_key
 from nodeagent.kuberuntime.cgroups import remove_cgroup_tree
-from nodeagent.kuberuntime.container_config import make_container_config
+from nodeagent.kuberuntime.container_config import make_container_config, make_environment
 from nodeagent.kuberuntime.errors import KubeRuntimeError
-from nodeagent.kuberuntime.hooks import MINIMUM_GRACE_SECONDS, run_pre_stop_within_grace, stop_grace
+from nodeagent.kuberuntime.hooks import (
+    FAILED_POST_START_HOOK,
+    FAILED_PRE_STOP_HOOK,
+    MINIMUM_GRACE_SECONDS,
+    POST_START_HOOK_ERROR,
+    POST_START_HOOK_FAILED,
+    PRE_STOP_HOOK_FAILED,
+    HookError,
+    run_post_start,
+    run_pre_stop_within_grace,
+    stop_grace,
+)
 from nodeagent.kuberuntime.qos import QOSClass, pod_qos
 from nodeagent.kuberuntime.references import ObjectFetcher, lookups_for, pull_auth
 from nodeagent.kuberuntime.sandbox_config import (
@@ -36,8 +50,10 @@ from nodeagent.kuberuntime.sandbox_config import (
     pod_cgroup_parent,
     pod_log_directory,
 )
+from nodeagent.kuberuntime.termination_message import TerminationMessages, create_message_file, remove_pod_dirs
 from nodeagent.podworkers import grace_period
 from pleg import inspect as pleg_inspect
+from pleg.status import PodStatus
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +61,11 @@ Pod = dict[str, Any]
 EventType = Literal["Normal", "Warning"]
 # (pod, type, reason, message, fieldPath): the narrow seam to the event recorder.
 EventSink = Callable[[Pod, EventType, str, str, str], None]
+# (pod, container, its environment on demand) -> the container's volume mounts, made by the volume manager
+# (subPath binds included); raises KubeRuntimeError (CreateContainerConfigError) as upstream's makeMounts.
+ContainerMounts = Callable[
+    [Pod, Mapping[str, Any], Callable[[], Sequence[tuple[str, str]]]], Awaitable[Sequence[api_pb2.Mount]]
+]
 
 
 def _no_events(pod: Pod, type_: EventType, reason: str, message: str, field_path: str) -> None:
@@ -60,15 +81,19 @@ class NodeContext:
     pod_log_dir_root: str = "/var/log/pods"
     memory_capacity: int = 0
     node_allocatable: Mapping[str, str] = field(default_factory=dict)
+    # The node's hostname, for what reports it; a hostNetwork sandbox gets none (it shares the node's UTS namespace).
     node_hostname: str = ""
-    # The agent's --root-dir: pods/<uid>/containers/<name>/ (termination messages) and later volumes.
-    root_dir: str = "/var/lib/kubelet"
+    # The agent's --root-dir: pods/<uid>/containers/<name>/ (termination messages) and later volumes. "" (unit
+    # tests): no pod directories and no termination message files, as upstream without a PodContainerDir.
+    root_dir: str = ""
 
 
 @dataclass(frozen=True)
 class Waiting:
     reason: str
     message: str
+    # Seconds until the back-off behind this wait (an image pull's) expires: the pod is synced again right then.
+    retry_after: float | None = None
 
 
 @dataclass(frozen=True)
@@ -77,7 +102,8 @@ class SyncResult:
 
     waiting: Mapping[str, Waiting]
     pod_ips: tuple[str, ...]
-    # Seconds until the earliest CrashLoopBackOff expires: the pod's next sync is due then, not at the next resync.
+    # Seconds until the earliest back-off (CrashLoopBackOff, image pull) expires: the pod's next sync is due then,
+    # not at the next resync.
     retry_after: float | None = None
     # The sync acted on the runtime (killed, created or started something): the pod is worth relisting at once.
     changed: bool = False
@@ -93,7 +119,7 @@ def _uid(pod: Mapping[str, Any]) -> str:
 
 
 def _field_path(pod: Mapping[str, Any], name: str) -> str:
-    for key in ("initContainers", "containers"):
+    for key in ("initContainers", "containers", "ephemeralContainers"):
         for i, container in enumerate((pod.get("spec") or {}).get(key) or []):
             if container.get("name") == name:
                 return f"spec.{key}{{{name}}}" if i >= 0 else ""
@@ -102,7 +128,8 @@ def _field_path(pod: Mapping[str, Any], name: str) -> str:
 
 def _container_spec(pod: Mapping[str, Any], name: str) -> Mapping[str, Any] | None:
     spec = pod.get("spec") or {}
-    for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+    every = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+    for container in [*every, *(spec.get("ephemeralContainers") or [])]:
         if container.get("name") == name:
             out: Mapping[str, Any] = container
             return out
@@ -123,10 +150,11 @@ def pull_policy(container: Mapping[str, Any]) -> str:
 
 
 class ImagePullFailed(Exception):
-    def __init__(self, reason: str, message: str) -> None:
+    def __init__(self, reason: str, message: str, *, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.reason = reason
         self.message = message
+        self.retry_after = retry_after  # when the image back-off lets the next pull happen
 
 
 class RuntimeManager:
@@ -141,6 +169,7 @@ class RuntimeManager:
         crash_backoff: Backoff | None = None,
         image_backoff: Backoff | None = None,
         fetch_object: ObjectFetcher | None = None,
+        container_mounts: ContainerMounts | None = None,
     ) -> None:
         self._runtime = runtime
         self._images = images
@@ -150,6 +179,10 @@ class RuntimeManager:
         self.crash_backoff = crash_backoff or Backoff(clock=wall_clock)
         self.image_backoff = image_backoff or Backoff(clock=wall_clock)
         self._fetch = fetch_object
+        # Containers created before this (wall time) were created by an earlier agent (see interrupted starts).
+        self._started_at = wall_clock()
+        self._container_mounts = container_mounts
+        self._termination_messages = TerminationMessages()
 
     # --- reading what runs ---------------------------------------------------------------------------------
 
@@ -162,7 +195,12 @@ class RuntimeManager:
     async def get_pod_status(self, uid: str) -> acts.RuntimePodStatus:
         """Straight from the runtime, bypassing the PLEG's cache: only where upstream also reads it directly
         (after killing a pod, to check that nothing runs any more)."""
-        return acts.from_pod_status(await pleg_inspect.get_pod_status(self._runtime, uid))
+        return self.runtime_status(await pleg_inspect.get_pod_status(self._runtime, uid))
+
+    def runtime_status(self, status: PodStatus) -> acts.RuntimePodStatus:
+        """The agent's view of a status the PLEG cached, each exited container with its termination message (read
+        once per container, as upstream's convertToKubeContainerStatus would on every read)."""
+        return self._termination_messages.apply(status, acts.from_pod_status(status))
 
     # --- syncing -------------------------------------------------------------------------------------------
 
@@ -177,6 +215,8 @@ class RuntimeManager:
         """Make the runtime match the pod, deciding from `status` (the cache's, newer than the last sync), as
         upstream's SyncPod. The runtime is not read again afterwards: the PLEG reports what the actions did."""
         uid = _uid(pod)
+        # A start an earlier agent was killed during never ran: decided on (and counted) as a created container.
+        status = acts.interrupted_starts_as_created(status, created_before=self._started_at)
         plan = acts.compute_pod_actions(
             pod,
             status,
@@ -198,6 +238,8 @@ class RuntimeManager:
             )
         changed = plan.kill_pod or plan.create_sandbox or bool(plan.containers_to_kill)
         changed = changed or bool(plan.init_containers_to_start or plan.containers_to_start)
+        changed = changed or bool(plan.ephemeral_containers_to_start or plan.containers_to_remove)
+        changed = changed or bool(plan.sandboxes_to_remove)
         if plan.kill_pod:
             # As upstream's SyncPod: no override, each container stops within its own grace.
             await self.kill_pod(pod, status, grace_period=None)
@@ -206,6 +248,13 @@ class RuntimeManager:
             for kill in plan.containers_to_kill:
                 self._events(pod, "Normal", "Killing", kill.message, _field_path(pod, kill.name))
                 await self._kill_container(pod, kill.name, kill.container_id, ips, grace=_kill_grace(pod, kill))
+        # Before anything is created: a never-started instance holds the runtime name its successor will take.
+        removed = await self._remove_leftovers(pod, plan)
+        # One that could not be removed may still be starting (containerd reports a container CREATED while its
+        # StartContainer, begun by an agent since killed, is under way): its successor waits for the next sync, soon.
+        held = {c.name for c in plan.containers_to_remove if c.container_id not in removed}
+        if held:
+            retry_after = min(retry_after, 1.0) if retry_after is not None else 1.0
         sandbox_id = plan.sandbox_id
         attempt = plan.attempt
         if plan.create_sandbox:
@@ -223,13 +272,72 @@ class RuntimeManager:
             p.ip for p in sandbox_status.status.network.additional_ips
         )
         sandbox_config = self._sandbox_config(pod, sandbox_status.status.metadata.attempt)
-        for name in [*plan.init_containers_to_start, *plan.containers_to_start]:
+        # As upstream's SyncPod: ephemeral containers first, so that a failing init container does not block them.
+        for name in [*plan.ephemeral_containers_to_start, *plan.init_containers_to_start, *plan.containers_to_start]:
+            if name in held:
+                continue
             problem = await self._start_container(
-                pod, name, status=status, sandbox_id=sandbox_id, sandbox_config=sandbox_config, ips=ips
+                pod,
+                name,
+                status=status,
+                sandbox_id=sandbox_id,
+                sandbox_config=sandbox_config,
+                ips=ips,
+                removed=removed,
             )
             if problem is not None:
                 waiting[name] = problem
+        # An image pull back-off wakes the pod when it expires, as the crash-loop back-off does.
+        retry_after = min(
+            (t for t in (retry_after, *(w.retry_after for w in waiting.values())) if t is not None), default=None
+        )
         return SyncResult(waiting, ips, retry_after, changed)
+
+    async def _remove_leftovers(self, pod: Pod, plan: acts.PodActions) -> frozenset[str]:
+        """Remove what the plan found left over (never-started instances, old not-ready sandboxes); the ids of the
+        containers now gone. A failure is logged and left to the next sync."""
+        removed: set[str] = set()
+        for c in plan.containers_to_remove:
+            try:
+                with contextlib.suppress(NotFoundError):  # idempotent, as CRI demands
+                    await self._runtime.remove_container(c.container_id)
+            except CRIError as exc:
+                log.warning(
+                    "container remove failed pod=%s container=%s id=%s error=%s",
+                    _ref(pod),
+                    c.name,
+                    c.container_id[:12],
+                    exc,
+                )
+                continue
+            removed.add(c.container_id)
+            log.info(
+                "container removed pod=%s container=%s id=%s why=%s", _ref(pod), c.name, c.container_id[:12], c.why
+            )
+        for sandbox_id in plan.sandboxes_to_remove:
+            try:
+                # Stopping tears the network down (CNI DEL, netns) before the sandbox's record goes.
+                with contextlib.suppress(NotFoundError):
+                    await self._runtime.stop_pod_sandbox(sandbox_id)
+                with contextlib.suppress(NotFoundError):
+                    await self._runtime.remove_pod_sandbox(sandbox_id)
+            except CRIError as exc:
+                log.warning("sandbox remove failed pod=%s sandbox=%s error=%s", _ref(pod), sandbox_id[:12], exc)
+                continue
+            log.info("old sandbox removed pod=%s uid=%s sandbox=%s", _ref(pod), _uid(pod), sandbox_id[:12])
+        return frozenset(removed)
+
+    def _restart_count_from_logs(self, pod: Pod, name: str) -> int:
+        """Upstream's calcRestartCountByLogDir: the container has no instance left, its log files still count."""
+        meta = _meta(pod)
+        pod_dir = pod_log_directory(
+            str(meta.get("namespace", "")), str(meta.get("name", "")), _uid(pod), root=self._node.pod_log_dir_root
+        )
+        try:
+            names = [e.name for e in os.scandir(os.path.join(pod_dir, name)) if not e.is_dir()]
+        except OSError:  # no directory: never ran here (upstream: 0, and a failed read also gives 0)
+            return 0
+        return acts.restart_count_from_log_files(names)
 
     def _sandbox_config(self, pod: Pod, attempt: int) -> api_pb2.PodSandboxConfig:
         cgroup_parent = pod_cgroup_parent(_uid(pod), pod_qos(pod), self._node.cgroup_root)
@@ -238,7 +346,6 @@ class RuntimeManager:
             attempt=attempt,
             cgroup_parent=cgroup_parent,
             dns=self._node.dns,
-            node_hostname=self._node.node_hostname or self._node.node_name,
             pod_log_dir_root=self._node.pod_log_dir_root,
         )
 
@@ -263,22 +370,23 @@ class RuntimeManager:
             self._events(pod, "Warning", "ErrImageNeverPull", message, field_path)
             raise ImagePullFailed("ErrImageNeverPull", message)
         key = (_uid(pod), image)
-        waiting, _ = self.image_backoff.in_backoff(key)
+        waiting, remaining = self.image_backoff.in_backoff(key)
         if waiting:
             message = f'Back-off pulling image "{image}"'
             self._events(pod, "Normal", "BackOff", message, field_path)
-            raise ImagePullFailed("ImagePullBackOff", message)
+            raise ImagePullFailed("ImagePullBackOff", message, retry_after=remaining)
         self._events(pod, "Normal", "Pulling", f'Pulling image "{image}"', field_path)
         started = time.monotonic()
         try:
             auth = await pull_auth(self._fetch, pod, image)
             ref = await self._images.pull_image(spec, auth, sandbox)
         except CRIError as exc:
-            self.image_backoff.next(key)
+            delay = self.image_backoff.next(key)
+            log.info("image pull failed pod=%s image=%s retry_in=%.0fs error=%s", _ref(pod), image, delay, exc.message)
             message = f'Failed to pull image "{image}": {exc.message}'
             self._events(pod, "Warning", "Failed", message, field_path)
             self._events(pod, "Warning", "Failed", "Error: ErrImagePull", field_path)
-            raise ImagePullFailed("ErrImagePull", message) from exc
+            raise ImagePullFailed("ErrImagePull", message, retry_after=delay) from exc
         self.image_backoff.reset(key)
         self._events(
             pod,
@@ -298,6 +406,7 @@ class RuntimeManager:
         sandbox_id: str,
         sandbox_config: api_pb2.PodSandboxConfig,
         ips: Sequence[str],
+        removed: frozenset[str] = frozenset(),
     ) -> Waiting | None:
         container = _container_spec(pod, name)
         if container is None:
@@ -306,11 +415,35 @@ class RuntimeManager:
         try:
             image_ref = await self._ensure_image(pod, container, sandbox_config)
         except ImagePullFailed as exc:
-            return Waiting(exc.reason, exc.message)
-        previous = status.find_container(name)
-        restart_count = acts.next_restart_count(status, name)
-        config_maps, secrets = await lookups_for(self._fetch, str(_meta(pod).get("namespace", "")), container)
+            return Waiting(exc.reason, exc.message, exc.retry_after)
+        # The newest instance that is still there (a removed one never ran).
+        previous = next((c for c in status.containers if c.name == name and c.id not in removed), None)
+        from_logs = 0 if previous is not None else await asyncio.to_thread(self._restart_count_from_logs, pod, name)
+        restart_count = acts.next_restart_count(status, name, removed=removed, from_logs=from_logs)
         try:
+            target_id = acts.ephemeral_target_id(pod, name, status)
+        except LookupError as exc:
+            self._events(pod, "Warning", "Failed", f"Error: {exc}", field_path)
+            return Waiting("CreateContainerConfigError", str(exc))
+        config_maps, secrets = await lookups_for(self._fetch, str(_meta(pod).get("namespace", "")), container)
+
+        def environment() -> Sequence[tuple[str, str]]:  # for subPathExpr, only when a mount has one
+            return make_environment(
+                pod,
+                container,
+                service_env={},
+                node_name=self._node.node_name,
+                host_ip=self._node.host_ip,
+                pod_ips=ips,
+                node_allocatable=self._node.node_allocatable,
+                get_config_map=config_maps,
+                get_secret=secrets,
+            )
+
+        try:
+            volume_mounts: Sequence[api_pb2.Mount] = ()
+            if self._container_mounts is not None:
+                volume_mounts = await self._container_mounts(pod, container, environment)
             config = make_container_config(
                 pod,
                 container,
@@ -324,10 +457,22 @@ class RuntimeManager:
                 node_allocatable=self._node.node_allocatable,
                 get_config_map=config_maps,
                 get_secret=secrets,
+                volume_mounts=volume_mounts,
             )
         except KubeRuntimeError as exc:
             self._events(pod, "Warning", "Failed", f"Error: {exc}", field_path)
             return Waiting(exc.reason, str(exc))
+        namespaces = config.linux.security_context.namespace_options
+        if target_id is not None and namespaces.pid == api_pb2.CONTAINER:
+            # As upstream: an ephemeral container with a target joins that container's PID namespace (a pod-wide or
+            # host PID namespace is shared already).
+            namespaces.pid = api_pb2.TARGET
+            namespaces.target_id = target_id
+        if self._node.root_dir:
+            # As upstream makeMounts: each instance gets its own termination message file, mounted last.
+            mount = await asyncio.to_thread(create_message_file, self._node.root_dir, _uid(pod), container)
+            if mount is not None:
+                config.mounts.append(mount)
         try:
             container_id = await self._runtime.create_container(sandbox_id, config, sandbox_config)
         except CRIError as exc:
@@ -346,6 +491,26 @@ class RuntimeManager:
         log.info(
             "container started pod=%s container=%s id=%s restart=%d", _ref(pod), name, container_id[:12], restart_count
         )
+        return await self._post_start(pod, container, container_id, ips)
+
+    async def _post_start(
+        self, pod: Pod, container: Mapping[str, Any], container_id: str, ips: Sequence[str]
+    ) -> Waiting | None:
+        """The postStart hook right after the start (upstream startContainer step 4): on failure the container is
+        killed within the pod's grace and waits with PostStartHookError and the hook's message."""
+        name = str(container.get("name", ""))
+        try:
+            await run_post_start(self._runtime, pod, container, container_id, ips)
+        except HookError as exc:
+            log.warning(
+                "postStart hook failed pod=%s container=%s id=%s error=%s", _ref(pod), name, container_id[:12], exc
+            )
+            field_path = _field_path(pod, name)
+            # As upstream, the events leave the hook's message out: a command's output may hold secrets.
+            self._events(pod, "Warning", FAILED_POST_START_HOOK, POST_START_HOOK_FAILED, field_path)
+            self._events(pod, "Normal", "Killing", FAILED_POST_START_HOOK, field_path)
+            await self._kill_container(pod, name, container_id, ips, grace=_grace(pod))
+            return Waiting(POST_START_HOOK_ERROR, exc.message)
         return None
 
     # --- killing -------------------------------------------------------------------------------------------
@@ -367,9 +532,15 @@ class RuntimeManager:
         """The preStop hook within the container's own `grace`, then StopContainer (upstream killContainer): with the
         grace the hook left, at least 2 s, or exactly the `override` when there is one."""
         spec = _container_spec(pod, name) if pod is not None else None
-        hook_seconds, hook_error = await run_pre_stop_within_grace(self._runtime, spec, container_id, ips, grace)
+        hook_seconds, hook_error = await run_pre_stop_within_grace(
+            self._runtime, spec, container_id, ips, grace, pod=pod
+        )
         if hook_error is not None and pod is not None:
-            self._events(pod, "Warning", "FailedPreStopHook", hook_error, _field_path(pod, name))
+            log.warning(
+                "preStop hook failed pod=%s container=%s id=%s error=%s", _ref(pod), name, container_id[:12], hook_error
+            )
+            # As upstream, the event leaves the hook's message out: a command's output may hold secrets.
+            self._events(pod, "Warning", FAILED_PRE_STOP_HOOK, PRE_STOP_HOOK_FAILED, _field_path(pod, name))
         await self._stop_container(container_id, stop_grace(grace, hook_seconds=hook_seconds, override=override))
 
     async def kill_pod(self, pod: Pod | None, status: acts.RuntimePodStatus, *, grace_period: int | None) -> None:
@@ -407,6 +578,10 @@ class RuntimeManager:
         if status.name and status.namespace:
             log_dir = pod_log_directory(status.namespace, status.name, status.uid, root=self._node.pod_log_dir_root)
             await asyncio.to_thread(shutil.rmtree, log_dir, True)
+        # The termination message files, and the pod directory if nothing else is left in it.
+        self._termination_messages.forget(status.uid)
+        if self._node.root_dir and status.uid:
+            await asyncio.to_thread(remove_pod_dirs, self._node.root_dir, status.uid)
 
 
 def _grace(pod: Mapping[str, Any]) -> int:

@@ -8,6 +8,8 @@ the kubelet they expect:
   limitBytes);
 - /exec, /attach: GET or POST /{ns}/{pod}[/{uid}]/{container}; /portForward: /{ns}/{pod}[/{uid}]; /run: POST;
 - /metrics and /metrics/probes: the agent's Prometheus registries;
+- /stats/summary (GET or POST; only_cpu_and_memory=true), /metrics/resource and /metrics/cadvisor: from the stats
+  provider (nodeagent.stats); anything else under /stats/ is go-restful's 404, as upstream serves only the summary;
 - /logs/: the node's log directory, read only.
 
 Every request passes the auth filter first (authentication, then authorization per `auth.request_attributes`).
@@ -38,6 +40,7 @@ from nodeagent.server.auth import (
 )
 from nodeagent.server.http import Request, Responder
 from nodeagent.server.streaming import StreamOptionsError, port_forward_ports, proxy_upgrade, stream_options
+from nodeagent.stats.errors import StatsError
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +81,18 @@ class ServerHost(Protocol):
         """The text exposition of /metrics or /metrics/probes (None: no such registry)."""
         ...
 
+    async def summary(self, only_cpu_and_memory: bool) -> Mapping[str, Any]:
+        """/stats/summary as upstream's JSON; raises StatsError when it cannot be made."""
+        ...
+
+    async def resource_metrics(self) -> bytes:
+        """/metrics/resource (a failed summary is resource_scrape_error 1 in it, never an error)."""
+        ...
+
+    async def cadvisor_metrics(self) -> bytes:
+        """/metrics/cadvisor (a failed listing is container_scrape_error 1 in it)."""
+        ...
+
 
 class StreamingRuntime(Protocol):
     async def exec(self, request: api_pb2.ExecRequest, *, timeout: float | None = None) -> api_pb2.ExecResponse: ...
@@ -87,7 +102,7 @@ class StreamingRuntime(Protocol):
     ) -> api_pb2.AttachResponse: ...
 
     async def port_forward(
-        self, pod_sandbox_id: str, ports: Sequence[int], *, timeout: float | None = None
+        self, request: api_pb2.PortForwardRequest, *, timeout: float | None = None
     ) -> api_pb2.PortForwardResponse: ...
 
     async def container_status(
@@ -106,6 +121,7 @@ class KubeletServer:
     authorizer: Authorizer | None = None
     node_log_dir: str = "/var/log"
     enable_debugging_handlers: bool = True
+    enable_system_log_handler: bool = True
     log_poll: float = logreader.POLL_SECONDS
     active_streams: int = field(default=0, init=False)
 
@@ -187,13 +203,24 @@ class KubeletServer:
                     frozenset({"POST"}),
                     self._run,
                 ),
-                (r"/logs(?P<rest>/.*)?", get, self._node_logs),
             ]
+            if self.enable_system_log_handler:
+                routes.append((r"/logs(?P<rest>/.*)?", get, self._node_logs))
+            else:
+                routes.append((r"/logs(?:/.*)?", get, self._logs_disabled))
         else:
             routes += [
                 (rf"/{p}(?:/.*)?", frozenset({"GET", "POST", "PUT", "DELETE", "HEAD"}), self._debugging_disabled)
                 for p in ("run", "exec", "attach", "portForward", "containerLogs", "runningpods", "logs")
             ]
+        any_method = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"})
+        routes += [
+            (r"/stats/summary/?", any_method, self._stats_summary),
+            (r"/stats", any_method, self._stats_redirect),
+            (r"/stats/.*", any_method, self._stats_not_found),
+            (r"/metrics/resource", get, self._resource_metrics),
+            (r"/metrics/cadvisor", get, self._cadvisor_metrics),
+        ]
         routes += [(r"/metrics(?P<sub>/[a-z]+)?", get, self._metrics)]
         return [(re.compile(p), m, h) for p, m, h in routes]
 
@@ -201,6 +228,9 @@ class KubeletServer:
 
     async def _debugging_disabled(self, request: Request, responder: Responder, params: dict[str, str]) -> None:
         await responder.text(405, "Debug endpoints are disabled.")
+
+    async def _logs_disabled(self, request: Request, responder: Responder, params: dict[str, str]) -> None:
+        await responder.text(405, "logs endpoint is disabled.")
 
     async def _healthz(self, request: Request, responder: Responder, params: dict[str, str]) -> None:
         check = params.get("check")
@@ -238,6 +268,43 @@ class KubeletServer:
         if body is None:
             await responder.text(404, "404 page not found")
             return
+        await responder.send(200, body, content_type="text/plain; version=0.0.4; charset=utf-8")
+
+    async def _stats_summary(self, request: Request, responder: Responder, params: dict[str, str]) -> None:
+        if request.method not in ("GET", "POST"):
+            # go-restful's answer for a route without that method
+            await responder.send(405, b"405: Method Not Allowed", headers=[("allow", "GET, POST")])
+            return
+        # as upstream: only exactly one only_cpu_and_memory=true selects the CPU-and-memory summary
+        only = request.query.get("only_cpu_and_memory") == ["true"]
+        try:
+            body = await self.host.summary(only)
+        except StatsError as exc:
+            log.error("kubelet api stats summary failed error=%s", exc)
+            await responder.send(500, f"Internal Error: {exc}".encode())
+            return
+        # go-restful pretty-prints its JSON answers with one space of indent
+        await responder.send(200, json.dumps(body, indent=1).encode(), content_type=JSON_TYPE)
+
+    async def _stats_redirect(self, request: Request, responder: Responder, params: dict[str, str]) -> None:
+        # Go's ServeMux sends a subtree's root without its slash to the subtree (/stats/ is registered).
+        await responder.send(
+            301,
+            b'<a href="/stats/">Moved Permanently</a>.\n\n' if request.method == "GET" else b"",
+            content_type="text/html; charset=utf-8",
+            headers=[("location", "/stats/")],
+        )
+
+    async def _stats_not_found(self, request: Request, responder: Responder, params: dict[str, str]) -> None:
+        # /stats/ is a go-restful web service with only /summary: its router's 404, no newline
+        await responder.send(404, b"404: Page Not Found")
+
+    async def _resource_metrics(self, request: Request, responder: Responder, params: dict[str, str]) -> None:
+        body = await self.host.resource_metrics()
+        await responder.send(200, body, content_type="text/plain; version=0.0.4; charset=utf-8")
+
+    async def _cadvisor_metrics(self, request: Request, responder: Responder, params: dict[str, str]) -> None:
+        body = await self.host.cadvisor_metrics()
         await responder.send(200, body, content_type="text/plain; version=0.0.4; charset=utf-8")
 
     async def _node_logs(self, request: Request, responder: Responder, params: dict[str, str]) -> None:
@@ -370,7 +437,9 @@ class KubeletServer:
             await responder.text(500, f'pod not found ("{name}")')
             return
         try:
-            url = (await self.runtime.port_forward(sandbox_id, ports)).url
+            url = (
+                await self.runtime.port_forward(api_pb2.PortForwardRequest(pod_sandbox_id=sandbox_id, port=ports))
+            ).url
         except CRIError as exc:
             await responder.text(500, str(exc))
             return

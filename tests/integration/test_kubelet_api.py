@@ -119,7 +119,8 @@ async def test_logs_options(
 ) -> None:
     await wait_node(admin, agent, settings)
     name = _name("logs")
-    script = "for i in 1 2 3 4 5; do echo line$i; done; echo oops >&2; sleep 3600"
+    # stdout and stderr reach the log through separate pipes: a pause keeps their order in the file.
+    script = "for i in 1 2 3 4 5; do echo line$i; done; sleep 1; echo oops >&2; sleep 3600"
     await run_pod(admin, agent, name, ["sh", "-c", script], container={"image": busybox})
     await eventually(lambda: _contains(testbed, name, "oops"), timeout=30, what="the log holds everything", agent=agent)
     out = (await akubectl(testbed, "logs", name)).stdout

@@ -173,7 +173,7 @@ CASES: list[tuple[str, dict[str, Any], RuntimePodStatus, PodActions]] = [
             sandbox_id="s1",
             containers_to_start=("app",),
             containers_to_kill=(
-                kill("app", "Container is in unknown state, try killing it before restart", "UnknownState"),
+                kill("app", 'Container is in "unknown" state, try killing it before restart', "UnknownState"),
             ),
         ),
     ),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -86,7 +86,7 @@ class Runtime:
         return api_pb2.AttachResponse(url=self.url)
 
     async def port_forward(
-        self, pod_sandbox_id: str, ports: Sequence[int], *, timeout: float | None = None
+        self, request: api_pb2.PortForwardRequest, *, timeout: float | None = None
     ) -> api_pb2.PortForwardResponse:
         return api_pb2.PortForwardResponse(url=self.url)
 

@@ -1,0 +1,49 @@
+"""The volume manager as the agent runs it: real mounts, the node's API credential for objects and tokens, the
+upstream layout under --root-dir."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from nodeagent.clock import Clock
+from nodeagent.kube import paths
+from nodeagent.kube.client import KubeClient
+from nodeagent.volume import VolumeHost, new_plugins
+from nodeagent.volume.layout import PodDirs
+from nodeagent.volume.mounter import LinuxMounter
+from nodeagent.volume.objects import ObjectCache
+from nodeagent.volume.plugin import ObjectGetter
+from nodeagent.volume.token import TokenManager, TokenRequester
+from nodeagent.volumemanager.manager import EventSink, VolumeManager
+
+
+def token_requester(client: KubeClient) -> TokenRequester:
+    async def request(namespace: str, service_account: str, body: Mapping[str, Any]) -> Mapping[str, Any]:
+        path = paths.api_path("serviceaccounts", namespace=namespace, name=service_account, subresource="token")
+        return await client.create(path, dict(body))
+
+    return request
+
+
+def new_volume_manager(
+    root_dir: str,
+    *,
+    client: KubeClient | None,
+    get_object: ObjectGetter | None,
+    node_allocatable: Mapping[str, str],
+    memory_capacity: int,
+    clock: Clock,
+    events: EventSink,
+) -> VolumeManager:
+    # Real paths: the mount table lists them so, and a symlink in --root-dir must not hide a mount from the checks.
+    dirs = PodDirs(os.path.realpath(root_dir))
+    mounter = LinuxMounter()
+    objects = ObjectCache(get_object, now=time.monotonic).get if get_object is not None else None
+    host = VolumeHost(dirs, mounter, dict(node_allocatable), memory_capacity, get_object=objects)
+    tokens = TokenManager(token_requester(client) if client is not None else None, now=time.time)
+    return VolumeManager(
+        new_plugins(host, tokens), dirs=dirs, mounter=mounter, clock=clock, events=events, tokens=tokens
+    )

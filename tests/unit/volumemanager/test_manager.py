@@ -1,0 +1,232 @@
+"""The volume manager over a scripted plugin, a fake mounter and a fake clock: waits, events, tear down,
+reconstruction after a restart and orphan cleanup."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nodeagent.volume.errors import SetUpError
+from nodeagent.volume.layout import PodDirs
+from nodeagent.volume.mounter import MountInfo
+from nodeagent.volumemanager import VolumeManager, VolumeWaitError
+from tests.unit.fakeclock import FakeClock
+from tests.unit.volume.fakes import FakeMounter, exists, is_dir, real
+
+PLUGIN = "fake.io/fake"
+
+
+class FakePlugin:
+    name = PLUGIN
+    requires_remount = True
+    read_only = True
+
+    def __init__(self, dirs: PodDirs) -> None:
+        self.dirs = dirs
+        self.failures: dict[str, str] = {}
+        self.set_ups: list[tuple[str, str]] = []
+        self.tear_downs: list[tuple[str, str]] = []
+
+    def can_support(self, volume: Mapping[str, Any]) -> bool:
+        return "fake" in volume
+
+    async def set_up(self, pod: Mapping[str, Any], volume: Mapping[str, Any]) -> str:
+        await asyncio.sleep(0)
+        uid, name = pod["metadata"]["uid"], volume["name"]
+        self.set_ups.append((uid, name))
+        if name in self.failures:
+            raise SetUpError(self.failures[name])
+        path = self.dirs.volume_dir(uid, PLUGIN, name)
+        os.makedirs(path, exist_ok=True)
+        return path
+
+    async def tear_down(self, pod_uid: str, volume_name: str) -> None:
+        self.tear_downs.append((pod_uid, volume_name))
+        os.rmdir(self.dirs.volume_dir(pod_uid, PLUGIN, volume_name))
+
+    def reconstruct(self, pod_uid: str, volume_name: str) -> str | None:
+        path = self.dirs.volume_dir(pod_uid, PLUGIN, volume_name)
+        return path if os.path.isdir(path) else None
+
+
+def pod(uid: str, *names: str, unsupported: tuple[str, ...] = ()) -> dict[str, Any]:
+    volumes: list[dict[str, Any]] = [{"name": n, "fake": {}} for n in names]
+    volumes += [{"name": n, "persistentVolumeClaim": {"claimName": n}} for n in unsupported]
+    return {
+        "metadata": {"uid": uid, "name": f"pod-{uid}", "namespace": "default"},
+        "spec": {
+            "volumes": volumes,
+            "containers": [{"name": "c", "volumeMounts": [{"name": v["name"], "mountPath": "/x"} for v in volumes]}],
+        },
+    }
+
+
+class Harness:
+    def __init__(self, root: Path) -> None:
+        self.dirs = PodDirs(str(root))
+        self.clock = FakeClock()
+        self.plugin = FakePlugin(self.dirs)
+        self.mounter = FakeMounter()
+        self.events: list[tuple[str, str, str, str]] = []
+        self.manager = self.new_manager()
+
+    def new_manager(self) -> VolumeManager:
+        self.plugin = FakePlugin(self.dirs)
+        return VolumeManager(
+            [self.plugin],
+            dirs=self.dirs,
+            mounter=self.mounter,
+            clock=self.clock,
+            events=lambda p, t, r, m: self.events.append((p["metadata"]["uid"], t, r, m)),
+        )
+
+
+@pytest.fixture
+async def harness(tmp_path: Path) -> AsyncIterator[Harness]:
+    h = Harness(tmp_path)
+    await h.manager.start()
+    task = asyncio.create_task(h.manager.run())
+    try:
+        yield h
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_wait_returns_once_everything_is_set_up(harness: Harness) -> None:
+    await asyncio.wait_for(harness.manager.wait_for_attach_and_mount(pod("u1", "a", "b")), 5)
+    assert sorted(harness.plugin.set_ups) == [("u1", "a"), ("u1", "b")]
+    assert sorted(harness.manager.mounted_volumes("u1")) == ["a", "b"]
+    assert harness.manager.mounted_volumes("u1")["a"].read_only is True
+    assert is_dir(harness.dirs.pod_dir("u1"), "plugins")
+
+
+async def test_resync_sets_up_again_the_volumes_that_follow_objects(harness: Harness) -> None:
+    await harness.manager.wait_for_attach_and_mount(pod("u1", "a"))
+    await harness.manager.wait_for_attach_and_mount(pod("u1", "a"))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert harness.plugin.set_ups == [("u1", "a"), ("u1", "a")]
+
+
+async def test_failure_records_failed_mount_and_retries_with_backoff(harness: Harness) -> None:
+    harness.plugin.failures["cfg"] = 'configmap "missing" not found'
+    waiting = asyncio.create_task(harness.manager.wait_for_attach_and_mount(pod("u1", "cfg")))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert harness.events == [
+        ("u1", "Warning", "FailedMount", 'MountVolume.SetUp failed for volume "cfg" : configmap "missing" not found')
+    ]
+    assert not waiting.done()
+    await harness.clock.advance(0.4)
+    assert len(harness.plugin.set_ups) == 1
+    await harness.clock.advance(0.2)
+    assert len(harness.plugin.set_ups) == 2
+    del harness.plugin.failures["cfg"]
+    await harness.clock.advance(1.1)
+    await asyncio.wait_for(waiting, 5)
+    assert len(harness.events) == 2
+
+
+async def test_wait_times_out_with_upstreams_message(harness: Harness) -> None:
+    harness.plugin.failures["cfg"] = "nope"
+    waiting = asyncio.create_task(harness.manager.wait_for_attach_and_mount(pod("u1", "cfg", "ok")))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    for _ in range(130):
+        await harness.clock.advance(1.0)
+    with pytest.raises(VolumeWaitError) as caught:
+        await asyncio.wait_for(waiting, 5)
+    assert str(caught.value) == (
+        "unmounted volumes=[cfg], unattached volumes=[], failed to process volumes=[]: "
+        "timed out waiting for the condition"
+    )
+    assert caught.value.interrupted is False
+
+
+async def test_unsupported_volume_fails_at_once(harness: Harness) -> None:
+    with pytest.raises(VolumeWaitError) as caught:
+        await harness.manager.wait_for_attach_and_mount(pod("u1", "a", unsupported=("data",)))
+    assert str(caught.value) == (
+        "unmounted volumes=[a data], unattached volumes=[], failed to process volumes=[data]: "
+        'failed to get Plugin from volumeSpec for volume "data" '
+        "err=persistentVolumeClaim volumes are not supported on this node (no volume plugin matched)"
+    )
+
+
+async def test_terminating_pod_stops_waiting(harness: Harness) -> None:
+    harness.plugin.failures["a"] = "nope"
+    stop = {"now": False}
+    waiting = asyncio.create_task(
+        harness.manager.wait_for_attach_and_mount(pod("u1", "a"), cancelled=lambda: stop["now"])
+    )
+    for _ in range(20):
+        await asyncio.sleep(0)
+    stop["now"] = True
+    await harness.clock.advance(0.3)
+    with pytest.raises(VolumeWaitError) as caught:
+        await asyncio.wait_for(waiting, 5)
+    assert caught.value.interrupted is True
+
+
+async def test_unmount_pod_tears_down(harness: Harness) -> None:
+    await harness.manager.wait_for_attach_and_mount(pod("u1", "a"))
+    await asyncio.wait_for(harness.manager.unmount_pod("u1"), 5)
+    assert harness.plugin.tear_downs == [("u1", "a")]
+    assert harness.manager.mounted_volumes("u1") == {}
+
+
+async def test_restart_reconstructs_without_setting_up_again_first(harness: Harness) -> None:
+    await harness.manager.wait_for_attach_and_mount(pod("u1", "a"))
+    # A new manager over the same disk, as after a restart.
+    restarted = harness.new_manager()
+    await restarted.start()
+    assert sorted(restarted.mounted_volumes("u1")) == ["a"]
+    task = asyncio.create_task(restarted.run())
+    try:
+        # The pod's wait does not wait: the volume is set up already; it is set up once more, idempotently.
+        await asyncio.wait_for(restarted.wait_for_attach_and_mount(pod("u1", "a")), 1)
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert harness.plugin.set_ups == [("u1", "a")]
+        assert restarted.actual.get(("u1", "a")).reconstructed is False  # type: ignore[union-attr]
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_orphans_are_released_and_their_directories_removed(harness: Harness) -> None:
+    await harness.manager.wait_for_attach_and_mount(pod("u1", "a"))
+    restarted = harness.new_manager()
+    await restarted.start()
+    # Another orphan: a pod directory with a tmpfs left mounted below it and no volume the plugin knows.
+    stray = harness.dirs.volume_dir("u2", "kubernetes.io/secret", "s")
+    os.makedirs(stray)
+    harness.mounter.table.append(MountInfo(real(stray), "tmpfs", "tmpfs"))
+    task = asyncio.create_task(restarted.run())
+    try:
+        await restarted.cleanup_orphaned_pod_dirs(lambda uid: False)
+        assert not exists(harness.dirs.pod_dir("u2"))
+        assert ("unmount", real(stray)) in harness.mounter.calls
+        # u1's volume is torn down by the reconciler, its directory goes at the next pass.
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert harness.plugin.tear_downs == [("u1", "a")]
+        await restarted.cleanup_orphaned_pod_dirs(lambda uid: False)
+        assert os.listdir(harness.dirs.pods_dir) == []
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_known_pods_keep_their_directories(harness: Harness) -> None:
+    await harness.manager.wait_for_attach_and_mount(pod("u1", "a"))
+    os.makedirs(harness.dirs.pod_dir("u3"))
+    await harness.manager.cleanup_orphaned_pod_dirs(lambda uid: uid == "u3")
+    assert sorted(os.listdir(harness.dirs.pods_dir)) == ["u1", "u3"]
+    assert harness.plugin.tear_downs == []
