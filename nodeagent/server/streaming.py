@@ -39,13 +39,14 @@ class StreamOptions:
 
 
 def stream_options(query: Mapping[str, list[str]]) -> StreamOptions:
-    """Upstream remotecommand.NewOptions: "1" means yes; stderr is dropped with a tty; at least one stream."""
+    """Upstream remotecommand.NewOptions: the kubelet-side names (input, output, error, tty; what the apiserver
+    sends), "1" means yes; stderr is dropped with a tty; at least one stream."""
 
     def flag(name: str) -> bool:
         values = query.get(name) or []
         return bool(values) and values[0] == "1"
 
-    tty, stdin, stdout, stderr = flag("tty"), flag("stdin"), flag("stdout"), flag("stderr")
+    tty, stdin, stdout, stderr = flag("tty"), flag("input"), flag("output"), flag("error")
     if tty and stderr:
         stderr = False  # as upstream: a tty merges stderr into stdout
     if not (stdin or stdout or stderr):
