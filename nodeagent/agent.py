@@ -39,6 +39,7 @@ from nodeagent.events import EventRecorder, ObjectRef
 from nodeagent.kube import paths
 from nodeagent.kube.client import KubeClient
 from nodeagent.kube.errors import KubeconfigError, NotFound
+from nodeagent.kube.servicestore import ServiceStore
 from nodeagent.kubelet import Kubelet, Pod
 from nodeagent.kuberuntime.logrotation import ContainerLogManager
 from nodeagent.kuberuntime.manager import NodeContext, RuntimeManager
@@ -301,6 +302,9 @@ async def _run(
     node_obj = node_status.node() if node_status is not None else None
     if node_obj is not None:
         allocatable = dict((node_obj.get("status") or {}).get("allocatable") or {})
+    # Service environment variables need the cluster's Services; without an apiserver there are none (upstream: no
+    # service lister, no variables).
+    services = ServiceStore() if client is not None else None
     volumes = new_volume_manager(
         str(options.root_dir),
         client=client,
@@ -331,6 +335,7 @@ async def _run(
         events=pod_event,
         fetch_object=_object_fetcher(client),
         container_mounts=volumes.container_mounts,
+        services=services,
     )
     sources = [API_SOURCE] if client is not None else []
     if config.static_pod_path:
@@ -416,6 +421,8 @@ async def _run(
         supervisor.start("source-url", url.run())
     if options.standalone and not sources:
         log.warning("standalone mode without staticPodPath or staticPodURL: no pod will ever run")
+    if services is not None and client is not None:
+        supervisor.start("service-informer", services.run(client))
     supervisor.start("pleg", pleg.run())
     supervisor.start("volume-manager", volumes.run())
     supervisor.start("sync-loop", sync_loop.run())

@@ -20,7 +20,7 @@ import shutil
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from cri.errors import CRIError, NotFoundError
 from cri.service import ImageService, RuntimeService
@@ -50,6 +50,7 @@ from nodeagent.kuberuntime.sandbox_config import (
     pod_cgroup_parent,
     pod_log_directory,
 )
+from nodeagent.kuberuntime.service_env import service_env
 from nodeagent.kuberuntime.termination_message import TerminationMessages, create_message_file, remove_pod_dirs
 from nodeagent.podworkers import grace_period
 from pleg import inspect as pleg_inspect
@@ -157,6 +158,15 @@ class ImagePullFailed(Exception):
         self.retry_after = retry_after  # when the image back-off lets the next pull happen
 
 
+class ServiceLister(Protocol):
+    """The cluster's Services as the runtime manager reads them (nodeagent.kube.servicestore.ServiceStore)."""
+
+    @property
+    def synced(self) -> bool: ...
+
+    def list(self) -> list[dict[str, Any]]: ...
+
+
 class RuntimeManager:
     def __init__(
         self,
@@ -170,6 +180,7 @@ class RuntimeManager:
         image_backoff: Backoff | None = None,
         fetch_object: ObjectFetcher | None = None,
         container_mounts: ContainerMounts | None = None,
+        services: ServiceLister | None = None,
     ) -> None:
         self._runtime = runtime
         self._images = images
@@ -182,6 +193,7 @@ class RuntimeManager:
         # Containers created before this (wall time) were created by an earlier agent (see interrupted starts).
         self._started_at = wall_clock()
         self._container_mounts = container_mounts
+        self._services = services
         self._termination_messages = TerminationMessages()
 
     # --- reading what runs ---------------------------------------------------------------------------------
@@ -426,12 +438,24 @@ class RuntimeManager:
             self._events(pod, "Warning", "Failed", f"Error: {exc}", field_path)
             return Waiting("CreateContainerConfigError", str(exc))
         config_maps, secrets = await lookups_for(self._fetch, str(_meta(pod).get("namespace", "")), container)
+        services_env: dict[str, str] = {}
+        if self._services is not None:
+            if not self._services.synced:
+                message = "services have not yet been read at least once, cannot construct envvars"
+                self._events(pod, "Warning", "Failed", f"Error: {message}", field_path)
+                return Waiting("CreateContainerConfigError", message)
+            links = (pod.get("spec") or {}).get("enableServiceLinks")
+            services_env = service_env(
+                self._services.list(),
+                str(_meta(pod).get("namespace", "")),
+                enable_service_links=links is None or bool(links),
+            )
 
         def environment() -> Sequence[tuple[str, str]]:  # for subPathExpr, only when a mount has one
             return make_environment(
                 pod,
                 container,
-                service_env={},
+                service_env=services_env,
                 node_name=self._node.node_name,
                 host_ip=self._node.host_ip,
                 pod_ips=ips,
@@ -451,7 +475,7 @@ class RuntimeManager:
                 pod_ips=ips,
                 node_name=self._node.node_name,
                 host_ip=self._node.host_ip,
-                service_env={},
+                service_env=services_env,
                 image_ref=image_ref,
                 memory_capacity=self._node.memory_capacity,
                 node_allocatable=self._node.node_allocatable,
