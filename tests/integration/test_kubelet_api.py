@@ -348,3 +348,50 @@ async def _stats_only_token(admin: KubeClient) -> str:
         {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 600}},
     )
     return str(answer["status"]["token"])
+
+
+async def test_aborted_sessions_leak_nothing(
+    testbed: Testbed, settings: Settings, agent: Agent, admin: KubeClient, busybox: str
+) -> None:
+    """200 `logs -f` and 200 exec sessions dropped by the client mid-stream: the agent's open files come back to
+    where they were (no leaked task holding a log file, socket or runtime stream)."""
+    await wait_node(admin, agent, settings)
+    name = _name("abort")
+    await run_pod(admin, agent, name, ["sh", "-c", "echo ready; sleep 3600"], container={"image": busybox})
+    await eventually(lambda: _contains(testbed, name, "ready"), timeout=30, what="first line", agent=agent)
+    context = ssl.create_default_context(cafile=str(testbed.layout.pki / "ca.crt"))
+    pki = testbed.layout.pki
+    context.load_cert_chain(str(pki / "apiserver-kubelet-client.crt"), str(pki / "apiserver-kubelet-client.key"))
+    pid = agent.proc.pid
+
+    async def session(request: bytes, until: bytes) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", settings.kubelet_port, ssl=context)
+        writer.write(request)
+        await writer.drain()
+        await asyncio.wait_for(reader.readuntil(until), 30)
+        writer.close()
+        with contextlib.suppress(Exception):
+            await writer.wait_closed()
+
+    logs = f"GET /containerLogs/{NS}/{name}/main?follow=true HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+    execute = (
+        f"POST /exec/{NS}/{name}/main?command=sleep&command=600&output=1 HTTP/1.1\r\nHost: x\r\n"
+        "Connection: Upgrade\r\nUpgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: v4.channel.k8s.io\r\n\r\n"
+    ).encode()
+    # Warm up (lazy imports, the TLS context), then count.
+    await session(logs, b"ready\n")
+    await session(execute, b"\r\n\r\n")
+    await asyncio.sleep(2)
+    before = _fd_count(pid)
+    for _ in range(20):
+        await asyncio.gather(*(session(logs, b"ready\n") for _ in range(10)))
+        await asyncio.gather(*(session(execute, b"\r\n\r\n") for _ in range(10)))
+
+    async def settled() -> bool:
+        return _fd_count(pid) <= before + 3
+
+    await eventually(settled, timeout=30, what=f"agent fds back near {before}", agent=agent)
+
+
+def _fd_count(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
