@@ -162,3 +162,24 @@ async def test_follow_with_limit_ends_at_limit(tmp_path: Path) -> None:
 
     out = await asyncio.wait_for(collect(path, LogOptions(follow=True, limit_bytes=4), running=running, poll=0.01), 2)
     assert out == b"0123"
+
+
+async def test_tail_of_a_2gb_log_reads_only_its_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "0.log"
+    with path.open("wb") as f:
+        f.write(record(0, "stdout", "F", "first").encode())
+        f.truncate(2 * 1024**3)  # a sparse 2 GiB of earlier output
+        f.seek(0, 2)
+        f.write(b"\n" + "".join(record(i, "stdout", "F", f"line{i}") for i in range(20)).encode())
+    real_pread = os.pread
+    read = {"bytes": 0}
+
+    def counting_pread(fd: int, size: int, offset: int) -> bytes:
+        data = real_pread(fd, size, offset)
+        read["bytes"] += len(data)
+        return data
+
+    monkeypatch.setattr(logs.os, "pread", counting_pread)
+    out = await collect(path, LogOptions(tail=10))
+    assert out == "".join(f"line{i}\n" for i in range(10, 20)).encode()
+    assert read["bytes"] < 1024 * 1024
