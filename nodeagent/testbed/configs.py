@@ -19,6 +19,8 @@ GRPC_HEALTH_IMAGE_TAG = "1"
 # Debian's containernetworking-plugins: portmap and loopback are linked into each testbed's CNI bin dir, next to
 # the project's own plugin; bridge and host-local are the peer the CNI benchmark measures against.
 REFERENCE_CNI_DIR = "/usr/lib/cni"
+# The bridge's MTU, in the conflist and where `up` creates the bridge: the plugin's ADD must find it as it makes it.
+BRIDGE_MTU = 1500
 
 
 def pause_image(settings: Settings) -> str:
@@ -113,10 +115,11 @@ def cni_conflist(layout: Layout, settings: Settings) -> str:
                 "bridge": settings.bridge,
                 "isGateway": True,
                 "hairpinMode": True,
-                "mtu": 1500,
+                "mtu": BRIDGE_MTU,
                 "ipam": {
                     "type": "nodeagent-ipam",
-                    "ranges": [[{"subnet": settings.pod_cidr}]],
+                    # The gateway is the node's own address (see hostnet): named, so the two never drift apart.
+                    "ranges": [[{"subnet": settings.pod_cidr, "gateway": settings.node_ip}]],
                     "routes": [{"dst": "0.0.0.0/0"}],
                     "dataDir": str(layout.cni_data_dir),
                 },
@@ -138,7 +141,10 @@ def agent_config(layout: Layout, settings: Settings) -> str:
         "cgroupRoot": agent_cgroup_root(settings),
         "podCIDR": settings.pod_cidr,
         "clusterDomain": "cluster.local",
-        "address": "127.0.0.1",
+        # The kubelet API listens on the node's address only: the apiserver (node proxy, logs, exec) and
+        # metrics-server reach it there, and so do pods, as on a real node. Not 0.0.0.0: that would also offer an
+        # API that can exec into pods on every address of this (shared) machine, which nothing needs.
+        "address": settings.node_ip,
     }
     if settings.healthz_port:
         # Its own port, so agents of two testbeds on one machine never fight over the default 10248.
@@ -165,6 +171,9 @@ def env_file(layout: Layout, settings: Settings) -> str:
         "NODEAGENT_KUBECONFIG": str(layout.node_kubeconfig),
         "NODEAGENT_CONFIG": str(layout.agent_config),
         "NODEAGENT_NODE_NAME": settings.node_name,
+        # The node's address (its bridge's gateway): the agent's kubelet API listens there, on KUBELET_PORT.
+        "NODEAGENT_NODE_IP": settings.node_ip,
+        "KUBELET_PORT": str(settings.kubelet_port),
         "CONTAINERD_ADDRESS": str(layout.containerd_socket),
         "CONTAINER_RUNTIME_ENDPOINT": f"unix://{layout.containerd_socket}",
         "REGISTRY": settings.registry,

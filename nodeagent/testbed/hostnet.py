@@ -1,7 +1,13 @@
-"""Host network bits of one testbed: choosing its bridge name and pod range, and removing what CNI left behind.
+"""Host network bits of one testbed: its bridge name and pod range, the bridge itself, and removing what is left.
 
 Pod ranges come from 198.18.0.0/15 (reserved for network testing): a /24 per testbed, chosen so it overlaps no
 route on the machine, so that two testbeds side by side never collide.
+
+The bridge's gateway address (the .1 of the pod range) is also the node's address (its InternalIP): a real
+cluster's apiserver proxies `nodes/N/proxy/...` and aggregated APIs only to addresses that are not loopback, and
+EndpointSlices may not hold loopback addresses either. `up` creates the bridge with that address before anything
+listens on it, with the same code, MAC and MTU the CNI plugin's ADD uses, so the first ADD finds it as it would
+have made it; `down` deletes it, and the address with it.
 """
 
 from __future__ import annotations
@@ -13,10 +19,49 @@ import logging
 import subprocess
 from pathlib import Path
 
+from cni.netlink import Netlink
+from cni.network import NetworkError, mac_for
+from nodeagent.testbed.configs import BRIDGE_MTU
+
 log = logging.getLogger(__name__)
 
 POD_SUPERNET = ipaddress.IPv4Network("198.18.0.0/16")
 SERVICE_CIDR = "198.19.0.0/16"
+
+
+class HostNetError(RuntimeError):
+    """The testbed's bridge cannot be made as it must be (a link of that name of another kind, another address)."""
+
+
+def gateway(pod_cidr: str) -> ipaddress.IPv4Interface:
+    """The bridge's address: the first host of the pod range, with the range's prefix (the CNI plugin's default
+    gateway, which the conflist also names explicitly)."""
+    network = ipaddress.IPv4Network(pod_cidr)
+    return ipaddress.IPv4Interface(f"{network.network_address + 1}/{network.prefixlen}")
+
+
+def ensure_bridge(name: str, pod_cidr: str) -> None:
+    """The bridge `name` exists, is up and carries the gateway address of `pod_cidr`; idempotent."""
+    address = gateway(pod_cidr)
+    network = Netlink()
+    try:
+        network.ensure_bridge(name, mtu=BRIDGE_MTU, mac=mac_for(address.ip), addresses=[address])
+    except NetworkError as exc:
+        raise HostNetError(f"bridge {name} with {address}: {exc}") from exc
+    finally:
+        network.close()
+    log.info("testbed bridge ready bridge=%s address=%s", name, address)
+
+
+def addresses_of(name: str) -> list[str]:
+    """The IPv4 addresses (with prefix) on link `name`; empty when it does not exist."""
+    found = []
+    for link in _ip_json("-4", "addr", "show", "dev", name):
+        infos = link.get("addr_info")
+        for info in infos if isinstance(infos, list) else []:
+            if isinstance(info, dict) and "local" in info:
+                found.append(f"{info['local']}/{info['prefixlen']}")
+    return found
 
 
 def _ip_json(*args: str) -> list[dict[str, object]]:

@@ -9,7 +9,9 @@ registries only (Debian, the Go module proxy), because these machines reach noth
 - kube-apiserver, kube-controller-manager, kube-scheduler and kubectl built from one pinned release of the
   `k8s.io/kubernetes` Go module, and crictl from `sigs.k8s.io/cri-tools`, into a versioned cache outside the repo;
 - the testbed's gRPC health server (`grpchealth/main.go`, on a pinned `google.golang.org/grpc`), built static, which
-  the testbed packs into the image that grpc probes are tested against.
+  the testbed packs into the image that grpc probes are tested against;
+- metrics-server from `sigs.k8s.io/metrics-server`, with exactly the dependencies of its own go.mod (as its release
+  is built), which the testbed registers through the aggregation layer for `kubectl top`.
 """
 
 from __future__ import annotations
@@ -30,10 +32,12 @@ from nodeagent.testbed.versions import (
     GRPC_GO_VERSION,
     GRPC_HEALTH_SOURCE,
     KUBERNETES_VERSION,
+    METRICS_SERVER_VERSION,
     cache_root,
     crictl_path,
     grpc_health_path,
     kubernetes_bin_dir,
+    metrics_server_path,
 )
 
 log = logging.getLogger(__name__)
@@ -320,6 +324,51 @@ def build_grpc_health(progress: Progress) -> Path:
     return binary
 
 
+def metrics_server_build_argv(go: str) -> list[str]:
+    """`go install pkg@version` builds with the module's own go.mod and go.sum, so the binary has the dependency
+    versions upstream's release has (k8s.io/* v0.33), not the control plane's; the version is stamped as its
+    Makefile does (into k8s.io/client-go/pkg/version, which `metrics-server --version` prints)."""
+    stamp = " ".join(
+        f"-X k8s.io/client-go/pkg/version.{key}={value}"
+        for key, value in (
+            ("gitVersion", METRICS_SERVER_VERSION),
+            ("gitTreeState", "clean"),
+            ("buildDate", "1970-01-01T00:00:00Z"),
+        )
+    )
+    return [
+        go,
+        "install",
+        "-trimpath",
+        "-ldflags",
+        f"-s -w {stamp}",
+        f"sigs.k8s.io/metrics-server/cmd/metrics-server@{METRICS_SERVER_VERSION}",
+    ]
+
+
+def build_metrics_server(progress: Progress) -> Path:
+    binary = metrics_server_path()
+    if binary.exists():
+        progress.step(f"metrics-server {METRICS_SERVER_VERSION}: cached")
+        return binary
+    go = shutil.which("go") or "/usr/local/go/bin/go"
+    gobin = binary.parent.with_name(binary.parent.name + ".build")
+    if gobin.exists():
+        shutil.rmtree(gobin)
+    gobin.mkdir(parents=True)
+    # `pkg@version` ignores any current module and refuses -mod=mod, so GOFLAGS keeps only -buildvcs; the command
+    # lands in GOBIN, from where it is moved into the cache.
+    env = {**_go_env(cache_root()), "GOFLAGS": "-buildvcs=false", "GOBIN": str(gobin)}
+    progress.step(f"metrics-server {METRICS_SERVER_VERSION}: go install (a few minutes on a cold cache)")
+    started = time.monotonic()
+    _run(metrics_server_build_argv(go), env=env, cwd=gobin, step="go install metrics-server")
+    binary.parent.mkdir(parents=True, exist_ok=True)
+    (gobin / "metrics-server").replace(binary)  # whole or not at all: its presence is the cache check
+    shutil.rmtree(gobin, ignore_errors=True)
+    progress.step(f"metrics-server: built in {time.monotonic() - started:.0f}s")
+    return binary
+
+
 def install(progress: Progress | None = None) -> None:
     progress = progress or Progress(write=lambda line: print(line, file=sys.stderr, flush=True))
     if os.geteuid() != 0:
@@ -329,4 +378,5 @@ def install(progress: Progress | None = None) -> None:
     build_kubernetes(progress)
     build_crictl(progress)
     build_grpc_health(progress)
+    build_metrics_server(progress)
     progress.step(f"done in {time.monotonic() - started:.0f}s")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -77,6 +78,15 @@ class Layout:
         return self.root / "kubelet"
 
     @property
+    def front_proxy_pki(self) -> Path:
+        """The aggregation layer's own CA (requestheader) and the apiserver's proxy client certificate."""
+        return self.pki / "front-proxy"
+
+    @property
+    def metrics_server_kubeconfig(self) -> Path:
+        return self.root / "metrics-server.kubeconfig"
+
+    @property
     def env_file(self) -> Path:
         return self.root / "env"
 
@@ -114,6 +124,13 @@ class Settings:
     service_cidr: str
     healthz_port: int = 0  # the agent's local endpoint (/healthz, /pods); 0 in a testbed.json written before it
     kubelet_port: int = 0  # the agent's kubelet API (upstream 10250); 0 in a testbed.json written before it
+    metrics_server_port: int = 0  # metrics-server's secure port; 0 in a testbed.json written before it
+
+    @property
+    def node_ip(self) -> str:
+        """The node's address (--node-ip, its InternalIP): the gateway of the pod range, on the testbed's bridge.
+        Reachable from the host and from every pod, and not loopback, which the apiserver refuses to proxy to."""
+        return str(ipaddress.IPv4Network(self.pod_cidr).network_address + 1)
 
     @property
     def apiserver_url(self) -> str:

@@ -1,14 +1,18 @@
 """`nodeagent testbed up|down --dir DIR`: one hermetic set of real parts on this machine.
 
 `up` starts, each with its own directory, ports, sockets and bridge so that two testbeds can run side by side:
-etcd and kube-apiserver (TLS, Node+RBAC authorization, NodeRestriction), kube-controller-manager and kube-scheduler,
-a docker-registry on loopback holding locally built pause and busybox images, and a containerd with its own root,
+etcd and kube-apiserver (TLS, Node+RBAC authorization, NodeRestriction, the aggregation layer),
+kube-controller-manager and kube-scheduler, metrics-server (registered as v1beta1.metrics.k8s.io), a
+docker-registry on loopback holding locally built pause and busybox images, and a containerd with its own root,
 state, socket and CNI config, whose pods get their network from the project's CNI plugin and its helper (cni/).
-It writes `DIR/env` and `DIR/nodeagent.yaml`. The daemons outlive the command.
+The bridge exists from the start with its gateway address, the node's address (`Settings.node_ip`), where the
+agent's kubelet API and metrics-server listen. It writes `DIR/env` and `DIR/nodeagent.yaml`. The daemons outlive
+the command.
 
 `down` removes every sandbox through CRI (so CNI tears down veths and network namespaces), stops the daemons and
-containerd's shims by PID, unmounts what containerd mounted below DIR and deletes the bridge. A component that does
-not come up fails `up` with the tail of its log, after tearing down what had started.
+containerd's shims by PID, unmounts what containerd mounted below DIR and deletes the bridge (and so the node's
+address). A component that does not come up fails `up` with the tail of its log, after tearing down what had
+started.
 """
 
 from __future__ import annotations
@@ -32,18 +36,20 @@ import httpx
 from cri.client import connect
 from cri.errors import CRIError
 from nodeagent.kuberuntime.cgroups import remove_cgroup_tree
-from nodeagent.testbed import cniplugin, configs, hostnet, images, processes, registry
+from nodeagent.testbed import cniplugin, configs, hostnet, images, metricsserver, processes, registry
 from nodeagent.testbed.kubeconfig import write_kubeconfig
 from nodeagent.testbed.layout import Layout, Settings
 from nodeagent.testbed.pki import CertificateAuthority, CertPair, service_account_keys
-from nodeagent.testbed.versions import cache_root, grpc_health_path, kubernetes_bin_dir
+from nodeagent.testbed.versions import cache_root, grpc_health_path, kubernetes_bin_dir, metrics_server_path
 
 log = logging.getLogger(__name__)
 
 # Stopped in this order by `down`: clients of the apiserver first, containerd after its sandboxes are gone.
 AGENT = "nodeagent"
+METRICS_SERVER = metricsserver.NAME
 COMPONENTS = (
     AGENT,
+    METRICS_SERVER,
     "kube-controller-manager",
     "kube-scheduler",
     "kube-apiserver",
@@ -76,6 +82,13 @@ def _free_ports(count: int) -> list[int]:
             s.close()
 
 
+def _metrics_server_binary() -> str:
+    binary = metrics_server_path()
+    if not binary.exists():
+        raise TestbedError(f"metrics-server is not built ({binary}): run `nodeagent testbed install` first")
+    return str(binary)
+
+
 def _binary(name: str) -> str:
     candidate = kubernetes_bin_dir() / name
     if candidate.exists():
@@ -99,11 +112,18 @@ class Pki:
     kubelet_client: CertPair
     kubelet_serving: CertPair
     service_account: CertPair
+    front_proxy_ca: CertPair
+    front_proxy_client: CertPair
+    metrics_server_serving: CertPair
+    metrics_server_client: CertPair
 
 
-def _make_pki(layout: Layout, node_name: str) -> Pki:
+def _make_pki(layout: Layout, node_name: str, node_ip: str) -> Pki:
     d = layout.pki
     ca = CertificateAuthority.create(d, "nodeagent-testbed-ca")
+    # The aggregation layer's CA of its own, as upstream's front-proxy CA: an aggregated server trusts request
+    # headers (X-Remote-User) only from a certificate of this CA, never from one of the cluster's clients.
+    front_proxy = CertificateAuthority.create(layout.front_proxy_pki, "nodeagent-testbed-front-proxy-ca")
     loopback = ("127.0.0.1",)
     return Pki(
         ca=ca.pair,
@@ -145,9 +165,22 @@ def _make_pki(layout: Layout, node_name: str) -> Pki:
             organizations=("system:nodes",),
             server=True,
             dns_names=(node_name, "localhost"),
-            ip_addresses=loopback,
+            ip_addresses=(*loopback, node_ip),
         ),
         service_account=service_account_keys(d),
+        front_proxy_ca=front_proxy.pair,
+        front_proxy_client=front_proxy.issue(
+            layout.front_proxy_pki, "front-proxy-client", common_name=metricsserver.FRONT_PROXY_CLIENT, client=True
+        ),
+        metrics_server_serving=ca.issue(
+            d,
+            "metrics-server",
+            common_name="metrics-server",
+            server=True,
+            dns_names=metricsserver.SERVICE_DNS_NAMES,
+            ip_addresses=(node_ip,),
+        ),
+        metrics_server_client=ca.issue(d, "metrics-server-client", common_name=metricsserver.USER, client=True),
     )
 
 
@@ -225,8 +258,11 @@ class Testbed:
 
     async def _up(self, node_name: str) -> Settings:
         lay = self.layout
-        ports = _free_ports(9)
+        ports = _free_ports(10)
         bridge = hostnet.bridge_name(lay.root)
+        # A bridge of this directory's name is this directory's, left by a testbed that was not brought down: its
+        # route would keep the pod range from being chosen again, and its address would sit beside the new one.
+        hostnet.remove_bridge_leftovers(bridge)
         settings = Settings(
             node_name=node_name,
             etcd_client_port=ports[0],
@@ -241,9 +277,16 @@ class Testbed:
             service_cidr=hostnet.SERVICE_CIDR,
             healthz_port=ports[7],
             kubelet_port=ports[8],
+            metrics_server_port=ports[9],
         )
         settings.save(lay.settings_file)
-        pki = _make_pki(lay, node_name)
+        # Before anything listens on the node address (metrics-server, the agent) and before the first CNI ADD.
+        # In a thread: pyroute2's synchronous IPRoute runs an event loop of its own, which it cannot do in this one.
+        try:
+            await asyncio.to_thread(hostnet.ensure_bridge, settings.bridge, settings.pod_cidr)
+        except hostnet.HostNetError as exc:
+            raise TestbedError(str(exc)) from exc
+        pki = _make_pki(lay, node_name, settings.node_ip)
         self._write_configs(settings, pki)
         cni_plugin = cniplugin.install_plugins(lay)
 
@@ -279,6 +322,8 @@ class Testbed:
         )
         kcm = self._start_controller_manager(settings, pki)
         sched = self._start_scheduler(settings)
+        # While those two start: metrics-server and the objects that register it.
+        metrics_server = await self._start_metrics_server(settings, pki)
         for proc, port in ((kcm, settings.controller_manager_port), (sched, settings.scheduler_port)):
             await _wait(
                 proc.name, proc.log_path, _https_check(f"https://127.0.0.1:{port}/healthz", ca=None, client=None), proc
@@ -295,8 +340,48 @@ class Testbed:
             ),
             kcm,
         )
+        # `kubectl top` works from here on (with numbers once an agent has been scraped twice).
+        await _wait(
+            "v1beta1.metrics.k8s.io",
+            metrics_server.log_path,
+            lambda: metricsserver.api_service_available(lay),
+            metrics_server,
+        )
         lay.env_file.write_text(configs.env_file(lay, settings))
         return settings
+
+    async def _start_metrics_server(self, settings: Settings, pki: Pki) -> processes.Process:
+        lay = self.layout
+        try:
+            await metricsserver.register(lay, settings)
+        except metricsserver.MetricsServerError as exc:
+            raise TestbedError(f"metrics-server: {exc}") from exc
+        files = metricsserver.Files(
+            kubeconfig=lay.metrics_server_kubeconfig,
+            tls_cert=pki.metrics_server_serving.cert,
+            tls_key=pki.metrics_server_serving.key,
+            kubelet_ca=pki.ca.cert,
+        )
+        proc = processes.start(
+            METRICS_SERVER,
+            metricsserver.argv(_metrics_server_binary(), settings, files),
+            pid_dir=lay.pids,
+            log_dir=lay.logs,
+            cwd=lay.root,  # anything it would write relative to its directory stays in the testbed
+        )
+        await _wait(
+            METRICS_SERVER,
+            proc.log_path,
+            _https_check(
+                f"https://{settings.node_ip}:{settings.metrics_server_port}/livez", ca=pki.ca.cert, client=pki.admin
+            ),
+            proc,
+        )
+        try:
+            await metricsserver.register_api_service(lay)
+        except metricsserver.MetricsServerError as exc:
+            raise TestbedError(f"metrics-server: {exc}") from exc
+        return proc
 
     def _start(self, name: str, argv: list[str]) -> processes.Process:
         return processes.start(name, argv, pid_dir=self.layout.pids, log_dir=self.layout.logs)
@@ -380,6 +465,13 @@ class Testbed:
             client=pki.scheduler,
             user="system:kube-scheduler",
         )
+        write_kubeconfig(
+            lay.metrics_server_kubeconfig,
+            server=server,
+            ca=pki.ca.cert,
+            client=pki.metrics_server_client,
+            user=metricsserver.USER,
+        )
         lay.agent_config.write_text(configs.agent_config(lay, settings))
 
     def _start_etcd(self, settings: Settings, pki: Pki) -> processes.Process:
@@ -433,6 +525,16 @@ class Testbed:
                 f"--kubelet-client-key={pki.kubelet_client.key}",
                 f"--kubelet-certificate-authority={pki.ca.cert}",
                 "--kubelet-preferred-address-types=InternalIP,Hostname",
+                # The aggregation layer (metrics-server): the front-proxy CA and client, upstream's header names,
+                # and routing to the APIService's endpoints, as there is no service proxy to reach a ClusterIP.
+                f"--requestheader-client-ca-file={pki.front_proxy_ca.cert}",
+                f"--requestheader-allowed-names={metricsserver.FRONT_PROXY_CLIENT}",
+                "--requestheader-username-headers=X-Remote-User",
+                "--requestheader-group-headers=X-Remote-Group",
+                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+                f"--proxy-client-cert-file={pki.front_proxy_client.cert}",
+                f"--proxy-client-key-file={pki.front_proxy_client.key}",
+                "--enable-aggregator-routing=true",
                 "--allow-privileged=true",
                 # The loopback advertise address may not be written into the kubernetes Service's endpoints.
                 "--endpoint-reconciler-type=none",
@@ -516,7 +618,7 @@ class Testbed:
                 "--config", str(config or self.layout.agent_config),
                 "--kubeconfig", str(self.layout.node_kubeconfig),
                 "--node-name", settings.node_name,
-                "--node-ip", "127.0.0.1",
+                "--node-ip", settings.node_ip,
                 "--root-dir", str(self.layout.kubelet_root),
             ],
         )  # fmt: skip

@@ -14,6 +14,9 @@ CRI_TOOLS_VERSION = "v1.34.0"
 # KUBERNETES_VERSION builds with, so the module cache of the control plane build already holds it.
 GRPC_GO_VERSION = "v1.72.1"
 GRPC_HEALTH_SOURCE = Path(__file__).with_name("grpchealth") / "main.go"
+# sigs.k8s.io/metrics-server, built from its own go.mod (k8s.io/* v0.33): what `kubectl top` reads through the
+# aggregation layer.
+METRICS_SERVER_VERSION = "v0.8.0"
 
 
 def cache_root() -> Path:
@@ -32,3 +35,7 @@ def grpc_health_path() -> Path:
     """The gRPC health server binary, keyed by its source and the grpc release, so an edit rebuilds it."""
     digest = hashlib.sha256(GRPC_HEALTH_SOURCE.read_bytes()).hexdigest()[:12]
     return cache_root() / f"grpc-health-{GRPC_GO_VERSION}-{digest}" / "grpc-health"
+
+
+def metrics_server_path() -> Path:
+    return cache_root() / f"metrics-server-{METRICS_SERVER_VERSION}" / "metrics-server"

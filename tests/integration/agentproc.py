@@ -64,7 +64,9 @@ def start_agent(
             [
                 sys.executable, "-m", "nodeagent", "run",
                 "--config", str(config or testbed.layout.agent_config),
-                "--node-ip", "127.0.0.1",
+                # The testbed's node address (its bridge's gateway): not loopback, so the apiserver's node proxy
+                # and metrics-server reach the agent's kubelet API there, as in a real cluster.
+                "--node-ip", testbed.settings.node_ip,
                 "--root-dir", str(testbed.layout.kubelet_root),
                 *argv,
             ],

@@ -2,9 +2,10 @@
 
 A host-network pod shares the node's network and UTS namespaces: it runs (the sandbox gets no hostname of its own,
 which runc could not set there), `hostname` in it prints the node's, its podIP is the node IP (the agent runs with
---node-ip 127.0.0.1), and a second host-network pod asking for a host port already taken is refused at admission
-with the NodePorts predicate's reason and message, as upstream. The tests look at the apiserver as admin and into
-the containers through CRI ExecSync; the static pod is a manifest in the testbed's staticPodPath.
+--node-ip of the testbed's node address, its bridge's gateway: upstream reports the node's InternalIP), and a second
+host-network pod asking for a host port already taken is refused at admission with the NodePorts predicate's reason
+and message, as upstream. The tests look at the apiserver as admin and into the containers through CRI ExecSync;
+the static pod is a manifest in the testbed's staticPodPath.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from nodeagent.testbed.testbed import Testbed
 from tests.integration.agentproc import NS, Agent, clean_up, eventually, node_ready, start_agent, stop_agent
 
 Obj = dict[str, Any]
-NODE_IP = "127.0.0.1"
 MANIFEST = "hostnet-static.yaml"
 NODE_PORTS_MESSAGE = "Predicate NodePorts failed: node(s) didn't have free ports for the requested pod ports"
 
@@ -50,9 +50,9 @@ def _name(prefix: str) -> str:
     return f"hostnet-{prefix}-{uuid.uuid4().hex[:5]}"
 
 
-def _free_port() -> int:
+def _free_port(node_ip: str) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((NODE_IP, 0))
+        s.bind((node_ip, 0))
         port: int = s.getsockname()[1]
         return port
 
@@ -103,7 +103,7 @@ async def exec_out(cri: CRIClient, container_id: str, *command: str) -> str:
     return response.stdout.decode().strip()
 
 
-async def assert_on_the_node(cri: CRIClient, pod: Obj) -> None:
+async def assert_on_the_node(cri: CRIClient, pod: Obj, node_ip: str) -> None:
     """The container sees the node's hostname and shares its network and UTS namespaces; the pod's IP is the node's."""
     container_id = running_id(pod)
     assert await exec_out(cri, container_id, "hostname") == socket.gethostname()
@@ -112,9 +112,9 @@ async def assert_on_the_node(cri: CRIClient, pod: Obj) -> None:
             f"/proc/self/ns/{ns}"
         )
     status = pod["status"]
-    assert status["podIP"] == NODE_IP
-    assert status["podIPs"] == [{"ip": NODE_IP}]
-    assert status["hostIP"] == NODE_IP
+    assert status["podIP"] == node_ip
+    assert status["podIPs"] == [{"ip": node_ip}]
+    assert status["hostIP"] == node_ip
 
 
 async def test_api_host_network_pod_runs_on_the_node_network_and_hostname(
@@ -122,14 +122,14 @@ async def test_api_host_network_pod_runs_on_the_node_network_and_hostname(
 ) -> None:
     await eventually(lambda: node_ready(admin, settings.node_name), timeout=30, what="node Ready", agent=agent)
     name = _name("api")
-    port = _free_port()
+    port = _free_port(settings.node_ip)
     created = await admin.create(
         paths.pods(NS), host_network_pod(name, configs.busybox_image(settings), [{"containerPort": port}])
     )
     # The apiserver defaults a host-network pod's hostPort to its containerPort, as the admission check relies on.
     assert created["spec"]["containers"][0]["ports"][0]["hostPort"] == port
     pod = await wait_running(admin, agent, name)
-    await assert_on_the_node(cri_client, pod)
+    await assert_on_the_node(cri_client, pod, settings.node_ip)
     # No sandbox hostname was asked for, so nothing failed on the way.
     sandbox_failures = await admin.list(
         paths.events(NS), field_selector=f"involvedObject.name={name},reason=FailedCreatePodSandBox"
@@ -151,7 +151,7 @@ async def test_static_host_network_pod_runs_and_its_mirror_reports_the_node_ip(
     try:
         mirror = await wait_running(admin, agent, mirror_name)
         assert mirror["metadata"]["annotations"]["kubernetes.io/config.source"] == "file"
-        await assert_on_the_node(cri_client, mirror)
+        await assert_on_the_node(cri_client, mirror, settings.node_ip)
     finally:
         path.unlink(missing_ok=True)
 
@@ -169,7 +169,7 @@ async def test_second_pod_on_a_taken_host_port_is_refused_at_admission(
 ) -> None:
     await eventually(lambda: node_ready(admin, settings.node_name), timeout=30, what="node Ready", agent=agent)
     image = configs.busybox_image(settings)
-    port = _free_port()
+    port = _free_port(settings.node_ip)
     first = _name("first")
     await admin.create(paths.pods(NS), host_network_pod(first, image, [{"containerPort": port}]))
     await wait_running(admin, agent, first)

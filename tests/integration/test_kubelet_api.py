@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import pty
 import re
@@ -25,6 +26,7 @@ from typing import Any
 import httpx
 import pytest
 
+from cri.client import connect
 from nodeagent.kube import paths
 from nodeagent.kube.client import KubeClient
 from nodeagent.kube.errors import NotFound
@@ -303,7 +305,7 @@ async def test_auth_without_credentials_and_with_a_stats_only_user(
     testbed: Testbed, settings: Settings, agent: Agent, admin: KubeClient
 ) -> None:
     await wait_node(admin, agent, settings)
-    base = f"https://127.0.0.1:{settings.kubelet_port}"
+    base = f"https://{settings.node_ip}:{settings.kubelet_port}"  # the kubelet API listens on the node address
     ca = ssl.create_default_context(cafile=str(testbed.layout.pki / "ca.crt"))
     async with httpx.AsyncClient(verify=ca, timeout=10, trust_env=False) as anonymous:
         response = await anonymous.get(f"{base}/pods")
@@ -321,8 +323,7 @@ async def test_auth_without_credentials_and_with_a_stats_only_user(
             f"Forbidden (user=system:serviceaccount:{NS}:{SA}, verb=create, resource=nodes, subresource(s)=[proxy])\n"
         )
     # The apiserver reached the agent over verified TLS with its kubelet client certificate for every kubectl call
-    # above. (Its node proxy, /api/v1/nodes/N/proxy/..., refuses the testbed's loopback node address: "address not
-    # allowed"; that needs the node an address of its own, see the kubelet API issue.)
+    # above. (Its node proxy, /api/v1/nodes/N/proxy/..., is test_node_proxy_reaches_the_agent_on_the_node_address.)
 
 
 async def _stats_only_token(admin: KubeClient) -> str:
@@ -365,7 +366,7 @@ async def test_aborted_sessions_leak_nothing(
     pid = agent.proc.pid
 
     async def session(request: bytes, until: bytes) -> None:
-        reader, writer = await asyncio.open_connection("127.0.0.1", settings.kubelet_port, ssl=context)
+        reader, writer = await asyncio.open_connection(settings.node_ip, settings.kubelet_port, ssl=context)
         writer.write(request)
         await writer.drain()
         await asyncio.wait_for(reader.readuntil(until), 30)
@@ -395,3 +396,76 @@ async def test_aborted_sessions_leak_nothing(
 
 def _fd_count(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+async def test_node_proxy_reaches_the_agent_on_the_node_address(
+    testbed: Testbed, settings: Settings, agent: Agent, admin: KubeClient, busybox: str
+) -> None:
+    """The apiserver's node proxy (what the e2e suite reads pods through) reaches the agent: the node's InternalIP
+    is the testbed's node address, not loopback, which the proxy refuses ("address not allowed")."""
+    await wait_node(admin, agent, settings)
+    node: Obj = await admin.get(paths.node(settings.node_name))
+    assert {"type": "InternalIP", "address": settings.node_ip} in node["status"]["addresses"]
+    base = f"/api/v1/nodes/{settings.node_name}/proxy"
+    assert (await akubectl(testbed, "get", "--raw", f"{base}/healthz")).stdout.rstrip("\n") == "ok"
+    name = _name("proxy")
+    await run_pod(admin, agent, name, ["sleep", "3600"], container={"image": busybox})
+    listed = json.loads((await akubectl(testbed, "get", "--raw", f"{base}/pods")).stdout)
+    assert listed["kind"] == "PodList"
+    assert name in {p["metadata"]["name"] for p in listed["items"]}
+    # Pods reach the node address too (their gateway), as on a real node: a connection to the kubelet port opens.
+    dial = f"nc -w 5 {settings.node_ip} {settings.kubelet_port} </dev/null; echo rc=$?"
+    assert (await akubectl(testbed, "exec", name, "--", "sh", "-c", dial)).stdout.strip() == "rc=0"
+
+
+async def test_kubectl_top_shows_the_cgroups_numbers(
+    testbed: Testbed, settings: Settings, agent: Agent, admin: KubeClient, busybox: str
+) -> None:
+    """metrics-server, through the aggregation layer, from the agent's /metrics/resource: a pod burning CPU shows
+    non-zero CPU within a minute, and memory within 10% of its container cgroup's working set."""
+    await wait_node(admin, agent, settings)
+    name = _name("top")
+    # 20 MiB in the sandbox's /dev/shm (tmpfs, charged to the container's cgroup), then a busy loop held to 200m.
+    script = "dd if=/dev/zero of=/dev/shm/fill bs=1048576 count=20 2>/dev/null; while :; do :; done"
+    limits = {"cpu": "200m", "memory": "64Mi"}
+    pod = await run_pod(
+        admin, agent, name, ["sh", "-c", script], container={"image": busybox, "resources": {"limits": limits}}
+    )
+    try:
+        started = time.monotonic()
+
+        async def top_pod() -> tuple[int, int] | None:
+            done = await akubectl(testbed, "top", "pod", name, "--no-headers", check=False)
+            match = re.fullmatch(rf"{name}\s+(\d+)m\s+(\d+)Mi\s*", done.stdout)
+            return (int(match.group(1)), int(match.group(2))) if match and int(match.group(1)) > 0 else None
+
+        cpu_millis, memory_mib = await eventually(top_pod, timeout=60, what="kubectl top pod: CPU > 0", agent=agent)
+        assert time.monotonic() - started < 60
+        assert cpu_millis <= 260, cpu_millis  # held to 200m by its CFS quota
+        container_id = pod["status"]["containerStatuses"][0]["containerID"].rpartition("://")[2]
+        working_set = _cgroup_working_set(await _container_pid(testbed, container_id))
+        assert working_set > 20 * 1024 * 1024
+        assert abs(memory_mib * 1024 * 1024 - working_set) <= 0.1 * working_set, (memory_mib, working_set)
+        node_row = (await akubectl(testbed, "top", "node", "--no-headers")).stdout.split()
+        assert node_row[0] == settings.node_name
+        assert re.fullmatch(r"\d+m", node_row[1]) and re.fullmatch(r"\d+Mi", node_row[3]), node_row
+        assert int(node_row[1][:-1]) >= cpu_millis * 0.5  # the node holds at least the pod's burn
+    finally:
+        with contextlib.suppress(NotFound):
+            await admin.delete(paths.pod(NS, name), grace_period_seconds=0)
+
+
+async def _container_pid(testbed: Testbed, container_id: str) -> int:
+    async with connect(f"unix://{testbed.layout.containerd_socket}", timeout=30) as cri:
+        status = await cri.runtime.container_status(container_id, verbose=True)
+    return int(json.loads(status.info["info"])["pid"])
+
+
+def _cgroup_working_set(pid: int) -> int:
+    """As cAdvisor computes it, straight from the process's memory cgroup (v1): usage - total_inactive_file."""
+    lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    path = next(line.split(":", 2)[2] for line in lines if line.split(":", 2)[1] == "memory")
+    cgroup = Path("/sys/fs/cgroup/memory") / path.lstrip("/")
+    usage = int((cgroup / "memory.usage_in_bytes").read_text())
+    stat = dict(line.split() for line in (cgroup / "memory.stat").read_text().splitlines())
+    return usage - int(stat["total_inactive_file"])

@@ -1,4 +1,7 @@
-"""Two testbeds run side by side without colliding, and `down` leaves nothing behind, even with pods running."""
+"""Two testbeds run side by side without colliding, and `down` leaves nothing behind, even with pods running.
+
+Each testbed's bridge exists from `up` on with its gateway address, the node's own address, where metrics-server
+already listens; `down` takes the bridge and the address away with everything else."""
 
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ import httpx
 
 from cri.client import connect
 from cri.v1 import api_pb2
-from nodeagent.testbed import configs, processes
+from nodeagent.testbed import configs, hostnet, processes
 from nodeagent.testbed.testbed import Testbed
 from tests.integration.crifixtures import container_config, sandbox_config
 
@@ -27,12 +30,23 @@ def _links(kind: str) -> set[str]:
     return {str(link["ifname"]) for link in json.loads(out.stdout or "[]")}
 
 
+def _all_ipv4_addresses() -> set[str]:
+    out = subprocess.run(["ip", "-j", "-4", "addr", "show"], capture_output=True, text=True, check=True).stdout
+    return {str(a["local"]) for link in json.loads(out or "[]") for a in link.get("addr_info", [])}
+
+
+def _listening(address: str, port: int) -> bool:
+    out = subprocess.run(["ss", "-Htln", "src", f"{address}:{port}"], capture_output=True, text=True, check=True)
+    return bool(out.stdout.strip())
+
+
 def _mounts_under(root: Path) -> list[str]:
     prefix = str(root.resolve()) + "/"
     return [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines() if prefix in line]
 
 
-async def _run_pod(other: Testbed) -> None:
+async def _run_pod(other: Testbed) -> str:
+    """A sandbox with a sleeping container in `other`; returns the name of the sandbox's network namespace."""
     settings = other.settings
     async with connect(f"unix://{other.layout.containerd_socket}", timeout=60) as cri:
         image = configs.busybox_image(settings)
@@ -43,6 +57,15 @@ async def _run_pod(other: Testbed) -> None:
             sandbox_id, container_config("sleeper", image, ["sleep", "3600"]), config
         )
         await cri.runtime.start_container(container_id)
+        status = await cri.runtime.pod_sandbox_status(sandbox_id, verbose=True)
+    info = json.loads(status.info["info"])
+    (path,) = (ns["path"] for ns in info["runtimeSpec"]["linux"]["namespaces"] if ns["type"] == "network")
+    return Path(path).name
+
+
+def _ports(bridge: str) -> set[str]:
+    out = subprocess.run(["ip", "-j", "link", "show", "master", bridge], capture_output=True, text=True, check=False)
+    return {str(link["ifname"]) for link in json.loads(out.stdout or "[]")} if out.returncode == 0 else set()
 
 
 async def _readyz(bed: Testbed) -> int:
@@ -54,7 +77,8 @@ async def _readyz(bed: Testbed) -> int:
 
 
 def test_second_testbed_beside_the_first_then_down_leaves_nothing(testbed: Testbed, tmp_path: Path) -> None:
-    netns_before, veths_before = _netns(), _links("veth")
+    # The machine is shared: other testbeds make and remove namespaces and veths meanwhile, so only the second
+    # testbed's own are counted (its sandbox's namespace, the veths on its bridge).
     other = Testbed(tmp_path / "other")
     try:
         asyncio.run(other.up())
@@ -66,11 +90,18 @@ def test_second_testbed_beside_the_first_then_down_leaves_nothing(testbed: Testb
         assert testbed.layout.containerd_socket != other.layout.containerd_socket
         assert asyncio.run(_readyz(testbed)) == 200
         assert asyncio.run(_readyz(other)) == 200
-        asyncio.run(_run_pod(other))
+        # Before any pod: the bridge carries the node address, and metrics-server listens there.
+        assert one.node_ip != two.node_ip
+        assert hostnet.addresses_of(two.bridge) == [f"{two.node_ip}/24"]
+        assert _listening(two.node_ip, two.metrics_server_port)
+        hostnet.ensure_bridge(two.bridge, two.pod_cidr)  # again: idempotent
+        assert hostnet.addresses_of(two.bridge) == [f"{two.node_ip}/24"]
+        netns = asyncio.run(_run_pod(other))
         # The pod really holds host resources that down must release.
         assert two.bridge in _links("bridge")
-        assert len(_netns() - netns_before) == 1
-        assert len(_links("veth") - veths_before) == 1
+        assert netns in _netns()
+        veths = _ports(two.bridge)
+        assert len(veths) == 1 and veths <= _links("veth")
         assert _mounts_under(other.layout.root)
     finally:
         asyncio.run(other.down())
@@ -78,11 +109,15 @@ def test_second_testbed_beside_the_first_then_down_leaves_nothing(testbed: Testb
     assert processes.pids_with_arg("containerd-shim-runc-v2", str(other.layout.containerd_socket)) == []
     assert _mounts_under(other.layout.root) == []
     assert two.bridge not in _links("bridge")
-    assert _netns() == netns_before
-    assert _links("veth") == veths_before
+    assert two.node_ip not in _all_ipv4_addresses()
+    assert not _listening(two.node_ip, two.metrics_server_port)
+    assert netns not in _netns()
+    assert not veths & _links("veth")
     # The first testbed is untouched.
     assert asyncio.run(_readyz(testbed)) == 200
+    assert one.node_ip in _all_ipv4_addresses()
     assert set(testbed.running()) == {
+        "metrics-server",
         "kube-controller-manager",
         "kube-scheduler",
         "kube-apiserver",

@@ -151,4 +151,4 @@ def test_the_testbed_agent_config_loads_without_warnings(tmp_path: Path) -> None
     assert config.static_pod_path == str(layout.manifests)
     assert config.cgroup_root == "/nodeagent-na0123456789"
     assert config.pod_cidr == "198.18.7.0/24"
-    assert config.address == "127.0.0.1"
+    assert config.address == "198.18.7.1"  # the testbed's node address: its pod range's gateway
