@@ -100,18 +100,20 @@ async def main(argv: list[str]) -> int:
                 agent_exec.append(await asyncio.to_thread(_timed, [*kubectl, "exec", "bench-exec", "--", "true"]))
                 floor_exec.append(await asyncio.to_thread(_timed, [crictl, "exec", container, "true"], crictl_env))
 
-            line = "0123456789abcdefghijklmnopqrstuvwxyz" * 2
-            script = f"yes {line} | head -c {LOG_MB}M; sleep 3600"
+            # LOG_MB MiB of 'a' in 72-byte lines (busybox's head has no size suffixes; dd counts blocks).
+            script = f"dd if=/dev/zero bs=1048576 count={LOG_MB} 2>/dev/null | tr '\\0' a | fold -w 72; sleep 3600"
             await admin.create(paths.pods(NS), _pod("bench-logs", image, ["sh", "-c", script]))
             logs_id = await _running_container(admin, "bench-logs")
             log_path = (await cri.runtime.container_status(logs_id)).status.log_path
-            content_bytes = LOG_MB * 1024 * 1024
+            content_bytes = LOG_MB * 1024 * 1024 * 73 // 72  # fold adds a newline every 72 bytes
             for _ in range(600):  # until the whole output is in the file
                 done = await asyncio.to_thread(_log_complete, log_path, content_bytes)
                 if done:
                     break
                 await asyncio.sleep(0.5)
             file_bytes = await asyncio.to_thread(os.path.getsize, log_path)
+            if file_bytes < content_bytes:
+                raise RuntimeError(f"the container's log holds {file_bytes} bytes, less than its {content_bytes}")
             agent_logs: list[float] = []
             floor_logs: list[float] = []
             for _ in range(3):

@@ -62,6 +62,7 @@ from nodeagent.sources.apiserver import run_apiserver_source
 from nodeagent.sources.problems import ManifestProblem
 from nodeagent.startup import RuntimeUnavailable, StopRequested, until_stopped, wait_for_runtime
 from nodeagent.staticpods import MirrorPods
+from nodeagent.stats.provider import StatsProvider
 from nodeagent.status.manager import StatusManager
 from nodeagent.syncloop import SyncLoop, SyncLoopChannels
 from nodeagent.tasks import Supervisor
@@ -447,6 +448,13 @@ async def _run(
         ).run(),
     )
     if config.enable_server and config.port:
+        stats = StatsProvider(
+            cri.runtime,
+            cri.image,
+            node_name=node_name,
+            root_dir=str(options.root_dir),
+            cgroup_root=config.cgroup_root,
+        )
         api_host = AgentHost(
             pods_fn=pod_config.pods,
             status_of=status_manager.get_pod_status,
@@ -456,6 +464,8 @@ async def _run(
             config=config,
             registries={"/metrics": metrics_registry, "/metrics/probes": prober_metrics.registry},
             syncloop_health=lambda: (not supervisor.failed.is_set(), "a background task failed; see the agent log"),
+            stats_summary=stats.summary,
+            cadvisor_containers=stats.cadvisor_containers,
         )
         authenticator, authorizer = build_auth(config, client)
         api = KubeletServer(

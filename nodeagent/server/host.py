@@ -1,5 +1,6 @@
 """The agent as the kubelet API sees it: `AgentHost` implements `ServerHost` over the agent's own parts (the pod
-config, the status manager, the runtime, the mirror pods and the metric registries), passed in as narrow callables.
+config, the status manager, the runtime, the mirror pods, the metric registries and the stats provider), passed in
+as narrow callables.
 """
 
 from __future__ import annotations
@@ -7,7 +8,8 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import enum
-from collections.abc import Callable, Mapping, Sequence
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +17,12 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from nodeagent.config.durations import format_go_duration
 from nodeagent.kuberuntime import actions as acts
+from nodeagent.stats.cadvisor import CadvisorContainer, cadvisor_metrics
+from nodeagent.stats.errors import StatsError
+from nodeagent.stats.resource_metrics import resource_metrics
+from nodeagent.stats.types import Summary, summary_json
+
+log = logging.getLogger(__name__)
 
 Pod = dict[str, Any]
 CONFIG_MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
@@ -71,6 +79,9 @@ class AgentHost:
     config: Any
     registries: Mapping[str, CollectorRegistry]  # path (/metrics, /metrics/probes) -> registry
     syncloop_health: Callable[[], tuple[bool, str]] = lambda: (True, "")
+    # the stats provider's StatsProvider.summary and .cadvisor_containers (None: no provider, the routes fail)
+    stats_summary: Callable[[bool], Awaitable[Summary]] | None = None
+    cadvisor_containers: Callable[[], Awaitable[list[CadvisorContainer]]] | None = None
 
     def pods(self) -> list[Pod]:
         out = []
@@ -125,3 +136,30 @@ class AgentHost:
     def metrics(self, path: str) -> bytes | None:
         registry = self.registries.get(path.rstrip("/") or "/metrics")
         return generate_latest(registry) if registry is not None else None
+
+    async def _summary(self, only_cpu_and_memory: bool) -> Summary:
+        if self.stats_summary is None:
+            raise StatsError("no stats provider")
+        return await self.stats_summary(only_cpu_and_memory)
+
+    async def summary(self, only_cpu_and_memory: bool) -> Mapping[str, Any]:
+        return summary_json(await self._summary(only_cpu_and_memory))
+
+    async def resource_metrics(self) -> bytes:
+        try:
+            found: Summary | None = await self._summary(True)
+        except StatsError as exc:
+            # as upstream's collector: the scrape still answers, with resource_scrape_error 1
+            log.error("resource metrics summary failed error=%s", exc)
+            found = None
+        return resource_metrics(found).encode()
+
+    async def cadvisor_metrics(self) -> bytes:
+        rows: list[CadvisorContainer] | None = None
+        try:
+            if self.cadvisor_containers is None:
+                raise StatsError("no stats provider")
+            rows = await self.cadvisor_containers()
+        except StatsError as exc:
+            log.warning("cadvisor metrics listing failed error=%s", exc)
+        return cadvisor_metrics(rows).encode()

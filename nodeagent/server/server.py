@@ -371,30 +371,15 @@ class KubeletServer:
         await responder.end()
 
     async def _exec(self, request: Request, responder: Responder, params: dict[str, str]) -> None:
-        try:
-            options = stream_options(request.query)
-        except StreamOptionsError as exc:
-            await responder.text(400, str(exc))
-            return
-        container_id = await self._stream_container(responder, params)
-        if container_id is None:
-            return
-        cri_request = api_pb2.ExecRequest(
-            container_id=container_id,
-            cmd=request.query.get("command") or [],
-            tty=options.tty,
-            stdin=options.stdin,
-            stdout=options.stdout,
-            stderr=options.stderr,
-        )
-        try:
-            url = (await self.runtime.exec(cri_request)).url
-        except CRIError as exc:
-            await responder.text(500, str(exc))
-            return
-        await self._proxy(request, responder, url)
+        await self._remote_command(request, responder, params, attach=False)
 
     async def _attach(self, request: Request, responder: Responder, params: dict[str, str]) -> None:
+        await self._remote_command(request, responder, params, attach=True)
+
+    async def _remote_command(
+        self, request: Request, responder: Responder, params: dict[str, str], *, attach: bool
+    ) -> None:
+        """exec and attach: the stream options, the running container, the runtime's URL, the proxied upgrade."""
         try:
             options = stream_options(request.query)
         except StreamOptionsError as exc:
@@ -403,15 +388,14 @@ class KubeletServer:
         container_id = await self._stream_container(responder, params)
         if container_id is None:
             return
-        cri_request = api_pb2.AttachRequest(
-            container_id=container_id,
-            tty=options.tty,
-            stdin=options.stdin,
-            stdout=options.stdout,
-            stderr=options.stderr,
-        )
+        streams = {"tty": options.tty, "stdin": options.stdin, "stdout": options.stdout, "stderr": options.stderr}
         try:
-            url = (await self.runtime.attach(cri_request)).url
+            if attach:
+                url = (await self.runtime.attach(api_pb2.AttachRequest(container_id=container_id, **streams))).url
+            else:
+                command = request.query.get("command") or []
+                answer = await self.runtime.exec(api_pb2.ExecRequest(container_id=container_id, cmd=command, **streams))
+                url = answer.url
         except CRIError as exc:
             await responder.text(500, str(exc))
             return
