@@ -37,8 +37,10 @@ LOG_MB = 100
 
 
 def _timed(argv: list[str], env: dict[str, str] | None = None) -> float:
+    """Wall time of the command, its output read through a pipe (so `cat` copies bytes as kubectl must, rather than
+    splicing a file into /dev/null)."""
     started = time.monotonic()
-    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, timeout=300)
+    subprocess.run(argv, check=True, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, timeout=300)
     return time.monotonic() - started
 
 

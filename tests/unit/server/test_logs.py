@@ -183,3 +183,25 @@ async def test_tail_of_a_2gb_log_reads_only_its_end(tmp_path: Path, monkeypatch:
     out = await collect(path, LogOptions(tail=10))
     assert out == "".join(f"line{i}\n" for i in range(10, 20)).encode()
     assert read["bytes"] < 1024 * 1024
+
+
+async def test_fast_path_matches_the_line_by_line_path(tmp_path: Path) -> None:
+    """Plain reads go through one regex substitution per block; the same log read with a filter that forces the
+    line-by-line path (a `since` before everything) must give the same bytes."""
+    lines = []
+    expected = bytearray()
+    for i in range(3000):
+        stream = "stderr" if i % 7 == 0 else "stdout"
+        if i % 5 == 0:
+            lines.append(record(i % 60, stream, "P", f"part{i}-"))
+            expected += f"part{i}-".encode()
+        else:
+            lines.append(record(i % 60, stream, "F", f"line {i}  with  spaces"))
+            expected += f"line {i}  with  spaces\n".encode()
+    lines.append(record(1, "stdout", "F", "").rstrip("\n") + "\n")
+    expected += b"\n"
+    path = tmp_path / "0.log"
+    path.write_text("".join(lines))
+    fast = await collect(path, LogOptions())
+    slow = await collect(path, LogOptions(since=datetime.datetime(2000, 1, 1, tzinfo=UTC)))
+    assert fast == slow == bytes(expected)
