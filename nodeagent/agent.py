@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 
 from cri.client import CRIClient, connect
 from cri.errors import CRIError
@@ -271,6 +271,10 @@ async def _run(
 
     # What /metrics serves (the PLEG's and the runtime's series); the prober keeps its own for /metrics/probes.
     metrics_registry = CollectorRegistry()
+    # The process and Python runtime series every Go component's registry has (process_*, python_gc_*, python_info).
+    ProcessCollector(registry=metrics_registry)
+    PlatformCollector(registry=metrics_registry)
+    GCCollector(registry=metrics_registry)
     pod_cache = Cache()
     pleg = new_pleg(
         config.pleg.value,
@@ -483,6 +487,14 @@ async def _run(
             "kubelet-server",
             run_server(api, HTTPServer(api.handle, ssl_context=tls), address=config.address, port=config.port),
         )
+        if config.read_only_port:
+            # As upstream's read-only server: plain HTTP, no authentication, and the debugging handlers (logs,
+            # exec, attach, portForward, run, runningpods, /logs) answer 405 "Debug endpoints are disabled.".
+            read_only = KubeletServer(api_host, cri.runtime, node_name=node_name, enable_debugging_handlers=False)
+            supervisor.start(
+                "kubelet-read-only-server",
+                run_server(read_only, HTTPServer(read_only.handle), address=config.address, port=config.read_only_port),
+            )
     log.info(
         "agent running node=%s sources=%s standalone=%s",
         node_name,
