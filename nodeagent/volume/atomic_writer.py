@@ -77,6 +77,11 @@ def _write_file(path: str, data: bytes, mode: int) -> None:
         while view:
             written = os.write(fd, view)
             view = view[written:]
+    except OSError as exc:
+        # os.write names no file; upstream's message does ("write /x/..2026_.../key: no space left on device").
+        if exc.filename is None:
+            exc.filename = path
+        raise
     finally:
         os.close(fd)
     # The umask applied at create: set the mode asked for, whatever it is.

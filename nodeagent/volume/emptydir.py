@@ -90,28 +90,33 @@ def node_allocatable_memory(host: VolumeHost) -> int:
     return int(value) if value is not None and value > 0 else host.memory_capacity
 
 
-def make_dir(path: str, mode: int) -> None:
-    """Create `path` (parents 0750, as upstream's pod directories) with exactly `mode`, if it is missing."""
+def make_dir(path: str, mode: int) -> bool:
+    """Create `path` (parents 0750, as upstream's pod directories) with exactly `mode`, if it is missing; True when
+    this call made it."""
     if os.path.lexists(path):
-        return
+        return False
     os.makedirs(posixpath.dirname(path), mode=0o750, exist_ok=True)
     os.mkdir(path, mode)
     os.chmod(path, mode)  # whatever the umask
+    return True
 
 
-def ensure_tmpfs(mounter: Mounter, path: str, size: int) -> None:
-    """Mount a tmpfs at `path` unless one is already there (set up is idempotent: a restart never mounts twice)."""
-    top = mount_at(mounter.mounts(), path)
-    if top is not None and top.fstype == "tmpfs":
-        return
+def ensure_tmpfs(mounter: Mounter, path: str, size: int, *, fresh: bool = False) -> None:
+    """Mount a tmpfs at `path` unless one is already there (set up is idempotent: a restart never mounts twice).
+    `fresh`: the directory was made just now, so it is no mount point and the mount table need not be read (the
+    costly part of a first set up: hundreds of lines on a busy node, for each of a pod's memory volumes)."""
+    if not fresh:
+        top = mount_at(mounter.mounts(), path)
+        if top is not None and top.fstype == "tmpfs":
+            return
     mounter.mount_tmpfs(path, [f"size={size}"] if size > 0 else [])
 
 
 def set_up_dir(mounter: Mounter, path: str, *, memory: bool, size: int = 0) -> None:
     """The directory (0777, as upstream's emptyDir) and, for memory, its tmpfs. Blocking: run it in a thread."""
-    make_dir(path, DEFAULT_PERM)
+    made = make_dir(path, DEFAULT_PERM)
     if memory:
-        ensure_tmpfs(mounter, path, size)
+        ensure_tmpfs(mounter, path, size, fresh=made)
 
 
 def tear_down_dir(mounter: Mounter, path: str) -> None:

@@ -3,8 +3,10 @@ is read from inside the containers (`cat` over CRI ExecSync), and failures show 
 
 Also: a missing ConfigMap keeps its pod waiting while another pod runs; a ConfigMap update reaches a running pod
 (a subPath mount of the same key keeps the old content, as upstream); the ServiceAccount token the projected
-volume holds is accepted by the apiserver; a restarted agent neither remounts nor doubles a mount; deleted pods
-leave nothing in /proc/mounts or under the root dir. Every wait is a condition with a generous deadline.
+volume holds is accepted by the apiserver; a restarted agent neither remounts nor doubles a mount; twenty
+deleted pods leave nothing in /proc/mounts or under the root dir; a ConfigMap that outgrows its projected tmpfs
+fails the refresh for real (ENOSPC) while the container keeps the old files. Every wait is a condition with a
+generous deadline.
 """
 
 from __future__ import annotations
@@ -47,6 +49,13 @@ from tests.integration.agentproc import (
 
 Obj = dict[str, Any]
 SYNC_FREQUENCY = "5s"
+GONE_PODS = 20
+#: two housekeeping periods (2 s each) and room for a loaded machine.
+HOUSEKEEPING_DEADLINE = 15.0
+#: the full-tmpfs test: a 12 MiB pod memory limit sizes the projected tmpfs; 13 copies of 960 KiB do not fit.
+FULL_POD_MEMORY = "12Mi"
+FULL_BLOB = 960 * 1024
+FULL_COPIES = 13
 
 
 @dataclass
@@ -607,9 +616,12 @@ async def test_kill_during_ten_creations_leaks_and_doubles_nothing(
 async def test_deleted_pods_leave_nothing_behind(
     ready: None, agent: Agent, admin: KubeClient, settings: Settings, root: Path
 ) -> None:
+    """Twenty pods with a tmpfs emptyDir, a configMap and the projected token volume, deleted at once: each pod's
+    mounts are gone by the time the agent lets the pod go from the apiserver (it unmounts first), and a housekeeping
+    pass later nothing under the root dir names any of them."""
     cm = _name("gone-cm")
     await create(admin, "configmaps", cm, data={"k": "v"})
-    names = [_name("gone") for _ in range(5)]
+    names = [_name("gone") for _ in range(GONE_PODS)]
     uids = []
     for name in names:
         containers, volumes = _volume_pod(settings, cm)
@@ -617,15 +629,118 @@ async def test_deleted_pods_leave_nothing_behind(
     for name in names:
         await wait_running(admin, agent, name)
     for uid in uids:
-        assert len(mounts_of(uid)) == 2
+        points = mounts_of(uid)
+        assert any(p.endswith("kubernetes.io~empty-dir/mem") for p in points), points
+        assert any("kubernetes.io~projected/kube-api-access-" in p for p in points), points
         assert (root / "pods" / uid / "volumes" / "kubernetes.io~configmap" / "cfg" / "k").exists()
     for name in names:
         await admin.delete(paths.pod(NS, name))
 
-    async def all_gone() -> bool:
-        listed = {p["metadata"]["name"] for p in (await admin.list(paths.pods(NS)))["items"]}
-        left_mounts = [m for uid in uids for m in mounts_of(uid)]
-        left_dirs = [uid for uid in uids if (root / "pods" / uid).exists()]
-        return not (set(names) & listed) and not left_mounts and not left_dirs
+    by_name = dict(zip(names, uids, strict=True))
+    mounted_when_gone: dict[str, list[str]] = {}
 
-    await eventually(all_gone, timeout=90, what="pods, mounts and pod directories gone", agent=agent)
+    async def all_gone_from_the_api() -> bool:
+        listed = {p["metadata"]["name"] for p in (await admin.list(paths.pods(NS)))["items"]}
+        for name in set(names) - listed:
+            # Checked as soon as the pod is seen gone: the agent tears the volumes down before its final delete.
+            mounted_when_gone.setdefault(name, mounts_of(by_name[name]))
+        return not set(names) & listed
+
+    # How fast twenty pods terminate is not what this test is about: a generous deadline.
+    await eventually(all_gone_from_the_api, timeout=180, what="the pods gone from the apiserver", agent=agent)
+    assert {n: m for n, m in mounted_when_gone.items() if m} == {}
+
+    def left_under_root() -> list[str]:
+        left = [m for uid in uids for m in mounts_of(uid)]
+        for dirpath, dirnames, filenames in os.walk(root):
+            left += [os.path.join(dirpath, n) for n in [*dirnames, *filenames] if any(uid in n for uid in uids)]
+        return left
+
+    async def nothing_left() -> bool:
+        return not await asyncio.to_thread(left_under_root)
+
+    # The pod directories go at the first housekeeping pass (every 2 s) after the pods left the agent's sources.
+    await eventually(nothing_left, timeout=HOUSEKEEPING_DEADLINE, what="no mount or file of the pods left", agent=agent)
+
+
+# --- a full tmpfs during a refresh ---------------------------------------------------------------------------
+
+
+async def test_update_that_does_not_fit_keeps_the_old_content(
+    ready: None, agent: Agent, admin: KubeClient, settings: Settings, cri_client: CRIClient, root: Path
+) -> None:
+    """A projected volume is a tmpfs sized to the pod's memory limit (as upstream's wrapped memory emptyDir). Its
+    ConfigMap grows so that the next version does not fit beside the current one: the write fails for real
+    (ENOSPC), the container keeps reading the old files, whole, and the failed version leaves nothing behind.
+    Once the ConfigMap fits again, the update goes through."""
+    name = _name("full")
+    cm = f"{name}-cm"
+    await create(admin, "configmaps", cm, data={"blob": "old"})
+    # The same key under FULL_COPIES paths: one object update changes them all at once, so the new version is
+    # FULL_COPIES x FULL_BLOB bytes, more than the tmpfs holds.
+    sources = [{"configMap": {"name": cm, "items": [{"key": "blob", "path": f"b{i}"}]}} for i in range(FULL_COPIES)]
+    main = busybox(
+        settings,
+        resources={"limits": {"memory": FULL_POD_MEMORY}},
+        volumeMounts=[{"name": "big", "mountPath": "/big"}],
+    )
+    pod = await run_pod(admin, name, [main], volumes=[{"name": "big", "projected": {"sources": sources}}])
+    cid = running_id(await wait_running(admin, agent, name))
+    uid = pod["metadata"]["uid"]
+    volume_dir = root / "pods" / uid / "volumes" / "kubernetes.io~projected" / "big"
+    code, out = await exec_out(cri_client, cid, "grep", " /big ", "/proc/mounts")
+    assert code == 0 and out.startswith("tmpfs /big tmpfs") and "size=12288k" in out, out
+    files = [f"/big/b{i}" for i in range(FULL_COPIES)]
+    assert [await cat(cri_client, cid, f) for f in files] == ["old"] * FULL_COPIES
+    versions_before = _versions(volume_dir)
+    assert len(versions_before) == 1
+
+    await _replace_config_map(admin, cm, "x" * FULL_BLOB)
+    prefix = 'MountVolume.SetUp failed for volume "big" : write '
+    suffix = ": no space left on device"
+
+    async def full() -> list[str]:
+        return [m for m in await events(admin, pod, "FailedMount") if m.startswith(prefix) and m.endswith(suffix)]
+
+    # The sync period (5 s here) plus the object cache's TTL (5 s), with room.
+    messages = await eventually(full, timeout=60, what="FailedMount for the full tmpfs", agent=agent)
+    # The message names the file of the version being written, as upstream's does.
+    assert f"{volume_dir}/.." in messages[0], messages[0]
+    # Every file whole and old, from inside the container, whenever it looks (`..data` never moved).
+    for _ in range(3):
+        assert [await cat(cri_client, cid, f) for f in files] == ["old"] * FULL_COPIES
+        await asyncio.sleep(1)
+
+    def clean() -> bool:
+        st = os.statvfs(volume_dir)
+        return _versions(volume_dir) == versions_before and st.f_bfree * st.f_frsize > (FULL_COPIES - 1) * FULL_BLOB
+
+    async def nothing_left() -> bool:
+        return await asyncio.to_thread(clean)
+
+    # On the node, between two retries (each writes for a few milliseconds): the one version it was, and the failed
+    # one's files and space given back. A writer that leaked would never get here.
+    await eventually(nothing_left, timeout=15, what="no trace of the failed version", agent=agent)
+    got = await get_pod(admin, name)
+    assert running_id(got) == cid and cstatus(got)["restartCount"] == 0
+
+    await _replace_config_map(admin, cm, "new")
+
+    async def updated() -> bool:
+        return [await cat(cri_client, cid, f) for f in files] == ["new"] * FULL_COPIES
+
+    # The failed remount retries with back-off (0.5 s doubling): room for a few of its steps.
+    await eventually(updated, timeout=90, what="the update that fits inside the pod", agent=agent)
+    assert len(_versions(volume_dir)) == 1
+
+
+async def _replace_config_map(admin: KubeClient, name: str, blob: str) -> None:
+    await admin.replace(
+        paths.api_path("configmaps", namespace=NS, name=name),
+        {"apiVersion": "v1", "metadata": {"name": name, "namespace": NS}, "data": {"blob": blob}},
+    )
+
+
+def _versions(volume_dir: Path) -> list[str]:
+    """The atomic writer's timestamped directories (`..2026_...`), not its `..data` link."""
+    return sorted(n for n in os.listdir(volume_dir) if n.startswith("..") and not n.startswith("..data"))
