@@ -200,6 +200,9 @@ class Kubelet:
     # --- SyncHandler -------------------------------------------------------------------------------------------
 
     async def handle_pod_additions(self, pods: Sequence[Pod]) -> None:
+        # One copy of the known pods for the whole batch (pods() copies every pod): which of them are active is
+        # looked at per addition, so a pod admitted earlier in the batch counts against the next one, as upstream.
+        known = self.pod_config.pods()
         for pod in sorted(pods, key=lambda p: str(_meta(p).get("creationTimestamp", ""))):
             if is_mirror_pod(pod):
                 self._handle_mirror_pod(pod)
@@ -207,7 +210,7 @@ class Kubelet:
             if (pod.get("status") or {}).get("phase") in TERMINAL_PHASES and not self._known(pod):
                 continue  # finished before we saw it: nothing to run
             if self.workers.state(_uid(pod)) is None:
-                active = [p for p in self.pod_config.pods() if self._active(p) and _uid(p) != _uid(pod)]
+                active = [p for p in known if self._active(p) and _uid(p) != _uid(pod)]
                 # Without a Node (standalone) only the node-independent checks (sysctls) apply.
                 verdict = admit(pod, self.node(), active, sysctls=self.sysctls)
                 if not verdict.admit:
