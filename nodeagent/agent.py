@@ -33,6 +33,7 @@ from cri.client import CRIClient, connect
 from cri.errors import CRIError
 from nodeagent.admission import new_allowlist
 from nodeagent.admission.sysctls import kernel_release
+from nodeagent.certificate.serving import ServingCertificateManager
 from nodeagent.clock import SystemClock
 from nodeagent.config import KubeletConfiguration, load_config
 from nodeagent.events import EventRecorder, ObjectRef
@@ -481,8 +482,21 @@ async def _run(
             enable_debugging_handlers=config.enable_debugging_handlers,
             enable_system_log_handler=config.enable_system_log_handler,
         )
-        cert, key = serving_files(config, options.root_dir, facts.hostname, (facts.internal_ip,))
-        tls = server_context(cert, key, config.authentication.x509.client_ca_file)
+        if config.server_tls_bootstrap and client is not None and not config.tls_cert_file:
+            # The serving certificate from the cluster's kubelet-serving signer, renewed before it expires.
+            tls = server_context(None, None, config.authentication.x509.client_ca_file)
+            serving = ServingCertificateManager(
+                client,
+                tls,
+                cert_dir=options.root_dir / "pki",
+                node_name=node_name,
+                addresses=(facts.hostname, facts.internal_ip),
+            )
+            serving.load_current()
+            supervisor.start("serving-certificate", serving.run())
+        else:
+            cert, key = serving_files(config, options.root_dir, facts.hostname, (facts.internal_ip,))
+            tls = server_context(cert, key, config.authentication.x509.client_ca_file)
         supervisor.start(
             "kubelet-server",
             run_server(api, HTTPServer(api.handle, ssl_context=tls), address=config.address, port=config.port),

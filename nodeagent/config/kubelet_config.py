@@ -165,6 +165,7 @@ class KubeletConfiguration:
     streaming_connection_idle_timeout: timedelta = timedelta(hours=4)
     tls_cert_file: str = ""  # "" (with tls_private_key_file ""): a self-signed pair under <rootDir>/pki
     tls_private_key_file: str = ""
+    server_tls_bootstrap: bool = False  # the serving certificate from the kubernetes.io/kubelet-serving signer
     enable_server: bool = True
     enable_debugging_handlers: bool = True  # logs, exec, attach, portForward, run, runningpods, /logs
     enable_system_log_handler: bool = True  # /logs/ (with enable_debugging_handlers)

@@ -97,11 +97,13 @@ def self_signed_pair(cert_dir: Path, host: str, addresses: Sequence[str]) -> tup
     return cert_path, key_path
 
 
-def server_context(cert_file: Path, key_file: Path, client_ca_file: str = "") -> ssl.SSLContext:
-    """TLS 1.2+, the serving pair, and (with a client CA) client certificates verified when presented."""
+def server_context(cert_file: Path | None, key_file: Path | None, client_ca_file: str = "") -> ssl.SSLContext:
+    """TLS 1.2+, the serving pair (None: loaded later, by the serving certificate manager), and (with a client CA)
+    client certificates verified when presented."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.load_cert_chain(str(cert_file), str(key_file))
+    if cert_file is not None:
+        context.load_cert_chain(str(cert_file), str(key_file) if key_file is not None else None)
     if client_ca_file:
         context.load_verify_locations(cafile=client_ca_file)
         context.verify_mode = ssl.CERT_OPTIONAL
