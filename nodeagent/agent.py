@@ -31,6 +31,7 @@ from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector,
 
 from cri.client import CRIClient, connect
 from cri.errors import CRIError
+from cri.instrumented import instrument
 from nodeagent.admission import new_allowlist
 from nodeagent.admission.sysctls import kernel_release
 from nodeagent.certificate.serving import ServingCertificateManager
@@ -272,6 +273,8 @@ async def _run(
 
     # What /metrics serves (the PLEG's and the runtime's series); the prober keeps its own for /metrics/probes.
     metrics_registry = CollectorRegistry()
+    # Every CRI call the agent makes is counted and timed under upstream's names (kubelet_runtime_operations_*).
+    runtime_service, image_service = instrument(cri.runtime, cri.image, metrics_registry)
     # The process and Python runtime series every Go component's registry has (process_*, python_gc_*, python_info).
     ProcessCollector(registry=metrics_registry)
     PlatformCollector(registry=metrics_registry)
@@ -279,7 +282,7 @@ async def _run(
     pod_cache = Cache()
     pleg = new_pleg(
         config.pleg.value,
-        cri.runtime,
+        runtime_service,
         asyncio.Queue[PodLifecycleEvent](maxsize=CHANNEL_CAPACITY),
         pod_cache,
         clock=clock,
@@ -322,8 +325,8 @@ async def _run(
     )
     await volumes.start()  # the actual state from disk and the mount table, before any pod syncs
     runtime = RuntimeManager(
-        cri.runtime,
-        cri.image,
+        runtime_service,
+        image_service,
         NodeContext(
             node_name=node_name,
             host_ip=facts.internal_ip,
@@ -367,7 +370,7 @@ async def _run(
     except ValueError as exc:
         raise AgentError(f"allowedUnsafeSysctls: {exc}") from exc
     channels = SyncLoopChannels(pod_config.updates, pleg.watch(), asyncio.Queue(maxsize=1000))
-    prober = Prober(cri.runtime, events=pod_event, user_agent=probe_user_agent(config.emulated_kubernetes_version))
+    prober = Prober(runtime_service, events=pod_event, user_agent=probe_user_agent(config.emulated_kubernetes_version))
     prober_metrics = ProberMetrics()
     probes = ProberManager(prober, status=status_manager, updates=channels.probes, metrics=prober_metrics, clock=clock)
     kubelet = Kubelet(
@@ -444,7 +447,7 @@ async def _run(
     supervisor.start(
         "container-log-manager",
         ContainerLogManager(
-            cri.runtime,
+            runtime_service,
             clock=clock,
             max_size=config.container_log_max_size,
             max_files=config.container_log_max_files,
@@ -454,8 +457,8 @@ async def _run(
     )
     if config.enable_server and config.port:
         stats = StatsProvider(
-            cri.runtime,
-            cri.image,
+            runtime_service,
+            image_service,
             node_name=node_name,
             root_dir=str(options.root_dir),
             cgroup_root=config.cgroup_root,
@@ -475,7 +478,7 @@ async def _run(
         authenticator, authorizer = build_auth(config, client)
         api = KubeletServer(
             api_host,
-            cri.runtime,
+            runtime_service,
             node_name=node_name,
             authenticator=authenticator,
             authorizer=authorizer,
@@ -504,7 +507,7 @@ async def _run(
         if config.read_only_port:
             # As upstream's read-only server: plain HTTP, no authentication, and the debugging handlers (logs,
             # exec, attach, portForward, run, runningpods, /logs) answer 405 "Debug endpoints are disabled.".
-            read_only = KubeletServer(api_host, cri.runtime, node_name=node_name, enable_debugging_handlers=False)
+            read_only = KubeletServer(api_host, runtime_service, node_name=node_name, enable_debugging_handlers=False)
             supervisor.start(
                 "kubelet-read-only-server",
                 run_server(read_only, HTTPServer(read_only.handle), address=config.address, port=config.read_only_port),

@@ -62,6 +62,9 @@ async def test_read_only_port(agent: Agent, admin: KubeClient, settings: Setting
         names = {family.name for family in text_string_to_metric_families(metrics.text)}
         assert "process_resident_memory_bytes" in names
         assert "python_gc_objects_collected" in names
+        assert "kubelet_runtime_operations" in names  # every CRI call, counted under upstream's name
+        assert "kubelet_runtime_operations_duration_seconds" in names
+        assert "kubelet_pleg_relist_duration_seconds" in names
         for path in ("/exec/default/x/c?command=true&output=1", "/containerLogs/default/x/c", "/runningpods/"):
             denied = await client.get(f"{base}{path}")
             assert (denied.status_code, denied.text) == (405, "Debug endpoints are disabled.\n"), path
