@@ -41,6 +41,7 @@ from nodeagent.events import EventRecorder, ObjectRef
 from nodeagent.kube import paths
 from nodeagent.kube.client import KubeClient
 from nodeagent.kube.errors import KubeconfigError, NotFound
+from nodeagent.kube.metrics import RestClientMetrics
 from nodeagent.kube.servicestore import ServiceStore
 from nodeagent.kubelet import Kubelet, Pod
 from nodeagent.kuberuntime.logrotation import ContainerLogManager
@@ -275,6 +276,8 @@ async def _run(
     metrics_registry = CollectorRegistry()
     # Every CRI call the agent makes is counted and timed under upstream's names (kubelet_runtime_operations_*).
     runtime_service, image_service = instrument(cri.runtime, cri.image, metrics_registry)
+    if client is not None:
+        client.metrics = RestClientMetrics(metrics_registry)
     # The process and Python runtime series every Go component's registry has (process_*, python_gc_*, python_info).
     ProcessCollector(registry=metrics_registry)
     PlatformCollector(registry=metrics_registry)

@@ -24,6 +24,7 @@ import httpx
 from nodeagent import __version__
 from nodeagent.kube.errors import ApiUnavailable, KubeconfigError, error_from_response, error_from_status
 from nodeagent.kube.kubeconfig import ClusterCredentials, load_kubeconfig, read_token, ssl_context
+from nodeagent.kube.metrics import RestClientMetrics
 from nodeagent.kube.request import (
     ApiRequest,
     Obj,
@@ -121,6 +122,8 @@ class KubeClient:
     ) -> None:
         self.credentials = credentials
         self._timeout = timeout
+        # Set by the agent to count and time every request (rest_client_* on its /metrics).
+        self.metrics: RestClientMetrics | None = None
         self._extensions: dict[str, Any] = (
             {"sni_hostname": credentials.tls_server_name} if credentials.tls_server_name else {}
         )
@@ -180,7 +183,9 @@ class KubeClient:
             response = await self._http.send(self._build(request, httpx.Timeout(request_timeout or self._timeout)))
         except httpx.RequestError as exc:
             log.debug("api request failed method=%s path=%s error=%r", request.method, request.path, exc)
+            self._observe(request.method, "<error>", started)
             raise _unavailable(request, exc) from exc
+        self._observe(request.method, str(response.status_code), started)
         log.debug(
             "api request method=%s path=%s status=%d duration=%.3f",
             request.method,
@@ -193,6 +198,11 @@ class KubeClient:
                 response.status_code, response.content, retry_after=response.headers.get("Retry-After")
             )
         return _decode(response)
+
+    def _observe(self, method: str, code: str, started: float) -> None:
+        if self.metrics is not None:
+            host = httpx.URL(self.credentials.server).netloc.decode()
+            self.metrics.observe(host=host, method=method, code=code, seconds=time.monotonic() - started)
 
     async def get(self, path: str, *, request_timeout: float | None = None) -> Obj:
         return await self.send(get_request(path), request_timeout=request_timeout)

@@ -65,6 +65,8 @@ async def test_read_only_port(agent: Agent, admin: KubeClient, settings: Setting
         assert "kubelet_runtime_operations" in names  # every CRI call, counted under upstream's name
         assert "kubelet_runtime_operations_duration_seconds" in names
         assert "kubelet_pleg_relist_duration_seconds" in names
+        assert "rest_client_requests" in names  # the agent's apiserver client
+        assert "rest_client_request_duration_seconds" in names
         for path in ("/exec/default/x/c?command=true&output=1", "/containerLogs/default/x/c", "/runningpods/"):
             denied = await client.get(f"{base}{path}")
             assert (denied.status_code, denied.text) == (405, "Debug endpoints are disabled.\n"), path

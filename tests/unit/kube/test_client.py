@@ -9,9 +9,10 @@ from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client import CollectorRegistry
 
 from nodeagent import __version__
-from nodeagent.kube.client import BearerToken
+from nodeagent.kube.client import BearerToken, KubeClient
 from nodeagent.kube.errors import (
     AlreadyExists,
     ApiError,
@@ -26,6 +27,7 @@ from nodeagent.kube.errors import (
     Unauthorized,
 )
 from nodeagent.kube.kubeconfig import ClusterCredentials
+from nodeagent.kube.metrics import RestClientMetrics
 from nodeagent.kube.watch import WatchEvent
 from tests.unit.kube.scripted import SERVER, Script, bookmark, expired, line, obj, object_list, status, stream
 
@@ -293,3 +295,33 @@ def test_token_file_is_reread_after_the_refresh_period(tmp_path: Path) -> None:
     token_file.unlink()  # mid-rotation: keep the last good token
     now[0] = 200.0
     assert auth.current() == "two"
+
+
+async def test_rest_client_metrics_count_answers_and_failures() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/down":
+            raise httpx.ConnectError("refused", request=request)
+        return httpx.Response(404 if request.url.path == "/missing" else 200, json={"kind": "Status"})
+
+    registry = CollectorRegistry()
+    client = KubeClient(ClusterCredentials(server="https://api.example:6443"), transport=httpx.MockTransport(handler))
+    client.metrics = RestClientMetrics(registry)
+    await client.get("/ok")
+    with pytest.raises(NotFound):
+        await client.get("/missing")
+    with pytest.raises(ApiUnavailable):
+        await client.get("/down")
+    await client.aclose()
+
+    def count(code: str) -> float | None:
+        return registry.get_sample_value(
+            "rest_client_requests_total", {"code": code, "host": "api.example:6443", "method": "GET"}
+        )
+
+    assert (count("200"), count("404"), count("<error>")) == (1.0, 1.0, 1.0)
+    assert (
+        registry.get_sample_value(
+            "rest_client_request_duration_seconds_count", {"verb": "GET", "host": "api.example:6443"}
+        )
+        == 3.0
+    )
