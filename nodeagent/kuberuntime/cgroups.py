@@ -35,3 +35,27 @@ def remove_cgroup_tree(cgroup_path: str, *, root: Path = CGROUP_ROOT) -> int:
                 os.rmdir(dirpath)
                 removed += 1
     return removed
+
+
+def kill_cgroup_processes(cgroup_path: str, *, root: Path = CGROUP_ROOT) -> int:
+    """SIGKILL every process in `cgroup_path` and below, in every hierarchy; returns how many were signalled.
+
+    As upstream's pod container manager does before it removes a pod cgroup (tryKillingCgroupProcesses): whatever
+    still runs there belongs to nobody the runtime will stop.
+    """
+    relative = cgroup_path.strip("/")
+    if not relative:
+        raise ValueError("refusing to kill the root cgroup")
+    pids: set[int] = set()
+    for hierarchy in _hierarchies(root):
+        top = hierarchy / relative
+        if not top.is_dir():
+            continue
+        for dirpath, _, _ in os.walk(top):
+            with contextlib.suppress(OSError):
+                text = (Path(dirpath) / "cgroup.procs").read_text()
+                pids.update(int(p) for p in text.split())
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, 9)
+    return len(pids)

@@ -27,7 +27,7 @@ from cri.service import ImageService, RuntimeService
 from cri.v1 import api_pb2
 from nodeagent.kuberuntime import actions as acts
 from nodeagent.kuberuntime.backoff import Backoff, container_backoff_key
-from nodeagent.kuberuntime.cgroups import remove_cgroup_tree
+from nodeagent.kuberuntime.cgroups import kill_cgroup_processes, remove_cgroup_tree
 from nodeagent.kuberuntime.container_config import make_container_config, make_environment
 from nodeagent.kuberuntime.errors import KubeRuntimeError
 from nodeagent.kuberuntime.hooks import (
@@ -311,8 +311,7 @@ class RuntimeManager:
         removed: set[str] = set()
         for c in plan.containers_to_remove:
             try:
-                with contextlib.suppress(NotFoundError):  # idempotent, as CRI demands
-                    await self._runtime.remove_container(c.container_id)
+                await self._remove_container(_uid(pod), c.container_id)
             except CRIError as exc:
                 log.warning(
                     "container remove failed pod=%s container=%s id=%s error=%s",
@@ -588,11 +587,37 @@ class RuntimeManager:
             with contextlib.suppress(NotFoundError):  # idempotent, as CRI demands
                 await self._runtime.stop_pod_sandbox(sandbox.id)
 
+    async def _remove_container(self, uid: str, container_id: str) -> None:
+        """RemoveContainer, idempotent. containerd refuses it ("cannot delete running task") for a container its
+        record calls Created while its task runs: a StartContainer cut off by a killed agent. Then, as upstream's pod
+        cgroup cleanup, what runs in the container's cgroup is killed and the removal tried again."""
+        try:
+            with contextlib.suppress(NotFoundError):  # idempotent, as CRI demands
+                await self._runtime.remove_container(container_id)
+            return
+        except CRIError as exc:
+            if "running task" not in exc.message:
+                raise
+            last = exc
+        killed = 0
+        for qos in QOSClass:
+            parent = pod_cgroup_parent(uid, qos, self._node.cgroup_root)
+            killed += await asyncio.to_thread(kill_cgroup_processes, f"{parent}/{container_id}")
+        log.warning("container task left running killed id=%s processes=%d", container_id[:12], killed)
+        for _ in range(50):  # containerd sees the task exit shortly after
+            await asyncio.sleep(0.1)
+            try:
+                with contextlib.suppress(NotFoundError):
+                    await self._runtime.remove_container(container_id)
+                return
+            except CRIError as exc:
+                last = exc
+        raise last
+
     async def remove_pod(self, status: acts.RuntimePodStatus) -> None:
         """Remove every container and sandbox of a terminated pod (after kill_pod)."""
         for c in status.containers:
-            with contextlib.suppress(NotFoundError):  # idempotent, as CRI demands
-                await self._runtime.remove_container(c.id)
+            await self._remove_container(status.uid, c.id)
         for sandbox in status.sandboxes:
             with contextlib.suppress(NotFoundError):  # idempotent, as CRI demands
                 await self._runtime.remove_pod_sandbox(sandbox.id)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
 
+from nodeagent.kuberuntime import cgroups
 from nodeagent.kuberuntime.cgroups import remove_cgroup_tree
 
 
@@ -30,3 +32,23 @@ def test_v2_unified_tree(tmp_path: Path) -> None:
 def test_refuses_the_root(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="root cgroup"):
         remove_cgroup_tree("/", root=tmp_path)
+
+
+def test_kill_cgroup_processes_kills_everything_below(tmp_path: Path) -> None:
+    sleepers = [subprocess.Popen(["sleep", "60"]) for _ in range(2)]
+    try:
+        leaf = tmp_path / "cpu" / "kubepods" / "podx" / "ctr"
+        leaf.mkdir(parents=True)
+        (leaf / "cgroup.procs").write_text(f"{sleepers[0].pid}\n")
+        (leaf.parent / "cgroup.procs").write_text(f"{sleepers[1].pid}\n")
+        (tmp_path / "memory" / "kubepods" / "podx" / "ctr").mkdir(parents=True)
+        (tmp_path / "memory" / "kubepods" / "podx" / "ctr" / "cgroup.procs").write_text(f"{sleepers[0].pid}\n")
+        assert cgroups.kill_cgroup_processes("/kubepods/podx", root=tmp_path) == 2
+        assert [p.wait(5) for p in sleepers] == [-9, -9]
+        assert cgroups.kill_cgroup_processes("/kubepods/absent", root=tmp_path) == 0
+        with pytest.raises(ValueError):
+            cgroups.kill_cgroup_processes("/", root=tmp_path)
+    finally:
+        for p in sleepers:
+            if p.poll() is None:
+                p.kill()
