@@ -158,6 +158,15 @@ class ImagePullFailed(Exception):
         self.retry_after = retry_after  # when the image back-off lets the next pull happen
 
 
+class UnremovableContainer(CRIError):
+    """containerd keeps a task for a container it calls Created, so RemoveContainer can never succeed."""
+
+    def __init__(self, container_id: str) -> None:
+        super().__init__(
+            "/runtime.v1.RuntimeService/RemoveContainer", None, f"containerd keeps the task of {container_id}"
+        )
+
+
 class ServiceLister(Protocol):
     """The cluster's Services as the runtime manager reads them (nodeagent.kube.servicestore.ServiceStore)."""
 
@@ -194,6 +203,9 @@ class RuntimeManager:
         self._started_at = wall_clock()
         self._container_mounts = container_mounts
         self._services = services
+        # Containers containerd will not let go of (see _remove_container): never tried again.
+        self.unremovable: set[str] = set()
+        self._kept_sandboxes: set[str] = set()
         self._termination_messages = TerminationMessages()
 
     # --- reading what runs ---------------------------------------------------------------------------------
@@ -264,7 +276,11 @@ class RuntimeManager:
         removed = await self._remove_leftovers(pod, plan)
         # One that could not be removed may still be starting (containerd reports a container CREATED while its
         # StartContainer, begun by an agent since killed, is under way): its successor waits for the next sync, soon.
-        held = {c.name for c in plan.containers_to_remove if c.container_id not in removed}
+        held = {
+            c.name
+            for c in plan.containers_to_remove
+            if c.container_id not in removed and c.container_id not in self.unremovable
+        }
         if held:
             retry_after = min(retry_after, 1.0) if retry_after is not None else 1.0
         sandbox_id = plan.sandbox_id
@@ -312,6 +328,8 @@ class RuntimeManager:
         for c in plan.containers_to_remove:
             try:
                 await self._remove_container(_uid(pod), c.container_id)
+            except UnremovableContainer:
+                continue  # logged once, when found
             except CRIError as exc:
                 log.warning(
                     "container remove failed pod=%s container=%s id=%s error=%s",
@@ -591,6 +609,8 @@ class RuntimeManager:
         """RemoveContainer, idempotent. containerd refuses it ("cannot delete running task") for a container its
         record calls Created while its task runs: a StartContainer cut off by a killed agent. Then, as upstream's pod
         cgroup cleanup, what runs in the container's cgroup is killed and the removal tried again."""
+        if container_id in self.unremovable:
+            raise UnremovableContainer(container_id)
         try:
             with contextlib.suppress(NotFoundError):  # idempotent, as CRI demands
                 await self._runtime.remove_container(container_id)
@@ -604,7 +624,7 @@ class RuntimeManager:
             parent = pod_cgroup_parent(uid, qos, self._node.cgroup_root)
             killed += await asyncio.to_thread(kill_cgroup_processes, f"{parent}/{container_id}")
         log.warning("container task left running killed id=%s processes=%d", container_id[:12], killed)
-        for _ in range(50):  # containerd sees the task exit shortly after
+        for _ in range(20):  # containerd sees the task exit shortly after
             await asyncio.sleep(0.1)
             try:
                 with contextlib.suppress(NotFoundError):
@@ -612,15 +632,31 @@ class RuntimeManager:
                 return
             except CRIError as exc:
                 last = exc
-        raise last
+        # containerd keeps the task of a container it never marked started, and CRI has no call that deletes it
+        # (RemoveContainer refuses while any task exists): the record stays until containerd is restarted. Its
+        # processes are dead; the pod goes on without it (a successor takes the next attempt's name, as upstream).
+        self.unremovable.add(container_id)
+        log.warning(
+            "container cannot be removed: containerd keeps its task id=%s error=%s", container_id[:12], last.message
+        )
+        raise UnremovableContainer(container_id) from last
 
     async def remove_pod(self, status: acts.RuntimePodStatus) -> None:
         """Remove every container and sandbox of a terminated pod (after kill_pod)."""
         for c in status.containers:
-            await self._remove_container(status.uid, c.id)
+            with contextlib.suppress(UnremovableContainer):  # logged where found; the pod is gone all the same
+                await self._remove_container(status.uid, c.id)
         for sandbox in status.sandboxes:
-            with contextlib.suppress(NotFoundError):  # idempotent, as CRI demands
-                await self._runtime.remove_pod_sandbox(sandbox.id)
+            try:
+                with contextlib.suppress(NotFoundError):  # idempotent, as CRI demands
+                    await self._runtime.remove_pod_sandbox(sandbox.id)
+            except CRIError as exc:
+                if not any(c.id in self.unremovable for c in status.containers):
+                    raise
+                # Stopped (network torn down) but its record holds the unremovable container's.
+                if sandbox.id not in self._kept_sandboxes:
+                    self._kept_sandboxes.add(sandbox.id)
+                    log.warning("sandbox kept for an unremovable container sandbox=%s error=%s", sandbox.id[:12], exc)
         # As the kubelet's pod cleanup: the pod cgroup (whatever its QoS tier) and the log directory go with it.
         for qos in QOSClass:
             await asyncio.to_thread(remove_cgroup_tree, pod_cgroup_parent(status.uid, qos, self._node.cgroup_root))

@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from cri.client import connect
+from cri.errors import CRIError
 from nodeagent.kube import paths
 from nodeagent.kube.client import KubeClient
 from nodeagent.kube.errors import NotFound
@@ -130,4 +131,10 @@ async def clean_up(testbed: Testbed, settings: Settings) -> None:
     async with connect(f"unix://{testbed.layout.containerd_socket}", timeout=30) as cri:
         for sandbox in await cri.runtime.list_pod_sandbox():
             await cri.runtime.stop_pod_sandbox(sandbox.id)
-            await cri.runtime.remove_pod_sandbox(sandbox.id)
+            try:
+                await cri.runtime.remove_pod_sandbox(sandbox.id)
+            except CRIError as exc:
+                # A container whose task containerd keeps although it never marked it started (a start cut off by
+                # a killed agent): no CRI call removes it; `testbed down` kills its shim.
+                if "running task" not in exc.message:
+                    raise

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import ipaddress
 import os
+import re
 import subprocess
 import time
 import uuid
@@ -112,13 +113,33 @@ def ipam_addresses(testbed: Testbed, settings: Settings) -> dict[str, str]:
     return found
 
 
+_STUCK = re.compile(r"(?:containerd keeps its task id|sandbox kept for an unremovable container sandbox)=([0-9a-f]+)")
+
+
+def containerd_stuck(testbed: Testbed) -> set[str]:
+    """ID prefixes of what containerd will not let go of, as the agent logged them: a StartContainer cut off by the
+    kill can leave a task containerd never marks started, and no CRI call deletes it (RemoveContainer refuses while a
+    task exists). The agent kills its processes and goes on without it; these records are containerd's to keep."""
+    found: set[str] = set()
+    for log_file in testbed.layout.logs.glob("agent*.log"):
+        found.update(_STUCK.findall(log_file.read_text(errors="replace")))
+    return found
+
+
 async def problems(
     cri: CRIClient, admin: KubeClient, testbed: Testbed, settings: Settings, uids: set[str]
 ) -> list[str]:
     """Everything that differs from a clean node running exactly these pods; empty when clean."""
     out: list[str] = []
-    containers = await cri.runtime.list_containers()  # no filter: every state
-    sandboxes = await cri.runtime.list_pod_sandbox()
+    stuck = await asyncio.to_thread(containerd_stuck, testbed)
+    stuck_pods = set()
+    containers = []
+    for c in await cri.runtime.list_containers():  # no filter: every state
+        if c.id[:12] in stuck:
+            stuck_pods.add(c.labels.get(UID_LABEL))
+            continue
+        containers.append(c)
+    sandboxes = [s for s in await cri.runtime.list_pod_sandbox() if s.id[:12] not in stuck]
     for c in containers:
         if c.state != api_pb2.CONTAINER_RUNNING:
             out.append(f"container {c.id[:12]} ({c.metadata.name}) is {STATE_NAMES[c.state]}")
@@ -147,7 +168,8 @@ async def problems(
         if st.get("phase") != "Running":
             out.append(f"pod {pod['metadata']['name']} is {st.get('phase')}")
         for cs in st.get("containerStatuses") or []:
-            if cs.get("restartCount") != 0:
+            # A successor of an unremovable instance takes the next attempt's name, so its count is 1 (as upstream).
+            if cs.get("restartCount") != (1 if uid in stuck_pods else 0):
                 out.append(
                     f"pod {pod['metadata']['name']} container {cs['name']} restartCount {cs.get('restartCount')}"
                 )
