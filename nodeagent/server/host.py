@@ -17,6 +17,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from nodeagent.config.durations import format_go_duration
 from nodeagent.kuberuntime import actions as acts
+from nodeagent.localserver import running_pods
+from nodeagent.staticpods import is_mirror_pod
 from nodeagent.stats.cadvisor import CadvisorContainer, cadvisor_metrics
 from nodeagent.stats.errors import StatsError
 from nodeagent.stats.resource_metrics import resource_metrics
@@ -25,7 +27,6 @@ from nodeagent.stats.types import Summary, summary_json
 log = logging.getLogger(__name__)
 
 Pod = dict[str, Any]
-CONFIG_MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 
 
 def _meta(pod: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -72,7 +73,7 @@ def bare_pod(status: acts.RuntimePodStatus) -> Pod:
 @dataclass
 class AgentHost:
     pods_fn: Callable[[], list[Pod]]  # every source's pods (mirror pods included)
-    status_of: Callable[[str], Mapping[str, Any] | None]  # by UID
+    status_of: Callable[[str], dict[str, Any] | None]  # by UID
     static_pods_of: Callable[[Pod], list[Pod]]  # a mirror pod's static pod(s)
     list_runtime_pods: Callable[[], Any]  # async () -> dict[uid, RuntimePodStatus]
     runtime_pod: Callable[[str], Any]  # async (uid) -> RuntimePodStatus, straight from the runtime
@@ -84,18 +85,12 @@ class AgentHost:
     cadvisor_containers: Callable[[], Awaitable[list[CadvisorContainer]]] | None = None
 
     def pods(self) -> list[Pod]:
-        out = []
-        for pod in self.pods_fn():
-            if CONFIG_MIRROR_ANNOTATION in (_meta(pod).get("annotations") or {}):
-                continue
-            status = self.status_of(str(_meta(pod).get("uid", "")))
-            out.append({**pod, "status": status} if status is not None else pod)
-        return out
+        return running_pods(self.pods_fn(), self.status_of)
 
     def pod_by_name(self, namespace: str, name: str) -> Pod | None:
         matches = [p for p in self.pods_fn() if _meta(p).get("namespace") == namespace and _meta(p).get("name") == name]
         for pod in matches:
-            if CONFIG_MIRROR_ANNOTATION not in (_meta(pod).get("annotations") or {}):
+            if not is_mirror_pod(pod):
                 return pod
         for mirror in matches:
             statics = self.static_pods_of(mirror)

@@ -22,13 +22,14 @@ import datetime
 import json
 import logging
 import re
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from cri.errors import CRIError, NotFoundError
 from cri.v1 import api_pb2
+from nodeagent.localserver import pod_list
 from nodeagent.server import logs as logreader
 from nodeagent.server.auth import (
     Attributes,
@@ -250,7 +251,7 @@ class KubeletServer:
         await responder.text(500, "\n".join([*lines, "healthz check failed"]))
 
     async def _pods(self, request: Request, responder: Responder, params: dict[str, str]) -> None:
-        await _json(responder, _pod_list(self.host.pods()))
+        await _json(responder, pod_list(self.host.pods()))
 
     async def _running_pods(self, request: Request, responder: Responder, params: dict[str, str]) -> None:
         try:
@@ -258,7 +259,7 @@ class KubeletServer:
         except CRIError as exc:
             await responder.text(500, str(exc))
             return
-        await _json(responder, _pod_list(pods))
+        await _json(responder, pod_list(pods))
 
     async def _configz(self, request: Request, responder: Responder, params: dict[str, str]) -> None:
         await _json(responder, {"kubeletconfig": self.host.configz()})
@@ -491,10 +492,6 @@ def _authz_error(attr: Attributes) -> str:
     return (
         f"Authorization error (user={attr.user.name}, verb={attr.verb}, resource=nodes, subresource={attr.subresource})"
     )
-
-
-def _pod_list(pods: Sequence[Pod]) -> dict[str, Any]:
-    return {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": list(pods)}
 
 
 async def _json(responder: Responder, body: Any) -> None:
