@@ -30,6 +30,7 @@ from nodeagent.kuberuntime.backoff import Backoff, container_backoff_key
 from nodeagent.kuberuntime.cgroups import kill_cgroup_processes, remove_cgroup_tree
 from nodeagent.kuberuntime.container_config import make_container_config, make_environment
 from nodeagent.kuberuntime.errors import KubeRuntimeError
+from nodeagent.kuberuntime.etc_hosts import ETC_HOSTS_PATH, ensure_hosts_file, hosts_mount, wants_hosts_mount
 from nodeagent.kuberuntime.hooks import (
     FAILED_POST_START_HOOK,
     FAILED_PRE_STOP_HOOK,
@@ -53,6 +54,7 @@ from nodeagent.kuberuntime.sandbox_config import (
 from nodeagent.kuberuntime.service_env import service_env
 from nodeagent.kuberuntime.termination_message import TerminationMessages, create_message_file, remove_pod_dirs
 from nodeagent.podworkers import grace_period
+from nodeagent.volume.layout import PodDirs
 from pleg import inspect as pleg_inspect
 from pleg.status import PodStatus
 
@@ -87,6 +89,8 @@ class NodeContext:
     # The agent's --root-dir: pods/<uid>/containers/<name>/ (termination messages) and later volumes. "" (unit
     # tests): no pod directories and no termination message files, as upstream without a PodContainerDir.
     root_dir: str = ""
+    # The node's hosts file, which a hostNetwork pod's managed /etc/hosts copies (upstream reads /etc/hosts).
+    node_hosts_file: str = ETC_HOSTS_PATH
 
 
 @dataclass(frozen=True)
@@ -500,6 +504,19 @@ class RuntimeManager:
                 get_secret=secrets,
                 volume_mounts=volume_mounts,
             )
+            if self._node.root_dir and wants_hosts_mount(pod, container, ips):
+                # As upstream makeMounts: the pod's managed /etc/hosts, after the volume mounts and the environment
+                # (and so not written when they fail), rewritten for each container about to be created.
+                hosts_path = PodDirs(self._node.root_dir).etc_hosts(_uid(pod))
+                await asyncio.to_thread(
+                    ensure_hosts_file,
+                    hosts_path,
+                    pod,
+                    ips,
+                    cluster_domain=self._node.dns.cluster_domain,
+                    node_hosts_path=self._node.node_hosts_file,
+                )
+                config.mounts.append(hosts_mount(hosts_path))
         except KubeRuntimeError as exc:
             self._events(pod, "Warning", "Failed", f"Error: {exc}", field_path)
             return Waiting(exc.reason, str(exc))

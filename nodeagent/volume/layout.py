@@ -4,6 +4,7 @@ what they know:
     <root>/pods/<uid>/volumes/kubernetes.io~<plugin>/<volume>     what a plugin sets up
     <root>/pods/<uid>/plugins/kubernetes.io~<plugin>/<volume>     a plugin's own metadata (emptyDir's ready file)
     <root>/pods/<uid>/volume-subpaths/<volume>/<container>/<index> subPath bind mounts
+    <root>/pods/<uid>/etc-hosts                                   the kubelet-managed /etc/hosts (kuberuntime.etc_hosts)
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ PROJECTED = "kubernetes.io/projected"
 VOLUMES = "volumes"
 PLUGINS = "plugins"
 VOLUME_SUBPATHS = "volume-subpaths"
+ETC_HOSTS = "etc-hosts"
 
 
 def escape_qualified_name(name: str) -> str:
@@ -57,6 +59,9 @@ class PodDirs:
 
     def subpaths_dir(self, uid: str) -> str:
         return posixpath.join(self.pod_dir(uid), VOLUME_SUBPATHS)
+
+    def etc_hosts(self, uid: str) -> str:
+        return posixpath.join(self.pod_dir(uid), ETC_HOSTS)
 
     def subpath_target(self, uid: str, volume: str, container: str, index: int) -> str:
         # A container name is a DNS label and a volume name too: both are safe as directory names.
