@@ -8,7 +8,7 @@ import shlex
 import yaml
 
 from nodeagent.testbed.layout import Layout, Settings
-from nodeagent.testbed.versions import crictl_path, kubernetes_bin_dir
+from nodeagent.testbed.versions import AGNHOST_VERSION, crictl_path, kubernetes_bin_dir
 
 PAUSE_IMAGE_REPOSITORY = "pause"
 PAUSE_IMAGE_TAG = "3.10"
@@ -16,6 +16,10 @@ BUSYBOX_IMAGE_REPOSITORY = "busybox"
 BUSYBOX_IMAGE_TAG = "1.35"
 GRPC_HEALTH_IMAGE_REPOSITORY = "grpc-health"
 GRPC_HEALTH_IMAGE_TAG = "1"
+# Upstream's e2e name for agnhost (registry.k8s.io/e2e-test-images/agnhost:2.56 in test/utils/image/manifest.go),
+# under the testbed's registry: a KUBE_TEST_REPO_LIST mapping only the registry finds it.
+AGNHOST_IMAGE_REPOSITORY = "e2e-test-images/agnhost"
+AGNHOST_IMAGE_TAG = AGNHOST_VERSION
 # Debian's containernetworking-plugins: portmap and loopback are linked into each testbed's CNI bin dir, next to
 # the project's own plugin; bridge and host-local are the peer the CNI benchmark measures against.
 REFERENCE_CNI_DIR = "/usr/lib/cni"
@@ -33,6 +37,10 @@ def busybox_image(settings: Settings) -> str:
 
 def grpc_health_image(settings: Settings) -> str:
     return f"{settings.registry}/{GRPC_HEALTH_IMAGE_REPOSITORY}:{GRPC_HEALTH_IMAGE_TAG}"
+
+
+def agnhost_image(settings: Settings) -> str:
+    return f"{settings.registry}/{AGNHOST_IMAGE_REPOSITORY}:{AGNHOST_IMAGE_TAG}"
 
 
 def agent_cgroup_root(settings: Settings) -> str:
@@ -180,6 +188,7 @@ def env_file(layout: Layout, settings: Settings) -> str:
         "PAUSE_IMAGE": pause_image(settings),
         "BUSYBOX_IMAGE": busybox_image(settings),
         "GRPC_HEALTH_IMAGE": grpc_health_image(settings),
+        "AGNHOST_IMAGE": agnhost_image(settings),
     }
     lines = ["# Written by `nodeagent testbed up`. Source it: . " + shlex.quote(str(layout.env_file))]
     lines += [f"export {k}={shlex.quote(v)}" for k, v in values.items()]

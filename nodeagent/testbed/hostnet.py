@@ -8,6 +8,11 @@ cluster's apiserver proxies `nodes/N/proxy/...` and aggregated APIs only to addr
 EndpointSlices may not hold loopback addresses either. `up` creates the bridge with that address before anything
 listens on it, with the same code, MAC and MTU the CNI plugin's ADD uses, so the first ADD finds it as it would
 have made it; `down` deletes it, and the address with it.
+
+Packets that come in on the bridge may be forwarded (that bridge's `forwarding` sysctl, never the host-wide
+`ip_forward`): a pod that calls a ClusterIP whose endpoint is another pod is DNATed by kube-proxy and routed back
+out of the same bridge. A FORWARD rule drops whatever would leave the bridge for any other interface, so no pod
+traffic is ever forwarded off the machine or into another testbed.
 """
 
 from __future__ import annotations
@@ -27,6 +32,14 @@ log = logging.getLogger(__name__)
 
 POD_SUPERNET = ipaddress.IPv4Network("198.18.0.0/16")
 SERVICE_CIDR = "198.19.0.0/16"
+
+
+def kubernetes_service_ip(service_cidr: str = SERVICE_CIDR) -> str:
+    """The `kubernetes` Service's ClusterIP: the first address of the range, as the apiserver allocates it."""
+    return str(ipaddress.IPv4Network(service_cidr).network_address + 1)
+
+
+FORWARD_GUARD_COMMENT = "nodeagent testbed: pod traffic stays on its bridge"
 
 
 class HostNetError(RuntimeError):
@@ -50,7 +63,36 @@ def ensure_bridge(name: str, pod_cidr: str) -> None:
         raise HostNetError(f"bridge {name} with {address}: {exc}") from exc
     finally:
         network.close()
+    _enable_forwarding(name)
     log.info("testbed bridge ready bridge=%s address=%s", name, address)
+
+
+def forward_guard_rule(bridge: str) -> list[str]:
+    """The FORWARD rule (iptables arguments after the chain) that keeps pod traffic on its bridge."""
+    return ["-i", bridge, "!", "-o", bridge, "-m", "comment", "--comment", FORWARD_GUARD_COMMENT, "-j", "DROP"]
+
+
+def _iptables(*args: str) -> bool:
+    return subprocess.run(["iptables", "-w", *args], capture_output=True, check=False).returncode == 0
+
+
+def _enable_forwarding(bridge: str) -> None:
+    # The guard first, then the door.
+    if not _iptables("-C", "FORWARD", *forward_guard_rule(bridge)) and not _iptables(
+        "-I", "FORWARD", "1", *forward_guard_rule(bridge)
+    ):
+        raise HostNetError(f"bridge {bridge}: cannot add the FORWARD rule that keeps pod traffic on the bridge")
+    try:
+        Path(f"/proc/sys/net/ipv4/conf/{bridge}/forwarding").write_text("1\n")
+    except OSError as exc:
+        raise HostNetError(f"bridge {bridge}: cannot enable forwarding on it: {exc}") from exc
+
+
+def _remove_forward_guard(bridge: str) -> bool:
+    removed = False
+    while _iptables("-D", "FORWARD", *forward_guard_rule(bridge)):
+        removed = True
+    return removed
 
 
 def addresses_of(name: str) -> list[str]:
@@ -114,6 +156,8 @@ def remove_bridge_leftovers(bridge: str) -> list[str]:
     Returns what was removed, for the log.
     """
     removed: list[str] = []
+    if _remove_forward_guard(bridge):
+        removed.append(f"FORWARD rule of {bridge}")
     if not link_exists(bridge):
         return removed
     netns_by_id = {

@@ -1,8 +1,9 @@
-"""Build the testbed's container images (pause, busybox, grpc-health) as OCI image layouts, from local files only.
+"""Build the testbed's container images (pause, busybox, grpc-health, agnhost) as OCI image layouts, from local files.
 
 These machines reach no registry but the package registries, so every image a test runs is built here: the pause
-image from `pause.c` (compiled with `gcc -static`), the busybox image from Debian's busybox-static, and the
-grpc-health image from the static gRPC health server `nodeagent testbed install` builds from Go. The result is an
+image from `pause.c` (compiled with `gcc -static`), the busybox image from Debian's busybox-static, the
+grpc-health image from the static gRPC health server `nodeagent testbed install` builds from Go, and the e2e suite's
+agnhost image from the agnhost binary it builds from `k8s.io/kubernetes`, on a busybox rootfs. The result is an
 OCI image layout (https://github.com/opencontainers/image-spec/blob/main/image-layout.md): `oci-layout`,
 `index.json` and content-addressed `blobs/sha256/...`, one manifest, one config, one gzip layer.
 
@@ -67,6 +68,32 @@ BUSYBOX_REQUIRED_APPLETS = (
     "true",
     "wget",
 )
+# The agnhost image as upstream's Dockerfile (test/images/agnhost) makes it on alpine: `/agnhost` (and `/agnhost-2`,
+# a link the entrypoint-tester specs run), `ENTRYPOINT ["/agnhost"]`, `CMD ["pause"]`, the ports it exposes, netexec's
+# /uploads, porter's TLS files at /, and the user and group a supplementalGroups spec expects to find in the image.
+AGNHOST_ENTRYPOINT = ("/agnhost",)
+AGNHOST_CMD = ("pause",)
+AGNHOST_EXPOSED_PORTS = (80, 8080, 8081, 9376, 5000)
+AGNHOST_PORTER_FILES = ("localhost.crt", "localhost.key")
+AGNHOST_PASSWD = b"".join(
+    (
+        b"root:x:0:0:root:/root:/bin/sh\n",
+        b"nobody:x:65534:65534:nobody:/nonexistent:/bin/false\n",
+        b"user-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh\n",
+    )
+)
+AGNHOST_GROUP = b"".join(
+    (
+        b"root:x:0:\n",
+        b"nobody:x:65534:\n",
+        b"user-defined-in-image:x:1000:\n",
+        b"group-defined-in-image:x:50000:user-defined-in-image\n",
+    )
+)
+# Programs upstream's image installs (`apk add bash curl ...`) that e2e specs run inside agnhost containers and
+# busybox has no applet for: `sh -c "curl http://..."` (the lifecycle hook specs) and `/bin/bash -c` (probe specs).
+# Debian's, each with the shared libraries the host's dynamic loader finds for it, at the same paths.
+AGNHOST_HOST_PROGRAMS: dict[str, Path] = {"bin/bash": Path("/bin/bash"), "usr/bin/curl": Path("/usr/bin/curl")}
 DEFAULT_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # The upstream pause image runs as 65535:65535; it needs no privilege to sleep and reap.
 PAUSE_USER = "65535:65535"
@@ -219,6 +246,107 @@ def build_grpc_health_image(dest: Path, binary: Path) -> OCIImage:
 
     config = {"Entrypoint": ["/grpc-health"], "Env": [DEFAULT_PATH], "User": PAUSE_USER, "WorkingDir": "/"}
     return _build(dest, inputs, files, config)
+
+
+def build_agnhost_image(dest: Path, binary: Path) -> OCIImage:
+    """The e2e suite's agnhost image: upstream's layout (see AGNHOST_*) on the busybox rootfs plus bash and curl.
+
+    `binary` is the static agnhost `nodeagent testbed install` builds; porter's TLS files lie beside it.
+    """
+    if not binary.is_file():
+        raise ImageBuildError(f"{binary} is missing: `nodeagent testbed install` builds agnhost")
+    porter = {name: binary.parent / name for name in AGNHOST_PORTER_FILES}
+    missing = [str(path) for path in porter.values() if not path.is_file()]
+    if missing:
+        raise ImageBuildError(f"{', '.join(missing)} missing: `nodeagent testbed install` puts them beside agnhost")
+    if not BUSYBOX_BINARY.is_file():
+        raise ImageBuildError(f"{BUSYBOX_BINARY} is missing: apt-get install busybox-static")
+    host_files = host_program_files(AGNHOST_HOST_PROGRAMS)
+    agnhost = binary.read_bytes()
+    busybox = BUSYBOX_BINARY.read_bytes()
+    inputs = {
+        "image": "agnhost",
+        "binary": sha256_digest(agnhost),
+        "busybox": sha256_digest(busybox),
+        "porter": {name: sha256_digest(path.read_bytes()) for name, path in porter.items()},
+        "host": {path: sha256_digest(source.read_bytes()) for path, source in sorted(host_files.items())},
+        "passwd": sha256_digest(AGNHOST_PASSWD),
+        "group": sha256_digest(AGNHOST_GROUP),
+        "architecture": host_architecture(),
+    }
+
+    def files() -> list[TarEntry]:
+        entries = [e for e in busybox_rootfs(busybox, _busybox_applets()) if e.path not in ("etc/passwd", "etc/group")]
+        entries += [
+            TarEntry.file("etc/passwd", AGNHOST_PASSWD),
+            TarEntry.file("etc/group", AGNHOST_GROUP),
+            TarEntry.file("agnhost", agnhost, mode=0o755),
+            TarEntry.symlink("agnhost-2", "agnhost"),
+            TarEntry.directory("uploads"),
+        ]
+        entries += [TarEntry.file(name, path.read_bytes(), mode=0o644) for name, path in porter.items()]
+        entries += [TarEntry.file(path, source.read_bytes(), mode=0o755) for path, source in host_files.items()]
+        return with_parent_directories(entries)
+
+    config = {
+        "Entrypoint": list(AGNHOST_ENTRYPOINT),
+        "Cmd": list(AGNHOST_CMD),
+        "Env": [DEFAULT_PATH],
+        "ExposedPorts": {f"{port}/tcp": {} for port in AGNHOST_EXPOSED_PORTS},
+        "WorkingDir": "/",
+    }
+    return _build(dest, inputs, files, config)
+
+
+def parse_ldd(output: str) -> list[str]:
+    """The absolute paths of the shared objects `ldd` lists (the vDSO has none and is skipped), in its order.
+
+    A library the loader cannot find ("libx.so => not found") is an error: the program would not start.
+    """
+    paths: list[str] = []
+    for line in output.splitlines():
+        text = line.strip()
+        if not text or text.startswith("statically linked"):
+            continue
+        name, arrow, rest = text.partition("=>")
+        target = rest.strip() if arrow else name.strip()
+        if target.startswith("not found"):
+            raise ImageBuildError(f"shared library {name.strip()} not found")
+        path = target.split(" (", 1)[0].strip()
+        if path.startswith("/"):
+            paths.append(path)
+    return paths
+
+
+def host_program_files(programs: Mapping[str, Path]) -> dict[str, Path]:
+    """Image path -> host file: each program at its image path, and every shared object `ldd` finds for it at the
+    path it has on the host (the image gets no ld.so.cache: glibc's built-in search paths must find them)."""
+    ldd = shutil.which("ldd")
+    if ldd is None:
+        raise ImageBuildError("ldd is not installed (libc-bin): it lists the libraries of the image's programs")
+    files: dict[str, Path] = {}
+    for image_path, source in programs.items():
+        if not source.is_file():
+            raise ImageBuildError(f"{source} is missing: apt-get install {source.name}")
+        files[image_path] = source
+        proc = subprocess.run([ldd, str(source)], capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL)
+        if proc.returncode != 0:
+            raise ImageBuildError(f"ldd {source} failed (exit {proc.returncode}): {proc.stderr.strip()}")
+        try:
+            libraries = parse_ldd(proc.stdout)
+        except ImageBuildError as exc:
+            raise ImageBuildError(f"{source}: {exc}") from exc
+        for library in libraries:
+            files[library.lstrip("/")] = Path(library)
+    return files
+
+
+def with_parent_directories(entries: Sequence[TarEntry]) -> list[TarEntry]:
+    """`entries` plus a directory entry for every parent none of them is, so the layer never relies on an
+    unpacker making them (with whatever mode it picks)."""
+    present = {e.path for e in entries}
+    parents = {str(parent) for e in entries for parent in Path(e.path).parents if str(parent) != "."}
+    return [*entries, *(TarEntry.directory(path) for path in sorted(parents - present))]
 
 
 def busybox_rootfs(binary: bytes, applets: Iterable[str]) -> list[TarEntry]:

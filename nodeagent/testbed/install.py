@@ -6,12 +6,14 @@ registries only (Debian, the Go module proxy), because these machines reach noth
 - containerd 1.7, etcd 3.5 and docker-registry from Debian trixie, with the trixie suite pinned low (priority 100)
   so that nothing else on the machine moves to trixie;
 - runc, iproute2, busybox-static and the reference CNI plugins from bookworm;
-- kube-apiserver, kube-controller-manager, kube-scheduler and kubectl built from one pinned release of the
+- kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy and kubectl built from one pinned release of the
   `k8s.io/kubernetes` Go module, and crictl from `sigs.k8s.io/cri-tools`, into a versioned cache outside the repo;
 - the testbed's gRPC health server (`grpchealth/main.go`, on a pinned `google.golang.org/grpc`), built static, which
   the testbed packs into the image that grpc probes are tested against;
 - metrics-server from `sigs.k8s.io/metrics-server`, with exactly the dependencies of its own go.mod (as its release
-  is built), which the testbed registers through the aggregation layer for `kubectl top`.
+  is built), which the testbed registers through the aggregation layer for `kubectl top`;
+- agnhost, the e2e suite's test image binary, from `k8s.io/kubernetes/test/images/agnhost` of the same release,
+  static, which the testbed packs into an image under upstream's e2e name and tag.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -28,11 +31,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nodeagent.testbed.versions import (
+    AGNHOST_VERSION,
     CRI_TOOLS_VERSION,
     GRPC_GO_VERSION,
     GRPC_HEALTH_SOURCE,
     KUBERNETES_VERSION,
     METRICS_SERVER_VERSION,
+    agnhost_path,
     cache_root,
     crictl_path,
     grpc_health_path,
@@ -56,13 +61,15 @@ BOOKWORM_PACKAGES: dict[str, str] = {
     # The pause image's binary is compiled from nodeagent/testbed/pause.c, statically.
     "gcc": "",
     "libc6-dev": "",
+    # The agnhost image carries Debian's curl (with its libraries), as upstream's carries alpine's.
+    "curl": "",
 }
 TRIXIE_PACKAGES: dict[str, str] = {
     "containerd": "1.7.",
     "etcd-server": "3.5.",
     "docker-registry": "2.8.",
 }
-KUBERNETES_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+KUBERNETES_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy", "kubectl")
 
 
 class InstallError(RuntimeError):
@@ -229,6 +236,10 @@ def build_kubernetes(progress: Progress) -> Path:
     )
     tmp_bin = bin_dir.with_name(bin_dir.name + ".tmp")
     tmp_bin.mkdir(parents=True, exist_ok=True)
+    # A cache from before a command joined the list keeps what it has: only the new command is built.
+    for command in KUBERNETES_COMMANDS:
+        if (bin_dir / command).exists() and not (tmp_bin / command).exists():
+            shutil.copy2(bin_dir / command, tmp_bin / command)
     for command in KUBERNETES_COMMANDS:
         if (tmp_bin / command).exists():
             continue
@@ -369,6 +380,81 @@ def build_metrics_server(progress: Progress) -> Path:
     return binary
 
 
+AGNHOST_PACKAGE = "k8s.io/kubernetes/test/images/agnhost"
+# Upstream's agnhost image holds these at / (its Dockerfile: `ADD porter/localhost.crt localhost.crt`): `porter`
+# serves TLS with them when a test points CERT_FILE/KEY_FILE there.
+AGNHOST_PORTER_FILES = ("localhost.crt", "localhost.key")
+
+
+def manifest_image_tag(manifest_go: str, name: str) -> str | None:
+    """The tag test/utils/image/manifest.go gives the e2e image `name`, as in
+    `configs[Agnhost] = Config{list.PromoterE2eRegistry, "agnhost", "2.56"}`; None when it names no such image."""
+    pattern = r'configs\[\w+\]\s*=\s*Config\{\s*list\.PromoterE2eRegistry\s*,\s*"' + re.escape(name)
+    pattern += r'"\s*,\s*"([^"]+)"'
+    match = re.search(pattern, manifest_go)
+    return match.group(1) if match else None
+
+
+def build_agnhost(progress: Progress) -> Path:
+    """agnhost of KUBERNETES_VERSION, static, with upstream's version stamp, next to porter's TLS files.
+
+    It is built from a copy of the control plane's build module (go.mod with the staging `replace` lines, go.sum),
+    so the two share the module and build caches but never write the same go.mod, even when both run at once.
+    """
+    binary = agnhost_path()
+    if binary.exists() and all((binary.parent / name).exists() for name in AGNHOST_PORTER_FILES):
+        progress.step(f"agnhost {AGNHOST_VERSION} (kubernetes {KUBERNETES_VERSION}): cached")
+        return binary
+    module = kubernetes_bin_dir().parent / "build"
+    if not (module / "go.mod").exists():
+        raise InstallError(f"agnhost is built in the control plane's build module, and {module}/go.mod is missing")
+    go = shutil.which("go") or "/usr/local/go/bin/go"
+    env = _go_env(cache_root())
+    info = json.loads(
+        _run(
+            [go, "mod", "download", "-json", f"k8s.io/kubernetes@{KUBERNETES_VERSION}"],
+            env=env,
+            step="go mod download k8s.io/kubernetes",
+        )
+    )
+    source = Path(info["Dir"])
+    version = (source / "test/images/agnhost/VERSION").read_text().strip()
+    tag = manifest_image_tag((source / "test/utils/image/manifest.go").read_text(), "agnhost")
+    if version != AGNHOST_VERSION or tag != AGNHOST_VERSION:
+        # The image is pushed under AGNHOST_VERSION: a release whose e2e suite expects another tag needs it bumped.
+        raise InstallError(
+            f"kubernetes {KUBERNETES_VERSION} has agnhost {version} (manifest.go tag {tag}), "
+            f"the testbed expects {AGNHOST_VERSION}: update AGNHOST_VERSION"
+        )
+    work = binary.parent.with_name(binary.parent.name + ".build")
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    for name in ("go.mod", "go.sum"):
+        if (module / name).exists():
+            shutil.copyfile(module / name, work / name)
+    progress.step(f"agnhost {AGNHOST_VERSION}: go build (a few minutes on a cold cache)")
+    started = time.monotonic()
+    # A package path without @version would mean @upgrade, i.e. the newest Kubernetes, not the pinned one.
+    _run([go, "get", f"{AGNHOST_PACKAGE}@{KUBERNETES_VERSION}"], env=env, cwd=work, step="go get agnhost")
+    partial = work / "agnhost"
+    _run(
+        # As upstream's image-util.sh builds it (CGO off, the VERSION file stamped into main.Version), trimmed.
+        [go, "build", "-trimpath", "-ldflags", f"-s -w -X main.Version={AGNHOST_VERSION}", "-o", str(partial),
+         AGNHOST_PACKAGE],
+        env=env,
+        cwd=work,
+        step="go build agnhost",
+    )  # fmt: skip
+    binary.parent.mkdir(parents=True, exist_ok=True)
+    for name in AGNHOST_PORTER_FILES:
+        shutil.copyfile(source / "test/images/agnhost/porter" / name, binary.parent / name)
+    partial.replace(binary)  # last, whole or not at all: its presence is the cache check
+    shutil.rmtree(work, ignore_errors=True)
+    progress.step(f"agnhost: built in {time.monotonic() - started:.0f}s")
+    return binary
+
+
 def install(progress: Progress | None = None) -> None:
     progress = progress or Progress(write=lambda line: print(line, file=sys.stderr, flush=True))
     if os.geteuid() != 0:
@@ -379,4 +465,5 @@ def install(progress: Progress | None = None) -> None:
     build_crictl(progress)
     build_grpc_health(progress)
     build_metrics_server(progress)
+    build_agnhost(progress)
     progress.step(f"done in {time.monotonic() - started:.0f}s")

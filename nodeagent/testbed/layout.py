@@ -87,6 +87,10 @@ class Layout:
         return self.root / "metrics-server.kubeconfig"
 
     @property
+    def kube_proxy_kubeconfig(self) -> Path:
+        return self.root / "kube-proxy.kubeconfig"
+
+    @property
     def env_file(self) -> Path:
         return self.root / "env"
 
@@ -125,6 +129,11 @@ class Settings:
     healthz_port: int = 0  # the agent's local endpoint (/healthz, /pods); 0 in a testbed.json written before it
     kubelet_port: int = 0  # the agent's kubelet API (upstream 10250); 0 in a testbed.json written before it
     metrics_server_port: int = 0  # metrics-server's secure port; 0 in a testbed.json written before it
+    kube_proxy_healthz_port: int = 0
+    kube_proxy_metrics_port: int = 0
+    # Another testbed's directory when that one runs the host's only kube-proxy (see testbed/kubeproxy.py): then
+    # this testbed's ClusterIPs are not served.
+    kube_proxy_held_by: str = ""
 
     @property
     def node_ip(self) -> str:
@@ -134,7 +143,8 @@ class Settings:
 
     @property
     def apiserver_url(self) -> str:
-        return f"https://127.0.0.1:{self.apiserver_port}"
+        """On the node address, not loopback: pods reach the apiserver there, through the `kubernetes` Service."""
+        return f"https://{self.node_ip}:{self.apiserver_port}"
 
     @property
     def registry(self) -> str:

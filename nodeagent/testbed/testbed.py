@@ -28,7 +28,7 @@ import ssl
 import sys
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import httpx
@@ -36,11 +36,17 @@ import httpx
 from cri.client import connect
 from cri.errors import CRIError
 from nodeagent.kuberuntime.cgroups import remove_cgroup_tree
-from nodeagent.testbed import cniplugin, configs, hostnet, images, metricsserver, processes, registry
+from nodeagent.testbed import cniplugin, configs, hostnet, images, kubeproxy, metricsserver, processes, registry
 from nodeagent.testbed.kubeconfig import write_kubeconfig
 from nodeagent.testbed.layout import Layout, Settings
 from nodeagent.testbed.pki import CertificateAuthority, CertPair, service_account_keys
-from nodeagent.testbed.versions import cache_root, grpc_health_path, kubernetes_bin_dir, metrics_server_path
+from nodeagent.testbed.versions import (
+    agnhost_path,
+    cache_root,
+    grpc_health_path,
+    kubernetes_bin_dir,
+    metrics_server_path,
+)
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +56,7 @@ METRICS_SERVER = metricsserver.NAME
 COMPONENTS = (
     AGENT,
     METRICS_SERVER,
+    kubeproxy.NAME,
     "kube-controller-manager",
     "kube-scheduler",
     "kube-apiserver",
@@ -116,6 +123,7 @@ class Pki:
     front_proxy_client: CertPair
     metrics_server_serving: CertPair
     metrics_server_client: CertPair
+    kube_proxy: CertPair
 
 
 def _make_pki(layout: Layout, node_name: str, node_ip: str) -> Pki:
@@ -132,8 +140,15 @@ def _make_pki(layout: Layout, node_name: str, node_ip: str) -> Pki:
             "apiserver",
             common_name="kube-apiserver",
             server=True,
-            dns_names=("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"),
-            ip_addresses=(*loopback, "198.19.0.1"),
+            dns_names=(
+                "localhost",
+                "kubernetes",
+                "kubernetes.default",
+                "kubernetes.default.svc",
+                "kubernetes.default.svc.cluster.local",
+            ),
+            # Loopback, the node address it listens on, and the `kubernetes` Service's ClusterIP pods call.
+            ip_addresses=(*loopback, node_ip, hostnet.kubernetes_service_ip()),
         ),
         etcd_server=ca.issue(
             d,
@@ -181,6 +196,7 @@ def _make_pki(layout: Layout, node_name: str, node_ip: str) -> Pki:
             ip_addresses=(node_ip,),
         ),
         metrics_server_client=ca.issue(d, "metrics-server-client", common_name=metricsserver.USER, client=True),
+        kube_proxy=ca.issue(d, "kube-proxy", common_name=kubeproxy.USER, client=True),
     )
 
 
@@ -258,7 +274,7 @@ class Testbed:
 
     async def _up(self, node_name: str) -> Settings:
         lay = self.layout
-        ports = _free_ports(10)
+        ports = _free_ports(12)
         bridge = hostnet.bridge_name(lay.root)
         # A bridge of this directory's name is this directory's, left by a testbed that was not brought down: its
         # route would keep the pod range from being chosen again, and its address would sit beside the new one.
@@ -278,6 +294,8 @@ class Testbed:
             healthz_port=ports[7],
             kubelet_port=ports[8],
             metrics_server_port=ports[9],
+            kube_proxy_healthz_port=ports[10],
+            kube_proxy_metrics_port=ports[11],
         )
         settings.save(lay.settings_file)
         # Before anything listens on the node address (metrics-server, the agent) and before the first CNI ADD.
@@ -322,12 +340,19 @@ class Testbed:
         )
         kcm = self._start_controller_manager(settings, pki)
         sched = self._start_scheduler(settings)
+        kube_proxy = self._start_kube_proxy(settings)
+        if kube_proxy is None:
+            settings = replace(settings, kube_proxy_held_by=kubeproxy.read_owner_root())
+            settings.save(lay.settings_file)
         # While those two start: metrics-server and the objects that register it.
         metrics_server = await self._start_metrics_server(settings, pki)
         for proc, port in ((kcm, settings.controller_manager_port), (sched, settings.scheduler_port)):
             await _wait(
                 proc.name, proc.log_path, _https_check(f"https://127.0.0.1:{port}/healthz", ca=None, client=None), proc
             )
+        # kube-proxy is not waited for: it waits (up to 30 s) for its Node, which exists once an agent registers.
+        if kube_proxy is not None and not kube_proxy.alive():
+            raise processes.ComponentFailed(kube_proxy.name, "exited during start-up", kube_proxy.log_path)
         # Pods can be created only once the controller-manager has made the default ServiceAccount.
         await _wait(
             "kube-controller-manager",
@@ -382,6 +407,22 @@ class Testbed:
         except metricsserver.MetricsServerError as exc:
             raise TestbedError(f"metrics-server: {exc}") from exc
         return proc
+
+    def _start_kube_proxy(self, settings: Settings) -> processes.Process | None:
+        """kube-proxy, unless another testbed's runs (its iptables chains are host-wide: see kubeproxy.py)."""
+        with kubeproxy.host_lock():
+            owner = kubeproxy.live_owner()
+            if owner is not None:
+                log.warning(
+                    "testbed kube-proxy not started: another testbed runs the host's kube-proxy owner=%s pid=%d "
+                    "(ClusterIPs of this testbed are not served)",
+                    owner.root,
+                    owner.pid,
+                )
+                return None
+            proc = self._start(kubeproxy.NAME, kubeproxy.argv(_binary("kube-proxy"), self.layout, settings))
+            kubeproxy.record_owner(self.layout, proc)
+            return proc
 
     def _start(self, name: str, argv: list[str]) -> processes.Process:
         return processes.start(name, argv, pid_dir=self.layout.pids, log_dir=self.layout.logs)
@@ -466,6 +507,9 @@ class Testbed:
             user="system:kube-scheduler",
         )
         write_kubeconfig(
+            lay.kube_proxy_kubeconfig, server=server, ca=pki.ca.cert, client=pki.kube_proxy, user=kubeproxy.USER
+        )
+        write_kubeconfig(
             lay.metrics_server_kubeconfig,
             server=server,
             ca=pki.ca.cert,
@@ -508,8 +552,10 @@ class Testbed:
                 f"--etcd-cafile={pki.ca.cert}",
                 f"--etcd-certfile={pki.etcd_client.cert}",
                 f"--etcd-keyfile={pki.etcd_client.key}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
+                # The node address: pods reach it, and the endpoint reconciler writes it into the `kubernetes`
+                # Service's endpoints, which kube-proxy serves on the Service's ClusterIP.
+                f"--bind-address={settings.node_ip}",
+                f"--advertise-address={settings.node_ip}",
                 f"--secure-port={settings.apiserver_port}",
                 f"--tls-cert-file={pki.apiserver.cert}",
                 f"--tls-private-key-file={pki.apiserver.key}",
@@ -536,8 +582,6 @@ class Testbed:
                 f"--proxy-client-key-file={pki.front_proxy_client.key}",
                 "--enable-aggregator-routing=true",
                 "--allow-privileged=true",
-                # The loopback advertise address may not be written into the kubernetes Service's endpoints.
-                "--endpoint-reconciler-type=none",
                 "--profiling=false",
                 "--v=1",
             ],
@@ -602,6 +646,12 @@ class Testbed:
                 configs.GRPC_HEALTH_IMAGE_TAG,
                 images.build_grpc_health_image(cache / "grpc-health", grpc_health_path()),
             ),
+            (
+                # Under upstream's e2e repository path and tag: the e2e suite's specs run it by that name.
+                configs.AGNHOST_IMAGE_REPOSITORY,
+                configs.AGNHOST_IMAGE_TAG,
+                images.build_agnhost_image(cache / "agnhost", agnhost_path()),
+            ),
         )
         for repository, tag, image in built:
             await registry.push_image(settings.registry, repository, tag, image)
@@ -641,6 +691,8 @@ class Testbed:
             proc = processes.load(lay.pids, name)
             if proc is not None:
                 processes.stop(proc, pid_dir=lay.pids)
+            if name == kubeproxy.NAME:  # its iptables rules go with it (only if they are this testbed's)
+                kubeproxy.release(lay, _binary("kube-proxy"))
         for pid in processes.pids_with_arg("containerd-shim-runc-v2", str(lay.containerd_socket)):
             log.warning("testbed down: killing leftover shim pid=%d", pid)
             _kill_tree(pid)

@@ -17,6 +17,10 @@ GRPC_HEALTH_SOURCE = Path(__file__).with_name("grpchealth") / "main.go"
 # sigs.k8s.io/metrics-server, built from its own go.mod (k8s.io/* v0.33): what `kubectl top` reads through the
 # aggregation layer.
 METRICS_SERVER_VERSION = "v0.8.0"
+# agnhost, the e2e suite's multi-purpose test image, built from k8s.io/kubernetes/test/images/agnhost of
+# KUBERNETES_VERSION: its VERSION file there, which is also the tag test/utils/image/manifest.go expects
+# (registry.k8s.io/e2e-test-images/agnhost:2.56). The installer checks both against this.
+AGNHOST_VERSION = "2.56"
 
 
 def cache_root() -> Path:
@@ -39,3 +43,25 @@ def grpc_health_path() -> Path:
 
 def metrics_server_path() -> Path:
     return cache_root() / f"metrics-server-{METRICS_SERVER_VERSION}" / "metrics-server"
+
+
+def e2e_dir() -> Path:
+    """The upstream e2e suite of KUBERNETES_VERSION and the ginkgo CLI that runs it (`nodeagent conformance`)."""
+    return cache_root() / f"kubernetes-{KUBERNETES_VERSION}" / "e2e"
+
+
+def e2e_test_path() -> Path:
+    return e2e_dir() / "e2e.test"
+
+
+def ginkgo_path() -> Path:
+    return e2e_dir() / "ginkgo"
+
+
+def agnhost_dir() -> Path:
+    """The agnhost binary and the files its image carries besides it (upstream's porter/localhost.{crt,key})."""
+    return cache_root() / f"kubernetes-{KUBERNETES_VERSION}" / f"agnhost-{AGNHOST_VERSION}"
+
+
+def agnhost_path() -> Path:
+    return agnhost_dir() / "agnhost"

@@ -9,6 +9,7 @@ import asyncio
 import json
 import ssl
 import subprocess
+import time
 from pathlib import Path
 
 import httpx
@@ -38,6 +39,23 @@ def _all_ipv4_addresses() -> set[str]:
 def _listening(address: str, port: int) -> bool:
     out = subprocess.run(["ss", "-Htln", "src", f"{address}:{port}"], capture_output=True, text=True, check=True)
     return bool(out.stdout.strip())
+
+
+def _forward_guard(bridge: str) -> bool:
+    rule = ["iptables", "-w", "-C", "FORWARD", *hostnet.forward_guard_rule(bridge)]
+    return subprocess.run(rule, capture_output=True, check=False).returncode == 0
+
+
+def _kubernetes_service_rule(wait: float = 0.0) -> bool:
+    # kube-proxy syncs its rules first after waiting (up to 30 s) for its Node, which no agent registers here.
+    deadline = time.monotonic() + wait
+    while True:
+        nat = subprocess.run(["iptables-save", "-t", "nat"], capture_output=True, text=True, check=True).stdout
+        if f"-A KUBE-SERVICES -d {hostnet.kubernetes_service_ip()}/32" in nat:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.5)
 
 
 def _mounts_under(root: Path) -> list[str]:
@@ -96,6 +114,15 @@ def test_second_testbed_beside_the_first_then_down_leaves_nothing(testbed: Testb
         assert _listening(two.node_ip, two.metrics_server_port)
         hostnet.ensure_bridge(two.bridge, two.pod_cidr)  # again: idempotent
         assert hostnet.addresses_of(two.bridge) == [f"{two.node_ip}/24"]
+        # Each bridge forwards (ClusterIP traffic between pods), behind its own guard rule.
+        for bridge in (one.bridge, two.bridge):
+            assert Path(f"/proc/sys/net/ipv4/conf/{bridge}/forwarding").read_text().strip() == "1"
+            assert _forward_guard(bridge)
+        # kube-proxy's chains are host-wide: the first testbed keeps the only one, the second says who has it.
+        assert not one.kube_proxy_held_by
+        assert two.kube_proxy_held_by == str(testbed.layout.root.resolve())
+        assert "kube-proxy" not in other.running()
+        assert _kubernetes_service_rule(wait=60)
         netns = asyncio.run(_run_pod(other))
         # The pod really holds host resources that down must release.
         assert two.bridge in _links("bridge")
@@ -113,11 +140,15 @@ def test_second_testbed_beside_the_first_then_down_leaves_nothing(testbed: Testb
     assert not _listening(two.node_ip, two.metrics_server_port)
     assert netns not in _netns()
     assert not veths & _links("veth")
-    # The first testbed is untouched.
+    assert not _forward_guard(two.bridge)
+    # The first testbed is untouched, its kube-proxy rules included.
+    assert _forward_guard(one.bridge)
+    assert _kubernetes_service_rule()
     assert asyncio.run(_readyz(testbed)) == 200
     assert one.node_ip in _all_ipv4_addresses()
     assert set(testbed.running()) == {
         "metrics-server",
+        "kube-proxy",
         "kube-controller-manager",
         "kube-scheduler",
         "kube-apiserver",
