@@ -1,8 +1,8 @@
 """The agent as a subprocess (`nodeagent run`) for integration tests, and what every such test module needs.
 
 `start_agent` runs the agent with the testbed's node credential and config (or a config derived from it with
-`agent_config`); `clean_up` deletes what a module left in the apiserver (Deployments, Jobs, pods, the Node and its
-Lease) and in containerd, so the next module starts from an empty node.
+`agent_config`); `clean_up` deletes what a module left in the apiserver (Deployments, Jobs, Services, pods, the Node
+and its Lease) and in containerd, so the next module starts from an empty node.
 """
 
 from __future__ import annotations
@@ -121,6 +121,11 @@ async def clean_up(testbed: Testbed, settings: Settings) -> None:
             for item in (await admin.list(kind_path))["items"]:
                 with contextlib.suppress(NotFound):
                     await admin.delete(f"{kind_path}/{item['metadata']['name']}", propagation_policy="Background")
+        for service in (await admin.list(paths.api_path("services", namespace=NS)))["items"]:
+            name = service["metadata"]["name"]
+            if name != "kubernetes":  # the apiserver's own
+                with contextlib.suppress(NotFound):
+                    await admin.delete(paths.api_path("services", namespace=NS, name=name))
         for pod in (await admin.list(paths.pods(NS)))["items"]:
             with contextlib.suppress(NotFound):
                 await admin.delete(paths.pod(NS, pod["metadata"]["name"]), grace_period_seconds=0)

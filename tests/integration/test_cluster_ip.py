@@ -9,7 +9,6 @@ in-cluster config, that is KUBERNETES_SERVICE_HOST/PORT and the files under
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import uuid
 from collections.abc import Iterator
@@ -20,7 +19,6 @@ import pytest
 from cri.client import CRIClient
 from nodeagent.kube import paths
 from nodeagent.kube.client import KubeClient
-from nodeagent.kube.errors import NotFound
 from nodeagent.testbed import configs, hostnet
 from nodeagent.testbed.layout import Settings
 from nodeagent.testbed.testbed import Testbed
@@ -51,14 +49,7 @@ def agent(testbed: Testbed, settings: Settings) -> Iterator[Agent]:
         yield running
     finally:
         stop_agent(running)
-        asyncio.run(_delete_service(testbed))
         asyncio.run(clean_up(testbed, settings))
-
-
-async def _delete_service(testbed: Testbed) -> None:
-    async with KubeClient.from_kubeconfig(testbed.layout.admin_kubeconfig) as admin:
-        with contextlib.suppress(NotFound):
-            await admin.delete(paths.api_path("services", namespace=NS, name=SERVICE))
 
 
 async def _running_container(admin: KubeClient, agent: Agent, name: str) -> str:

@@ -8,7 +8,6 @@ answers. Every wait is a condition with a generous deadline; nothing asserts how
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime
 import re
 import uuid
@@ -36,16 +35,7 @@ def agent(testbed: Testbed, settings: Settings) -> Iterator[Agent]:
         yield running
     finally:
         stop_agent(running)
-        asyncio.run(_delete_services(testbed))
         asyncio.run(clean_up(testbed, settings))
-
-
-async def _delete_services(testbed: Testbed) -> None:
-    async with KubeClient.from_kubeconfig(testbed.layout.admin_kubeconfig) as admin:
-        for service in (await admin.list(paths.api_path("services", namespace=NS)))["items"]:
-            if service["metadata"]["name"].startswith("probe-"):
-                with contextlib.suppress(NotFound):
-                    await admin.delete(paths.api_path("services", namespace=NS, name=service["metadata"]["name"]))
 
 
 def _name(prefix: str) -> str:

@@ -4,7 +4,6 @@ enableServiceLinks (the default), none of them without."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -14,7 +13,6 @@ import pytest
 from cri.client import CRIClient
 from nodeagent.kube import paths
 from nodeagent.kube.client import KubeClient
-from nodeagent.kube.errors import NotFound
 from nodeagent.testbed import configs
 from nodeagent.testbed.layout import Settings
 from nodeagent.testbed.testbed import Testbed
@@ -31,14 +29,7 @@ def agent(testbed: Testbed, settings: Settings) -> Iterator[Agent]:
         yield running
     finally:
         stop_agent(running)
-        asyncio.run(_delete_service(testbed))
         asyncio.run(clean_up(testbed, settings))
-
-
-async def _delete_service(testbed: Testbed) -> None:
-    async with KubeClient.from_kubeconfig(testbed.layout.admin_kubeconfig) as admin:
-        with contextlib.suppress(NotFound):
-            await admin.delete(paths.api_path("services", namespace=NS, name=SERVICE))
 
 
 async def _env_of(admin: KubeClient, cri: CRIClient, agent: Agent, name: str) -> dict[str, str]:
