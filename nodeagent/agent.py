@@ -47,6 +47,7 @@ from nodeagent.kubelet import Kubelet, Pod
 from nodeagent.kuberuntime.logrotation import ContainerLogManager
 from nodeagent.kuberuntime.manager import NodeContext, RuntimeManager
 from nodeagent.kuberuntime.references import ObjectFetcher
+from nodeagent.kuberuntime.runtime_handlers import RuntimeState
 from nodeagent.kuberuntime.sandbox_config import DNSSettings, ResolvConf
 from nodeagent.localserver import LocalServer, running_pods
 from nodeagent.nodestatus import NodeFacts, gather_node_facts
@@ -132,11 +133,13 @@ def _object_fetcher(client: KubeClient | None) -> ObjectFetcher | None:
     return fetch
 
 
-async def _runtime_health(cri: CRIClient) -> tuple[bool, str]:
+async def _runtime_health(cri: CRIClient, runtime_state: RuntimeState) -> tuple[bool, str]:
     try:
         status = await cri.runtime.status(timeout=10)
     except CRIError as exc:
         return False, f"container runtime is down: {exc.message}"
+    # As upstream's updateRuntimeUp: the same Status call refreshes the handlers and features the runtime reports.
+    runtime_state.update(status)
     problems = [
         f"{c.type}=false reason:{c.reason} message:{c.message}" for c in status.status.conditions if not c.status
     ]
@@ -295,6 +298,10 @@ async def _run(
     await until_stopped(stop, "relisting the container runtime", pleg.relist())
     log.info("pleg started mode=%s type=%s", config.pleg.value, type(pleg).__name__)
 
+    # The runtime's handlers (recursive read-only mounts) from a first Status now, before any pod syncs; the node
+    # status loop's health check refreshes them.
+    runtime_state = RuntimeState()
+    await until_stopped(stop, "reading the runtime's status", _runtime_health(cri, runtime_state))
     node_status = None
     if client is not None:
         node_status = NodeStatusManager(
@@ -302,10 +309,12 @@ async def _run(
             node_name=node_name,
             config=config,
             facts=facts,
-            runtime_health=lambda: _runtime_health(cri),
+            runtime_health=lambda: _runtime_health(cri, runtime_state),
             clock=clock,
             record_event=node_event,
             pleg_health=pleg.healthy,
+            runtime_handlers=runtime_state.handlers,
+            node_features=runtime_state.features,
         )
         # Retried for ever, as upstream (an unreachable apiserver, a credential that may not register this name).
         await until_stopped(stop, "registering the node", node_status.register())
@@ -348,6 +357,7 @@ async def _run(
         fetch_object=_object_fetcher(client),
         container_mounts=volumes.container_mounts,
         services=services,
+        runtime_handlers=runtime_state.handlers,
     )
     sources = [API_SOURCE] if client is not None else []
     if config.static_pod_path:
@@ -392,6 +402,7 @@ async def _run(
         mirror_pods=mirror_pods,
         sysctls=sysctls,
         volumes=volumes,
+        supports_recursive_read_only=runtime.supports_recursive_read_only,
     )
     sync_loop = SyncLoop(
         channels,

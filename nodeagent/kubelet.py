@@ -186,6 +186,9 @@ class Kubelet:
     mirror_pods: MirrorPods | None = None  # None without an apiserver (standalone)
     sysctls: SysctlAllowlist | None = None  # the sysctls pods may set (safe + allowedUnsafeSysctls)
     volumes: VolumeManager | None = None  # None: volumes are not set up (unit tests of other parts)
+    # Whether the pod's runtime handler makes recursive read-only mounts (RuntimeManager's answer), for the
+    # recursiveReadOnly the container statuses' volumeMounts show.
+    supports_recursive_read_only: Callable[[Pod], bool] = lambda pod: False
     monotonic: Callable[[], float] = time.monotonic
     wall: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC)
     workers: PodWorkers = field(init=False)
@@ -502,6 +505,7 @@ class Kubelet:
             host_ips=self.host_ips,
             pod_is_terminal=terminal,
             old_status=published,
+            supports_recursive_read_only=self.supports_recursive_read_only(pod),
         )
 
     def _pod_ips(self, pod: Pod, runtime_status: acts.RuntimePodStatus, result: SyncResult | None) -> tuple[str, ...]:

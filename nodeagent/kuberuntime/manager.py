@@ -45,6 +45,7 @@ from nodeagent.kuberuntime.hooks import (
 )
 from nodeagent.kuberuntime.qos import QOSClass, pod_qos
 from nodeagent.kuberuntime.references import ObjectFetcher, lookups_for, pull_auth
+from nodeagent.kuberuntime.runtime_handlers import DEFAULT_HANDLER, RuntimeHandler, supports_recursive_read_only_mounts
 from nodeagent.kuberuntime.sandbox_config import (
     DNSSettings,
     make_sandbox_config,
@@ -64,10 +65,11 @@ Pod = dict[str, Any]
 EventType = Literal["Normal", "Warning"]
 # (pod, type, reason, message, fieldPath): the narrow seam to the event recorder.
 EventSink = Callable[[Pod, EventType, str, str, str], None]
-# (pod, container, its environment on demand) -> the container's volume mounts, made by the volume manager
-# (subPath binds included); raises KubeRuntimeError (CreateContainerConfigError) as upstream's makeMounts.
+# (pod, container, its environment on demand, whether the pod's runtime handler makes recursive read-only mounts)
+# -> the container's volume mounts, made by the volume manager (subPath binds included); raises KubeRuntimeError
+# (CreateContainerConfigError) as upstream's makeMounts.
 ContainerMounts = Callable[
-    [Pod, Mapping[str, Any], Callable[[], Sequence[tuple[str, str]]]], Awaitable[Sequence[api_pb2.Mount]]
+    [Pod, Mapping[str, Any], Callable[[], Sequence[tuple[str, str]]], bool], Awaitable[Sequence[api_pb2.Mount]]
 ]
 
 
@@ -194,6 +196,7 @@ class RuntimeManager:
         fetch_object: ObjectFetcher | None = None,
         container_mounts: ContainerMounts | None = None,
         services: ServiceLister | None = None,
+        runtime_handlers: Callable[[], Sequence[RuntimeHandler]] = tuple,
     ) -> None:
         self._runtime = runtime
         self._images = images
@@ -207,6 +210,7 @@ class RuntimeManager:
         self._started_at = wall_clock()
         self._container_mounts = container_mounts
         self._services = services
+        self._runtime_handlers = runtime_handlers
         # Containers containerd will not let go of (see _remove_container): never tried again.
         self.unremovable: set[str] = set()
         self._kept_sandboxes: set[str] = set()
@@ -229,6 +233,12 @@ class RuntimeManager:
         """The agent's view of a status the PLEG cached, each exited container with its termination message (read
         once per container, as upstream's convertToKubeContainerStatus would on every read)."""
         return self._termination_messages.apply(status, acts.from_pod_status(status))
+
+    def supports_recursive_read_only(self, pod: Mapping[str, Any]) -> bool:
+        """Upstream runtimeClassSupportsRecursiveReadOnlyMounts: whether the handler the pod runs with makes
+        recursive read-only mounts. Every sandbox runs with the default handler (RuntimeClass is not supported)."""
+        del pod
+        return supports_recursive_read_only_mounts(DEFAULT_HANDLER, self._runtime_handlers())
 
     # --- syncing -------------------------------------------------------------------------------------------
 
@@ -488,7 +498,9 @@ class RuntimeManager:
         try:
             volume_mounts: Sequence[api_pb2.Mount] = ()
             if self._container_mounts is not None:
-                volume_mounts = await self._container_mounts(pod, container, environment)
+                volume_mounts = await self._container_mounts(
+                    pod, container, environment, self.supports_recursive_read_only(pod)
+                )
             config = make_container_config(
                 pod,
                 container,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final
 
@@ -28,6 +28,7 @@ from nodeagent.kube import paths
 from nodeagent.kube.client import KubeClient
 from nodeagent.kube.errors import AlreadyExists, ApiError, ApiUnavailable, Conflict, NotFound
 from nodeagent.kube.request import Obj
+from nodeagent.kuberuntime.runtime_handlers import RuntimeFeatures, RuntimeHandler
 from nodeagent.nodestatus._quantity import format_micro_time
 from nodeagent.nodestatus.conditions import DISK_PRESSURE, MEMORY_PRESSURE, PID_PRESSURE, READY, node_conditions
 from nodeagent.nodestatus.facts import NodeFacts
@@ -40,6 +41,9 @@ RuntimeHealth = Callable[[], Awaitable[tuple[bool, str]]]
 # The PLEG's health check: (healthy, why not); the reason follows "PLEG is not healthy: " in the Ready condition.
 PLEGHealth = Callable[[], tuple[bool, str]]
 RecordEvent = Callable[[str, str, str], None]
+# What the runtime's last Status reported (read after the health check, which refreshes them).
+RuntimeHandlers = Callable[[], Sequence[RuntimeHandler]]
+NodeFeatures = Callable[[], RuntimeFeatures | None]
 
 # Upstream's constants: nodeStatusUpdateRetry, the lease controller's maxUpdateRetries and its backoff cap, the
 # registration backoff (100ms doubling to 7s), and the renew interval as a fraction of the lease duration.
@@ -99,6 +103,10 @@ def _status_patch(old_status: Mapping[str, Any], new_status: Mapping[str, Any]) 
         gone = set(old_status.get(field) or {}) - set(new_status.get(field) or {})
         if gone:
             patch[field] = {**patch.get(field, {}), **dict.fromkeys(sorted(gone))}
+    for field in ("runtimeHandlers", "features"):
+        # Omitted when the runtime no longer reports them: upstream's patch removes them then.
+        if field in old_status and field not in new_status:
+            patch[field] = None
     return {"status": patch}
 
 
@@ -116,6 +124,8 @@ class NodeStatusManager:
         clock: Clock,
         record_event: RecordEvent | None = None,
         pleg_health: PLEGHealth | None = None,
+        runtime_handlers: RuntimeHandlers = tuple,
+        node_features: NodeFeatures = lambda: None,
     ) -> None:
         self._client = client
         self._name = node_name
@@ -125,6 +135,8 @@ class NodeStatusManager:
         self._clock = clock
         self._record_event = record_event
         self._pleg_health = pleg_health
+        self._runtime_handlers = runtime_handlers
+        self._node_features = node_features
         self._node: Obj | None = None
         self._lease: Obj | None = None
         self._last_reported: dict[str, Any] | None = None
@@ -164,7 +176,14 @@ class NodeStatusManager:
     async def _try_register(self) -> bool:
         old: list[dict[str, Any]] = []
         conditions = await self._compute_conditions(old)
-        wanted = initial_node(self._name, self._facts, self._config, conditions=conditions)
+        wanted = initial_node(
+            self._name,
+            self._facts,
+            self._config,
+            conditions=conditions,
+            runtime_handlers=self._runtime_handlers(),
+            runtime_features=self._node_features(),
+        )
         try:
             self._node = await self._client.create(paths.nodes(), wanted)
         except AlreadyExists:
@@ -253,7 +272,13 @@ class NodeStatusManager:
         old_status: dict[str, Any] = dict((self._node or {}).get("status") or {})
         old_conditions = _conditions(self._node)
         conditions = await self._compute_conditions(old_conditions)
-        new_status = build_node_status(self._facts, self._config, conditions)
+        new_status = build_node_status(
+            self._facts,
+            self._config,
+            conditions,
+            runtime_handlers=self._runtime_handlers(),
+            runtime_features=self._node_features(),
+        )
         now = self._clock.wall()
         if not should_report(
             self._last_reported,

@@ -6,9 +6,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from nodeagent.config import KubeletConfiguration
+from nodeagent.kuberuntime.runtime_handlers import RuntimeFeatures, RuntimeHandler
 from nodeagent.nodestatus.facts import NodeFacts
 from nodeagent.nodestatus.labels import node_labels
 from nodeagent.nodestatus.resources import allocatable, capacity
+from nodeagent.nodestatus.runtime_handlers import node_features_status, runtime_handlers_status
 from nodeagent.version import NODEAGENT_VERSION, VERSION_ANNOTATION
 
 # The kubelet leaves attach/detach to the controller manager by default and says so on its Node.
@@ -24,8 +26,11 @@ def build_node_status(
     conditions: Sequence[Mapping[str, Any]],
     *,
     hugepages: Mapping[str, int] | None = None,
+    runtime_handlers: Sequence[RuntimeHandler] = (),
+    runtime_features: RuntimeFeatures | None = None,
 ) -> dict[str, Any]:
-    """Node.status: capacity, allocatable, conditions, addresses, daemon endpoints and node info.
+    """Node.status: capacity, allocatable, conditions, addresses, daemon endpoints, node info, and the runtime's
+    handlers and features when it reports them (CRI Status).
 
     kubeProxyVersion is left out: it is deprecated and the kubelet no longer fills it.
     """
@@ -36,7 +41,7 @@ def build_node_status(
     if facts.internal_ip:
         addresses.append({"type": "InternalIP", "address": facts.internal_ip})
     addresses.append({"type": "Hostname", "address": facts.hostname})
-    return {
+    status: dict[str, Any] = {
         "capacity": node_capacity,
         "allocatable": allocatable(node_capacity, config.system_reserved, config.kube_reserved, config.eviction_hard),
         "conditions": [dict(c) for c in conditions],
@@ -54,6 +59,12 @@ def build_node_status(
             "architecture": facts.architecture,
         },
     }
+    if runtime_handlers:
+        status["runtimeHandlers"] = runtime_handlers_status(runtime_handlers)
+    features = node_features_status(runtime_features)
+    if features is not None:
+        status["features"] = features
+    return status
 
 
 def initial_node(
@@ -63,6 +74,8 @@ def initial_node(
     *,
     conditions: Sequence[Mapping[str, Any]] = (),
     hugepages: Mapping[str, int] | None = None,
+    runtime_handlers: Sequence[RuntimeHandler] = (),
+    runtime_features: RuntimeFeatures | None = None,
 ) -> dict[str, Any]:
     """The Node to create at registration: labels, registerWithTaints, spec.podCIDR and providerID when set, and
     the annotations we own (attach/detach by the controller, nodeagent's own version)."""
@@ -89,5 +102,12 @@ def initial_node(
             "annotations": {CONTROLLER_MANAGED_ATTACH_DETACH: "true", VERSION_ANNOTATION: NODEAGENT_VERSION},
         },
         "spec": spec,
-        "status": build_node_status(facts, config, conditions, hugepages=hugepages),
+        "status": build_node_status(
+            facts,
+            config,
+            conditions,
+            hugepages=hugepages,
+            runtime_handlers=runtime_handlers,
+            runtime_features=runtime_features,
+        ),
     }

@@ -12,13 +12,15 @@ the waiting reason the last sync left (ErrImagePull, ImagePullBackOff, CrashLoop
   up by one unless the pod is being deleted: the pod does not fall back to Pending, and the restart shows;
 - a runtime container in the unknown state whose previous status was running is terminated with
   ContainerStatusUnknown and upstream's "could not be located when the pod was terminated" message;
-- a container the last sync could not start waits with that reason, the run that ended (if any) in lastState.
+- a container the last sync could not start waits with that reason, the run that ended (if any) in lastState;
+- volumeMounts: a status without a runtime container lists the spec's (`status.volume_mounts`); one built from a
+  runtime container keeps the previous status's list, which upstream treats as immutable.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -130,13 +132,20 @@ def _was_running(previous: Mapping[str, Any] | None) -> bool:
 
 
 def _without_runtime_container(
-    container: ContainerInput, previous: Mapping[str, Any] | None, default_waiting_reason: str, *, pod_deleted: bool
+    container: ContainerInput,
+    previous: Mapping[str, Any] | None,
+    default_waiting_reason: str,
+    *,
+    pod_deleted: bool,
+    volume_mounts: Sequence[Mapping[str, Any]],
 ) -> JSON:
     """No runtime container: the default waiting state over the previous status (upstream's first two passes)."""
     if previous is not None and state_of(previous).get("terminated") is not None:
         return copy.deepcopy(dict(previous))  # the last word on a finished container
     last = copy.deepcopy(dict(last_state_of(previous))) if previous is not None else {}
     status = _base(container, {"waiting": {"reason": default_waiting_reason}}, last, previous)
+    if volume_mounts:
+        status["volumeMounts"] = [dict(m) for m in volume_mounts]
     if _was_running(previous) and last.get("terminated") is None:
         # It ran and is gone: show it stopped (not pending), and count the restart unless the pod is going away.
         status["lastState"] = unknown_state(UNKNOWN_WHEN_DELETED)
@@ -199,6 +208,9 @@ def _from_runtime_container(container: ContainerInput, previous: Mapping[str, An
     # The prober's view (UpdatePodStatus): only a running container can have started, and one without a startup
     # probe has started as soon as it runs.
     status["started"] = running and (container.started if container.started is not None else True)
+    if previous is not None and previous.get("volumeMounts"):
+        # As upstream's convertContainerStatus: the list written while the container waited, unchanged.
+        status["volumeMounts"] = copy.deepcopy(list(previous["volumeMounts"]))
     return status
 
 
@@ -210,6 +222,7 @@ def container_status(
     previous: Mapping[str, Any] | None = None,
     pod_deleted: bool = False,
     init_completed: bool = False,
+    volume_mounts: Sequence[Mapping[str, Any]] = (),
 ) -> JSON:
     """One v1.ContainerStatus as JSON.
 
@@ -218,9 +231,12 @@ def container_status(
     container's status in the last pod status (the status manager's); `pod_deleted` says the pod has a
     deletionTimestamp. `init_completed` says this is a regular init container of a pod whose regular containers
     exist in the runtime: without a runtime container of its own, it is reported as having exited 0.
+    `volume_mounts` is the spec's volumeMounts as the status shows them (`status.volume_mounts`).
     """
     if container.state is RuntimeState.NONE:
-        status = _without_runtime_container(container, previous, default_waiting_reason, pod_deleted=pod_deleted)
+        status = _without_runtime_container(
+            container, previous, default_waiting_reason, pod_deleted=pod_deleted, volume_mounts=volume_mounts
+        )
         if init_completed and state_of(status).get("waiting") is not None:
             # As upstream: an init container the runtime lost, in a pod whose regular containers exist, succeeded;
             # it will not run again, so no reason to wait applies.

@@ -31,6 +31,7 @@ from nodeagent.status.container_status import (
     container_status,
 )
 from nodeagent.status.phase import get_phase
+from nodeagent.status.volume_mounts import volume_mount_statuses
 
 
 def qos_class(pod_spec: Mapping[str, Any]) -> str:
@@ -56,6 +57,7 @@ def generate_pod_status(
     qos: str | None = None,
     runtime_type: str = "containerd",
     old_status: Mapping[str, Any] | None = None,
+    supports_recursive_read_only: bool = False,
 ) -> JSON:
     """The pod's new status.
 
@@ -68,6 +70,9 @@ def generate_pod_status(
     without an entry, or whose entry has no runtime container, is reported from its old status as upstream's
     convertToAPIContainerStatuses does (see `container_status`). Ephemeral containers are reported in
     ephemeralContainerStatuses and count for neither the phase nor the conditions.
+
+    `supports_recursive_read_only` says whether the pod's runtime handler makes recursive read-only mounts: the
+    containers' volumeMounts show the recursiveReadOnly mode it resolves to.
     """
     spec: Mapping[str, Any] = pod.get("spec") or {}
     api: Mapping[str, Any] = pod.get("status") or {}
@@ -79,6 +84,7 @@ def generate_pod_status(
         default_reason=default_reason,
         pod_deleted=bool((pod.get("metadata") or {}).get("deletionTimestamp")),
         regular_created=any(c.state in _CREATED_STATES for c in containers),
+        supports_rro=supports_recursive_read_only,
     )
 
     init_statuses = _statuses(
@@ -138,6 +144,7 @@ class _Context:
     default_reason: str
     pod_deleted: bool
     regular_created: bool  # some regular container exists in the runtime: the pod initialized
+    supports_rro: bool = False  # the pod's runtime handler makes recursive read-only mounts
 
 
 def _statuses(
@@ -164,6 +171,7 @@ def _statuses(
             previous=old_by_name.get(name),
             pod_deleted=context.pod_deleted,
             init_completed=regular_init and context.regular_created,
+            volume_mounts=volume_mount_statuses(container, supports_rro=context.supports_rro),
         )
         if regular_init:
             # As the prober manager's UpdatePodStatus: a regular init container is ready once it exited 0, and

@@ -1,7 +1,8 @@
 """The CRI mounts of one container from its volumeMounts and the pod's set-up volumes (upstream kubelet_pods.go
 makeMounts): readOnly (forced for the API data volumes), subPath and subPathExpr through the guard in
-`nodeagent.volume.subpath`, mountPropagation. Problems are `CreateContainerConfigError`s in upstream's words, which
-the runtime manager reports as the container's waiting reason and a Failed event.
+`nodeagent.volume.subpath`, mountPropagation, recursiveReadOnly (`kuberuntime.recursive_read_only`). Problems
+are `CreateContainerConfigError`s in upstream's words, which the runtime manager reports as the container's
+waiting reason and a Failed event.
 """
 
 from __future__ import annotations
@@ -17,6 +18,11 @@ from typing import Any
 from cri.v1 import api_pb2
 from nodeagent.kuberuntime.errors import CreateContainerConfigError
 from nodeagent.kuberuntime.expansion import expand
+from nodeagent.kuberuntime.recursive_read_only import (
+    RecursiveReadOnlyError,
+    mount_error_message,
+    resolve_recursive_read_only,
+)
 from nodeagent.volume.errors import MountError, SubPathError
 from nodeagent.volume.layout import PodDirs
 from nodeagent.volume.mounter import Mounter
@@ -84,8 +90,10 @@ def make_mounts(
     *,
     dirs: PodDirs,
     mounter: Mounter,
+    supports_rro: bool = False,
 ) -> list[api_pb2.Mount]:
-    """Blocking (subPath preparation mounts): run it in a thread."""
+    """Blocking (subPath preparation mounts): run it in a thread. `supports_rro`: the pod's runtime handler makes
+    recursive read-only mounts."""
     uid = str((pod.get("metadata") or {}).get("uid", ""))
     cname = str(container.get("name", ""))
     env_map: dict[str, str] | None = None
@@ -106,12 +114,17 @@ def make_mounts(
                 uid, cname, name, index, sub=sub, volume_path=volume.host_path, dirs=dirs, mounter=mounter
             )
         propagation = mount_propagation(container, vm.get("mountPropagation"))
+        try:
+            rro = resolve_recursive_read_only(vm, supports_rro)
+        except RecursiveReadOnlyError as exc:
+            raise CreateContainerConfigError(mount_error_message(exc)) from exc
         container_path = str(vm.get("mountPath", ""))
         mounts.append(
             api_pb2.Mount(
                 container_path=container_path if container_path.startswith("/") else "/" + container_path,
                 host_path=host_path,
                 readonly=bool(vm.get("readOnly")) or volume.read_only,
+                recursive_read_only=rro,
                 propagation=propagation,  # type: ignore[arg-type]
             )
         )

@@ -225,13 +225,20 @@ class VolumeManager:
         return {v.name: PodVolume(v.host_path, v.read_only) for v in self.actual.for_pod(uid)}
 
     async def container_mounts(
-        self, pod: Pod, container: Mapping[str, Any], env: Callable[[], Sequence[tuple[str, str]]]
+        self,
+        pod: Pod,
+        container: Mapping[str, Any],
+        env: Callable[[], Sequence[tuple[str, str]]],
+        supports_rro: bool = False,
     ) -> list[api_pb2.Mount]:
-        """CRI mounts for one container; raises CreateContainerConfigError as upstream's makeMounts."""
+        """CRI mounts for one container; raises CreateContainerConfigError as upstream's makeMounts. `supports_rro`:
+        the pod's runtime handler makes recursive read-only mounts."""
         if not container.get("volumeMounts"):
             return []
         volumes = self.mounted_volumes(pod_uid(pod))
-        return await asyncio.to_thread(make_mounts, pod, container, volumes, env, dirs=self.dirs, mounter=self._mounter)
+        return await asyncio.to_thread(
+            make_mounts, pod, container, volumes, env, dirs=self.dirs, mounter=self._mounter, supports_rro=supports_rro
+        )
 
     async def cleanup_orphaned_pod_dirs(self, wanted: Callable[[str], bool]) -> None:
         """Housekeeping (upstream cleanupOrphanedPodDirs): let go the volumes of pods no source or worker knows,
