@@ -1,4 +1,5 @@
-"""The `nodeagent` command line: `up` (the embedded default), `run`, `pods` and `testbed install|up|down`."""
+"""The `nodeagent` command line: `up` (the embedded default), `run`, `pods`, `conformance` and
+`testbed install|up|down`."""
 
 from __future__ import annotations
 
@@ -13,6 +14,9 @@ from pathlib import Path
 
 from nodeagent.agent import AgentError, AgentOptions, run_agent
 from nodeagent.config import ConfigError, load_config
+from nodeagent.conformance.errors import ConformanceError
+from nodeagent.conformance.harness import HarnessOptions, conformance
+from nodeagent.conformance.run import DEFAULT_FOCUS, DEFAULT_PROCS, DEFAULT_TIMEOUT, default_skip
 from nodeagent.localserver import LocalServerUnreachable, fetch_pods, format_pods
 from nodeagent.testbed import install as installer
 from nodeagent.testbed.layout import Layout
@@ -92,6 +96,22 @@ async def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _conformance(args: argparse.Namespace) -> int:
+    return await conformance(
+        HarnessOptions(
+            focus=args.focus,
+            skip=args.skip if args.skip is not None else default_skip(slow=args.slow),
+            procs=args.procs,
+            provider=args.provider,
+            timeout=args.timeout,
+            dir=args.dir,
+            kubeconfig=args.kubeconfig,
+            registry=args.registry,
+            keep=args.keep,
+        )
+    )
+
+
 def _host_port(text: str) -> tuple[str, int]:
     host, _, port = text.rpartition(":")
     if not port.isdigit() or not 0 < int(port) < 65536:
@@ -155,6 +175,35 @@ def build_parser() -> argparse.ArgumentParser:
     pods.add_argument("-o", "--output", choices=("wide", "json"), default="wide")
     pods.set_defaults(handler=_pods)
 
+    conf = sub.add_parser(
+        "conformance",
+        help="run the upstream e2e suite's [NodeConformance] specs against a testbed whose only node is nodeagent",
+    )
+    conf.add_argument("--focus", default=DEFAULT_FOCUS, help=f"ginkgo focus regex (default {DEFAULT_FOCUS!r})")
+    conf.add_argument(
+        "--skip",
+        default=None,
+        help=f"ginkgo skip regex, replacing the default {default_skip(slow=False)!r} (--slow drops [Slow] from it)",
+    )
+    conf.add_argument("--slow", action="store_true", help="do not skip [Slow] specs")
+    conf.add_argument(
+        "-p", "--procs", type=int, default=DEFAULT_PROCS, help=f"parallel ginkgo processes (default {DEFAULT_PROCS})"
+    )
+    conf.add_argument("--kubeconfig", type=Path, default=None, help="run against this cluster instead of a new testbed")
+    conf.add_argument(
+        "--registry",
+        default=None,
+        help="with --kubeconfig: HOST:PORT of the (testbed's) registry the suite's images come from; the testbed's "
+        "busybox and pause are pushed into it under the suite's names",
+    )
+    conf.add_argument("--provider", default="skeleton", help="the e2e framework's --provider (skeleton or local)")
+    conf.add_argument("--timeout", default=DEFAULT_TIMEOUT, help=f"ginkgo's suite timeout (default {DEFAULT_TIMEOUT})")
+    conf.add_argument(
+        "--dir", type=Path, default=None, help="run directory: testbed/, repo-list.yaml, report/ (default: a new one)"
+    )
+    conf.add_argument("--keep", action="store_true", help="leave the testbed up after the run")
+    conf.set_defaults(handler=_conformance)
+
     testbed = sub.add_parser("testbed", help="the hermetic set of real parts")
     actions = testbed.add_subparsers(dest="action", required=True)
     actions.add_parser("install", help="install containerd, etcd, registry; build the control plane (idempotent)")
@@ -179,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         AgentError,
         ConfigError,
         LocalServerUnreachable,
+        ConformanceError,
     ) as exc:
         print(f"nodeagent: {exc}", file=sys.stderr)
         return 1

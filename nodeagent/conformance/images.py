@@ -1,0 +1,162 @@
+"""The images the suite names, which of them the testbed's registry holds, and testbed images pushed under them.
+
+`e2e.test --list-images` prints every image of test/utils/image/manifest.go with the repo list applied, so the
+names are already the testbed's (`<registry>/e2e-test-images/agnhost:2.56`); the CSI driver images it prints under
+upstream's registries are mapped here as the framework maps them when it deploys them. The registry's catalog says
+which of them a run can pull; the rest are for later work (a spec that uses one fails with ErrImagePull, whatever
+the node).
+
+Two images the testbed already builds are pushed under the suite's names before a run: its e2e busybox (vanilla
+BusyBox 1.37.0, which every testbed holds as e2e-test-images/busybox:1.37.0-1) under every tag the suite names for
+busybox (the CSI manifests name 1.36.1-1 too), and its pause as the manifest's pause (some specs run pause as an
+ordinary container). The testbed's own names stay as they are.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from cri.client import connect
+from cri.errors import CRIError
+from nodeagent.conformance import repolist
+from nodeagent.conformance.errors import ConformanceError
+from nodeagent.testbed import images, registry
+from nodeagent.testbed.versions import busybox_path, cache_root
+
+# The testbed image (by its builder) that stands in for a manifest repository below the registry.
+ALIASES: dict[str, str] = {
+    "e2e-test-images/busybox": "e2e-busybox",
+    "pause": "pause",
+}
+
+
+@dataclass(frozen=True)
+class ImageRef:
+    registry: str
+    repository: str
+    tag: str
+
+    def __str__(self) -> str:
+        return f"{self.registry}/{self.repository}:{self.tag}"
+
+
+def parse_ref(text: str) -> ImageRef | None:
+    """`host:port/path/name:tag` split at the first slash and the last colon; None for a line that is not one."""
+    text = text.strip()
+    host, slash, rest = text.partition("/")
+    name, colon, tag = rest.rpartition(":")
+    if not slash or not colon or not name or not tag or "/" in tag or " " in text:
+        return None
+    return ImageRef(host, name, tag)
+
+
+def parse_image_list(output: str) -> list[ImageRef]:
+    """The refs in `--list-images` output, sorted and without duplicates (log lines in between are ignored)."""
+    refs = {ref for line in output.splitlines() if (ref := parse_ref(line)) is not None}
+    return sorted(refs, key=str)
+
+
+def list_images(e2e_test: Path, repo_list: Path, registry_addr: str) -> list[ImageRef]:
+    proc = subprocess.run(
+        [str(e2e_test), "--list-images", f"--kube-test-repo-list={repo_list}"],
+        env={**os.environ, "KUBE_TEST_REPO_LIST": str(repo_list)},
+        capture_output=True,
+        text=True,
+        check=False,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+    )
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-20:])
+        raise ConformanceError(f"e2e.test --list-images failed (exit {proc.returncode}):\n{tail}")
+    return parse_image_list(
+        "\n".join(repolist.localise(line.strip(), registry_addr) for line in proc.stdout.splitlines())
+    )
+
+
+@dataclass(frozen=True)
+class Coverage:
+    have: list[ImageRef]
+    lack: list[ImageRef]
+    invalid: list[ImageRef]  # under the invalid registry: lacking on purpose, their specs expect the pull to fail
+
+
+def coverage(needed: Iterable[ImageRef], available: set[tuple[str, str]], registry_addr: str) -> Coverage:
+    """Split the suite's images into those the registry holds ((repository, tag) pairs) and those it lacks. An
+    image of another registry (not mapped by the repo list) is lacking by definition."""
+    invalid_prefix = repolist.REGISTRY_PATHS["invalidRegistry"] + "/"
+    have: list[ImageRef] = []
+    lack: list[ImageRef] = []
+    invalid: list[ImageRef] = []
+    for ref in needed:
+        if ref.registry == registry_addr and ref.repository.startswith(invalid_prefix):
+            invalid.append(ref)
+        elif ref.registry == registry_addr and (ref.repository, ref.tag) in available:
+            have.append(ref)
+        else:
+            lack.append(ref)
+    return Coverage(have=have, lack=lack, invalid=invalid)
+
+
+def coverage_lines(cover: Coverage) -> list[str]:
+    """images.txt: one `have|lack|invalid <ref>` line per image."""
+    return (
+        [f"have {ref}" for ref in cover.have]
+        + [f"lack {ref}" for ref in cover.lack]
+        + [f"invalid {ref}" for ref in cover.invalid]
+    )
+
+
+def alias_targets(needed: Sequence[ImageRef], registry_addr: str) -> list[tuple[ImageRef, str]]:
+    """The manifest images a testbed image stands in for, each with the testbed image's builder name."""
+    return [
+        (ref, ALIASES[ref.repository]) for ref in needed if ref.registry == registry_addr and ref.repository in ALIASES
+    ]
+
+
+async def registry_inventory(registry_addr: str) -> set[tuple[str, str]]:
+    """Every (repository, tag) the registry holds, from the Registry API's catalog and tag lists."""
+    held: set[tuple[str, str]] = set()
+    try:
+        async with httpx.AsyncClient(base_url=f"http://{registry_addr}", timeout=30.0, trust_env=False) as client:
+            # distribution answers 400 to a page size above its limit (1000): far more than a testbed holds.
+            response = await client.get("/v2/_catalog", params={"n": 1000})
+            response.raise_for_status()
+            for repository in response.json().get("repositories") or []:
+                tags = await client.get(f"/v2/{repository}/tags/list")
+                if tags.status_code != 200:
+                    continue
+                held.update((repository, tag) for tag in tags.json().get("tags") or [])
+    except httpx.HTTPError as exc:
+        raise ConformanceError(f"registry {registry_addr}: cannot list its images: {exc}") from exc
+    return held
+
+
+async def push_aliases(registry_addr: str, needed: Sequence[ImageRef]) -> list[ImageRef]:
+    """Push the testbed's e2e busybox and pause under the suite's names; the refs pushed."""
+    cache = cache_root() / "images"
+    builders = {
+        "e2e-busybox": lambda: images.build_e2e_busybox_image(cache / "e2e-busybox", busybox_path()),
+        "pause": lambda: images.build_pause_image(cache / "pause"),
+    }
+    pushed = []
+    for ref, source in alias_targets(needed, registry_addr):
+        await registry.push_image(registry_addr, ref.repository, ref.tag, builders[source]())
+        pushed.append(ref)
+    return pushed
+
+
+async def runtime_images(containerd_socket: Path) -> list[str]:
+    """The image names the node's containerd holds after a run: what the specs pulled (and the testbed's pause)."""
+    try:
+        async with connect(f"unix://{containerd_socket}", timeout=30.0) as client:
+            found = await client.image.list_images()
+    except CRIError as exc:
+        raise ConformanceError(f"cannot list the node's images: {exc}") from exc
+    return sorted({tag for image in found for tag in image.repo_tags})

@@ -1,0 +1,73 @@
+"""The suite's image list read, held against the registry's inventory, and the stand-ins chosen."""
+
+from __future__ import annotations
+
+import pytest
+
+from nodeagent.conformance.images import (
+    ImageRef,
+    alias_targets,
+    coverage,
+    coverage_lines,
+    parse_image_list,
+    parse_ref,
+)
+
+REG = "127.0.0.1:41409"
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        (f"{REG}/e2e-test-images/agnhost:2.56", ImageRef(REG, "e2e-test-images/agnhost", "2.56")),
+        (f"{REG}/pause:3.10.1", ImageRef(REG, "pause", "3.10.1")),
+        (f"{REG}/e2e-test-images/node-perf/npb-ep:1.2", ImageRef(REG, "e2e-test-images/node-perf/npb-ep", "1.2")),
+        (
+            "registry.k8s.io/sig-storage/csi-attacher:v4.8.0",
+            ImageRef("registry.k8s.io", "sig-storage/csi-attacher", "v4.8.0"),
+        ),
+        ("  padded.example/x:1  ", ImageRef("padded.example", "x", "1")),
+        ("I1125 12:00:00.000000 1 log.go:1] a log line", None),
+        ("no-slash:1", None),
+        (f"{REG}/untagged", None),
+        ("", None),
+    ],
+)
+def test_parse_ref(line: str, expected: ImageRef | None) -> None:
+    assert parse_ref(line) == expected
+
+
+def test_parse_image_list_sorts_dedups_and_ignores_noise() -> None:
+    output = f"{REG}/pause:3.10.1\nwarning: something\n{REG}/e2e-test-images/agnhost:2.56\n{REG}/pause:3.10.1\n"
+    assert [str(r) for r in parse_image_list(output)] == [f"{REG}/e2e-test-images/agnhost:2.56", f"{REG}/pause:3.10.1"]
+
+
+def test_coverage_splits_by_the_registry_inventory() -> None:
+    needed = [
+        ImageRef(REG, "e2e-test-images/agnhost", "2.56"),
+        ImageRef(REG, "e2e-test-images/agnhost", "2.6"),  # another tag of a held repository
+        ImageRef(REG, "e2e-test-images/nginx", "1.14-4"),
+        ImageRef("registry.k8s.io", "e2e-test-images/agnhost", "2.56"),  # not mapped into the registry
+    ]
+    held = {("e2e-test-images/agnhost", "2.56"), ("busybox", "1.35")}
+    cover = coverage([*needed, ImageRef(REG, "invalid/invalid/alpine", "3.1")], held, REG)
+    assert cover.have == [needed[0]]
+    assert cover.lack == needed[1:]
+    assert cover.invalid == [ImageRef(REG, "invalid/invalid/alpine", "3.1")]  # lacking on purpose
+    assert coverage_lines(cover) == [
+        f"have {REG}/e2e-test-images/agnhost:2.56",
+        f"lack {REG}/e2e-test-images/agnhost:2.6",
+        f"lack {REG}/e2e-test-images/nginx:1.14-4",
+        "lack registry.k8s.io/e2e-test-images/agnhost:2.56",
+        f"invalid {REG}/invalid/invalid/alpine:3.1",
+    ]
+
+
+def test_alias_targets_are_the_manifest_names_of_busybox_and_pause() -> None:
+    needed = [
+        ImageRef(REG, "e2e-test-images/busybox", "1.37.0-1"),
+        ImageRef(REG, "pause", "3.10.1"),
+        ImageRef(REG, "e2e-test-images/agnhost", "2.56"),
+        ImageRef("registry.k8s.io", "e2e-test-images/busybox", "1.36.1-1"),  # another registry: not ours to fill
+    ]
+    assert alias_targets(needed, REG) == [(needed[0], "e2e-busybox"), (needed[1], "pause")]
