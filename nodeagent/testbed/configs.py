@@ -8,7 +8,13 @@ import shlex
 import yaml
 
 from nodeagent.testbed.layout import Layout, Settings
-from nodeagent.testbed.versions import AGNHOST_VERSION, crictl_path, kubernetes_bin_dir
+from nodeagent.testbed.versions import (
+    AGNHOST_VERSION,
+    E2E_BUSYBOX_TAG,
+    NONEWPRIVS_VERSION,
+    crictl_path,
+    kubernetes_bin_dir,
+)
 
 PAUSE_IMAGE_REPOSITORY = "pause"
 PAUSE_IMAGE_TAG = "3.10"
@@ -20,6 +26,12 @@ GRPC_HEALTH_IMAGE_TAG = "1"
 # under the testbed's registry: a KUBE_TEST_REPO_LIST mapping only the registry finds it.
 AGNHOST_IMAGE_REPOSITORY = "e2e-test-images/agnhost"
 AGNHOST_IMAGE_TAG = AGNHOST_VERSION
+# The e2e suite's busybox and nonewprivs under upstream's names and tags (manifest.go), on vanilla BusyBox. The
+# testbed's own busybox above (Debian's) stays what the project's tests run.
+E2E_BUSYBOX_IMAGE_REPOSITORY = "e2e-test-images/busybox"
+E2E_BUSYBOX_IMAGE_TAG = E2E_BUSYBOX_TAG
+NONEWPRIVS_IMAGE_REPOSITORY = "e2e-test-images/nonewprivs"
+NONEWPRIVS_IMAGE_TAG = NONEWPRIVS_VERSION
 # Debian's containernetworking-plugins: portmap and loopback are linked into each testbed's CNI bin dir, next to
 # the project's own plugin; bridge and host-local are the peer the CNI benchmark measures against.
 REFERENCE_CNI_DIR = "/usr/lib/cni"
@@ -41,6 +53,14 @@ def grpc_health_image(settings: Settings) -> str:
 
 def agnhost_image(settings: Settings) -> str:
     return f"{settings.registry}/{AGNHOST_IMAGE_REPOSITORY}:{AGNHOST_IMAGE_TAG}"
+
+
+def e2e_busybox_image(settings: Settings) -> str:
+    return f"{settings.registry}/{E2E_BUSYBOX_IMAGE_REPOSITORY}:{E2E_BUSYBOX_IMAGE_TAG}"
+
+
+def nonewprivs_image(settings: Settings) -> str:
+    return f"{settings.registry}/{NONEWPRIVS_IMAGE_REPOSITORY}:{NONEWPRIVS_IMAGE_TAG}"
 
 
 def agent_cgroup_root(settings: Settings) -> str:
@@ -189,6 +209,8 @@ def env_file(layout: Layout, settings: Settings) -> str:
         "BUSYBOX_IMAGE": busybox_image(settings),
         "GRPC_HEALTH_IMAGE": grpc_health_image(settings),
         "AGNHOST_IMAGE": agnhost_image(settings),
+        "E2E_BUSYBOX_IMAGE": e2e_busybox_image(settings),
+        "NONEWPRIVS_IMAGE": nonewprivs_image(settings),
     }
     lines = ["# Written by `nodeagent testbed up`. Source it: . " + shlex.quote(str(layout.env_file))]
     lines += [f"export {k}={shlex.quote(v)}" for k, v in values.items()]

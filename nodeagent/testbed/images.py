@@ -1,9 +1,11 @@
-"""Build the testbed's container images (pause, busybox, grpc-health, agnhost) as OCI image layouts, from local files.
+"""Build the testbed's container images (pause, busybox, grpc-health and the e2e suite's busybox, agnhost and
+nonewprivs) as OCI image layouts, from local files.
 
 These machines reach no registry but the package registries, so every image a test runs is built here: the pause
 image from `pause.c` (compiled with `gcc -static`), the busybox image from Debian's busybox-static, the
 grpc-health image from the static gRPC health server `nodeagent testbed install` builds from Go, and the e2e suite's
-agnhost image from the agnhost binary it builds from `k8s.io/kubernetes`, on a busybox rootfs. The result is an
+images on a rootfs of the vanilla BusyBox the installer builds (upstream's are busybox:1.37.0 and alpine): its
+busybox, agnhost (the binary built from `k8s.io/kubernetes`) and nonewprivs (nnp, likewise). The result is an
 OCI image layout (https://github.com/opencontainers/image-spec/blob/main/image-layout.md): `oci-layout`,
 `index.json` and content-addressed `blobs/sha256/...`, one manifest, one config, one gzip layer.
 
@@ -95,6 +97,77 @@ AGNHOST_GROUP = b"".join(
 # Debian's, each with the shared libraries the host's dynamic loader finds for it, at the same paths.
 AGNHOST_HOST_PROGRAMS: dict[str, Path] = {"bin/bash": Path("/bin/bash"), "usr/bin/curl": Path("/usr/bin/curl")}
 DEFAULT_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# The e2e busybox rootfs as docker-library's busybox:1.37.0 lays it out (which upstream's
+# e2e-test-images/busybox:1.37.0-1 is FROM): buildroot's skeleton passwd, group and shadow (root's password locked,
+# CVE-2019-5021), the directories of buildroot's device table and every user's home.
+E2E_BUSYBOX_PASSWD = b"".join(
+    (
+        b"root:x:0:0:root:/root:/bin/sh\n",
+        b"daemon:x:1:1:daemon:/usr/sbin:/bin/false\n",
+        b"bin:x:2:2:bin:/bin:/bin/false\n",
+        b"sys:x:3:3:sys:/dev:/bin/false\n",
+        b"sync:x:4:100:sync:/bin:/bin/sync\n",
+        b"mail:x:8:8:mail:/var/spool/mail:/bin/false\n",
+        b"www-data:x:33:33:www-data:/var/www:/bin/false\n",
+        b"operator:x:37:37:Operator:/var:/bin/false\n",
+        b"nobody:x:65534:65534:nobody:/home:/bin/false\n",
+    )
+)
+E2E_BUSYBOX_GROUP = b"".join(
+    f"{name}:x:{gid}:{members}\n".encode()
+    for name, gid, members in (
+        ("root", 0, ""),
+        ("daemon", 1, ""),
+        ("bin", 2, ""),
+        ("sys", 3, ""),
+        ("adm", 4, ""),
+        ("tty", 5, ""),
+        ("disk", 6, ""),
+        ("lp", 7, ""),
+        ("mail", 8, ""),
+        ("kmem", 9, ""),
+        ("wheel", 10, "root"),
+        ("cdrom", 11, ""),
+        ("dialout", 18, ""),
+        ("floppy", 19, ""),
+        ("video", 28, ""),
+        ("audio", 29, ""),
+        ("tape", 32, ""),
+        ("www-data", 33, ""),
+        ("operator", 37, ""),
+        ("utmp", 43, ""),
+        ("plugdev", 46, ""),
+        ("staff", 50, ""),
+        ("lock", 54, ""),
+        ("netdev", 82, ""),
+        ("users", 100, ""),
+        ("nobody", 65534, ""),
+    )
+)
+E2E_BUSYBOX_SHADOW = b"root:*::::::::\n" + b"".join(
+    f"{user}:*:::::::\n".encode() for user in ("daemon", "bin", "sys", "sync", "mail", "www-data", "operator", "nobody")
+)
+E2E_BUSYBOX_DIRECTORIES = {
+    "bin": 0o755,
+    "dev": 0o755,
+    "etc": 0o755,
+    "home": 0o755,
+    "root": 0o700,
+    "tmp": 0o1777,
+    "usr": 0o755,
+    "usr/bin": 0o755,
+    "usr/sbin": 0o755,
+    "var": 0o755,
+    "var/spool": 0o755,
+    "var/spool/mail": 0o755,
+    "var/www": 0o755,
+}
+# The nonewprivs image as upstream's Dockerfile (test/images/nonewprivs) makes it on alpine: nnp at
+# /usr/local/bin, `chmod +s` (setuid root: it prints its effective uid, 0 unless no_new_privs kept it from rising),
+# `CMD ["nnp"]`.
+NONEWPRIVS_BINARY_PATH = "usr/local/bin/nnp"
+NONEWPRIVS_MODE = 0o6755
+NONEWPRIVS_CMD = ("nnp",)
 # The upstream pause image runs as 65535:65535; it needs no privilege to sleep and reap.
 PAUSE_USER = "65535:65535"
 
@@ -248,8 +321,45 @@ def build_grpc_health_image(dest: Path, binary: Path) -> OCIImage:
     return _build(dest, inputs, files, config)
 
 
-def build_agnhost_image(dest: Path, binary: Path) -> OCIImage:
-    """The e2e suite's agnhost image: upstream's layout (see AGNHOST_*) on the busybox rootfs plus bash and curl.
+def build_e2e_busybox_image(dest: Path, busybox: Path) -> OCIImage:
+    """The e2e suite's busybox image (upstream's e2e-test-images/busybox:1.37.0-1 is busybox:1.37.0 as it is):
+    the vanilla rootfs (`e2e_busybox_rootfs`) and docker-library's config, `sh` as its command."""
+    binary = _vanilla_busybox(busybox)
+    inputs = {"image": "e2e-busybox", "busybox": sha256_digest(binary), "architecture": host_architecture()}
+
+    def files() -> list[TarEntry]:
+        return e2e_busybox_rootfs(binary, _busybox_applets(busybox), source=busybox)
+
+    config = {"Cmd": ["sh"], "Env": [DEFAULT_PATH]}
+    return _build(dest, inputs, files, config)
+
+
+def build_nonewprivs_image(dest: Path, binary: Path, busybox: Path) -> OCIImage:
+    """The e2e suite's nonewprivs image: nnp (`binary`, built by `nodeagent testbed install`) setuid root at
+    /usr/local/bin on the vanilla busybox rootfs, as upstream's on alpine."""
+    if not binary.is_file():
+        raise ImageBuildError(f"{binary} is missing: `nodeagent testbed install` builds nnp")
+    nnp = binary.read_bytes()
+    shell = _vanilla_busybox(busybox)
+    inputs = {
+        "image": "nonewprivs",
+        "binary": sha256_digest(nnp),
+        "busybox": sha256_digest(shell),
+        "architecture": host_architecture(),
+    }
+
+    def files() -> list[TarEntry]:
+        entries = e2e_busybox_rootfs(shell, _busybox_applets(busybox), source=busybox)
+        entries.append(TarEntry.file(NONEWPRIVS_BINARY_PATH, nnp, mode=NONEWPRIVS_MODE))
+        return with_parent_directories(entries)
+
+    config = {"Cmd": list(NONEWPRIVS_CMD), "Env": [DEFAULT_PATH]}
+    return _build(dest, inputs, files, config)
+
+
+def build_agnhost_image(dest: Path, binary: Path, busybox: Path) -> OCIImage:
+    """The e2e suite's agnhost image: upstream's layout (see AGNHOST_*) on the vanilla busybox rootfs (`busybox`,
+    the installer's build; upstream's base is alpine, whose busybox ash and nc behave like it) plus bash and curl.
 
     `binary` is the static agnhost `nodeagent testbed install` builds; porter's TLS files lie beside it.
     """
@@ -259,15 +369,14 @@ def build_agnhost_image(dest: Path, binary: Path) -> OCIImage:
     missing = [str(path) for path in porter.values() if not path.is_file()]
     if missing:
         raise ImageBuildError(f"{', '.join(missing)} missing: `nodeagent testbed install` puts them beside agnhost")
-    if not BUSYBOX_BINARY.is_file():
-        raise ImageBuildError(f"{BUSYBOX_BINARY} is missing: apt-get install busybox-static")
+    shell = _vanilla_busybox(busybox)
     host_files = host_program_files(AGNHOST_HOST_PROGRAMS)
     agnhost = binary.read_bytes()
-    busybox = BUSYBOX_BINARY.read_bytes()
     inputs = {
         "image": "agnhost",
         "binary": sha256_digest(agnhost),
-        "busybox": sha256_digest(busybox),
+        "busybox": sha256_digest(shell),
+        "rootfs": "e2e-busybox",
         "porter": {name: sha256_digest(path.read_bytes()) for name, path in porter.items()},
         "host": {path: sha256_digest(source.read_bytes()) for path, source in sorted(host_files.items())},
         "passwd": sha256_digest(AGNHOST_PASSWD),
@@ -276,7 +385,9 @@ def build_agnhost_image(dest: Path, binary: Path) -> OCIImage:
     }
 
     def files() -> list[TarEntry]:
-        entries = [e for e in busybox_rootfs(busybox, _busybox_applets()) if e.path not in ("etc/passwd", "etc/group")]
+        # The image's own users and groups replace the base's (shadow too, which would not list them).
+        own = ("etc/passwd", "etc/group", "etc/shadow")
+        entries = [e for e in e2e_busybox_rootfs(shell, _busybox_applets(busybox), source=busybox) if e.path not in own]
         entries += [
             TarEntry.file("etc/passwd", AGNHOST_PASSWD),
             TarEntry.file("etc/group", AGNHOST_GROUP),
@@ -351,10 +462,7 @@ def with_parent_directories(entries: Sequence[TarEntry]) -> list[TarEntry]:
 
 def busybox_rootfs(binary: bytes, applets: Iterable[str]) -> list[TarEntry]:
     """The busybox image's files: the binary, one relative symlink per applet, and the few files a shell expects."""
-    names = sorted(set(applets) - {"busybox"})
-    missing = sorted(set(BUSYBOX_REQUIRED_APPLETS) - set(names))
-    if missing:
-        raise ImageBuildError(f"{BUSYBOX_BINARY} lacks applets the tests need: {', '.join(missing)}")
+    names = _applet_names(applets, source=BUSYBOX_BINARY)
     entries = [
         TarEntry.directory("bin"),
         TarEntry.directory("etc"),
@@ -374,12 +482,44 @@ def busybox_rootfs(binary: bytes, applets: Iterable[str]) -> list[TarEntry]:
     return entries
 
 
-def _busybox_applets() -> list[str]:
+def e2e_busybox_rootfs(binary: bytes, applets: Iterable[str], *, source: Path) -> list[TarEntry]:
+    """The rootfs of docker-library's busybox:1.37.0 (its static variants): the binary and every applet in /bin
+    (`busybox --install /bin` there, hard links; relative symlinks here, which busybox runs alike), /usr/bin/env,
+    buildroot's users (E2E_BUSYBOX_*) and the directories they and its device table name. No /etc/localtime: with
+    none, the C library's time zone is UTC, which that image's localtime says too."""
+    names = _applet_names(applets, source=source)
+    entries = [TarEntry.directory(path, mode=mode) for path, mode in E2E_BUSYBOX_DIRECTORIES.items()]
+    entries += [
+        TarEntry.file("bin/busybox", binary, mode=0o755),
+        TarEntry.file("etc/passwd", E2E_BUSYBOX_PASSWD),
+        TarEntry.file("etc/group", E2E_BUSYBOX_GROUP),
+        TarEntry.file("etc/shadow", E2E_BUSYBOX_SHADOW, mode=0o600),
+    ]
+    entries += [TarEntry.symlink(f"bin/{name}", "busybox") for name in names]
+    entries.append(TarEntry.symlink("usr/bin/env", "../../bin/env"))  # env is a required applet
+    return entries
+
+
+def _applet_names(applets: Iterable[str], *, source: Path) -> list[str]:
+    names = sorted(set(applets) - {"busybox"})
+    missing = sorted(set(BUSYBOX_REQUIRED_APPLETS) - set(names))
+    if missing:
+        raise ImageBuildError(f"{source} lacks applets the tests need: {', '.join(missing)}")
+    return names
+
+
+def _vanilla_busybox(busybox: Path) -> bytes:
+    if not busybox.is_file():
+        raise ImageBuildError(f"{busybox} is missing: `nodeagent testbed install` builds BusyBox")
+    return busybox.read_bytes()
+
+
+def _busybox_applets(binary: Path = BUSYBOX_BINARY) -> list[str]:
     proc = subprocess.run(
-        [str(BUSYBOX_BINARY), "--list"], capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL
+        [str(binary), "--list"], capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL
     )
     if proc.returncode != 0:
-        raise ImageBuildError(f"{BUSYBOX_BINARY} --list failed (exit {proc.returncode}): {proc.stderr.strip()}")
+        raise ImageBuildError(f"{binary} --list failed (exit {proc.returncode}): {proc.stderr.strip()}")
     return [name for name in proc.stdout.split() if name and "/" not in name]
 
 

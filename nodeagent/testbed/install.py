@@ -13,11 +13,16 @@ registries only (Debian, the Go module proxy), because these machines reach noth
 - metrics-server from `sigs.k8s.io/metrics-server`, with exactly the dependencies of its own go.mod (as its release
   is built), which the testbed registers through the aggregation layer for `kubectl top`;
 - agnhost, the e2e suite's test image binary, from `k8s.io/kubernetes/test/images/agnhost` of the same release,
-  static, which the testbed packs into an image under upstream's e2e name and tag.
+  static, which the testbed packs into an image under upstream's e2e name and tag;
+- vanilla BusyBox from its release tarball (from the Debian pool, checked against a pinned digest), `make defconfig`
+  and static, the base of the testbed's e2e busybox, agnhost and nonewprivs images as upstream's are busybox:1.37.0
+  and alpine (whose busybox is close to the vanilla one, not to Debian's);
+- nnp, the nonewprivs image's program, from `k8s.io/kubernetes/test/images/nonewprivs` of the release, static.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -25,24 +30,34 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
+
 from nodeagent.testbed.versions import (
     AGNHOST_VERSION,
+    BUSYBOX_SOURCE_SHA256,
+    BUSYBOX_SOURCE_URL,
+    BUSYBOX_VERSION,
     CRI_TOOLS_VERSION,
+    E2E_BUSYBOX_TAG,
     GRPC_GO_VERSION,
     GRPC_HEALTH_SOURCE,
     KUBERNETES_VERSION,
     METRICS_SERVER_VERSION,
+    NONEWPRIVS_VERSION,
     agnhost_path,
+    busybox_path,
     cache_root,
     crictl_path,
     grpc_health_path,
     kubernetes_bin_dir,
     metrics_server_path,
+    nonewprivs_path,
 )
 
 log = logging.getLogger(__name__)
@@ -63,6 +78,8 @@ BOOKWORM_PACKAGES: dict[str, str] = {
     "libc6-dev": "",
     # The agnhost image carries Debian's curl (with its libraries), as upstream's carries alpine's.
     "curl": "",
+    # Vanilla BusyBox is built from source (with gcc and libc6-dev above; Python unpacks the .tar.bz2).
+    "make": "",
 }
 TRIXIE_PACKAGES: dict[str, str] = {
     "containerd": "1.7.",
@@ -455,6 +472,159 @@ def build_agnhost(progress: Progress) -> Path:
     return binary
 
 
+NONEWPRIVS_PACKAGE = "k8s.io/kubernetes/test/images/nonewprivs"
+# Upstream's busybox build as docker-library's non-glibc variants make it: `make defconfig`, then these.
+BUSYBOX_CONFIG = {"CONFIG_STATIC": "y"}
+
+
+def set_kconfig(config: str, values: dict[str, str]) -> str:
+    """`.config` text with each symbol set to its value, as docker-library's sed does: a `CONFIG_X=...` line or a
+    `# CONFIG_X is not set` line is replaced, a symbol on neither is appended. Other lines are kept as they are."""
+    lines = config.splitlines()
+    for symbol, value in values.items():
+        setting = f"{symbol}={value}"
+        found = False
+        for i, line in enumerate(lines):
+            if line.startswith(f"{symbol}=") or line == f"# {symbol} is not set":
+                lines[i] = setting
+                found = True
+        if not found:
+            lines.append(setting)
+    return "\n".join(lines) + "\n"
+
+
+def kconfig_has(config: str, values: dict[str, str]) -> list[str]:
+    """The settings of `values` that `config` does not have (after `make oldconfig` had its say)."""
+    present = set(config.splitlines())
+    return [f"{symbol}={value}" for symbol, value in values.items() if f"{symbol}={value}" not in present]
+
+
+def fetch_verified(url: str, dest: Path, sha256: str) -> Path:
+    """Download `url` to `dest` unless a file with that digest is there; the digest is checked before the file is
+    put in place, so a partial or altered download never is."""
+    if dest.is_file() and hashlib.sha256(dest.read_bytes()).hexdigest() == sha256:
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    partial = dest.with_name(dest.name + ".partial")
+    digest = hashlib.sha256()
+    try:
+        with httpx.stream("GET", url, timeout=60.0, follow_redirects=True) as response, partial.open("wb") as out:
+            response.raise_for_status()
+            for chunk in response.iter_bytes():
+                digest.update(chunk)
+                out.write(chunk)
+    except (httpx.HTTPError, OSError) as exc:
+        partial.unlink(missing_ok=True)
+        raise InstallError(f"download of {url} failed: {exc}") from exc
+    if digest.hexdigest() != sha256:
+        partial.unlink(missing_ok=True)
+        raise InstallError(f"{url}: sha256 {digest.hexdigest()}, expected {sha256}")
+    partial.replace(dest)
+    return dest
+
+
+def build_busybox(progress: Progress) -> Path:
+    """Vanilla BusyBox BUSYBOX_VERSION: the release tarball, `make defconfig`, CONFIG_STATIC=y, `make busybox`.
+
+    As docker-library builds busybox:1.37.0 (its static variants), SOURCE_DATE_EPOCH is the tarball's own time, so
+    the build date the binary prints is the release's and the same source gives the same binary.
+    """
+    binary = busybox_path()
+    if binary.exists():
+        progress.step(f"busybox {BUSYBOX_VERSION}: cached")
+        return binary
+    for tool in ("gcc", "make"):
+        if shutil.which(tool) is None:
+            raise InstallError(f"{tool} is not installed: busybox {BUSYBOX_VERSION} is built from source")
+    work = binary.parent.with_name(binary.parent.name + ".build")
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    tarball = cache_root() / "downloads" / BUSYBOX_SOURCE_URL.rpartition("/")[2]
+    progress.step(f"busybox {BUSYBOX_VERSION}: fetching {BUSYBOX_SOURCE_URL}")
+    fetch_verified(BUSYBOX_SOURCE_URL, tarball, BUSYBOX_SOURCE_SHA256)
+    top = f"busybox-{BUSYBOX_VERSION}"
+    with tarfile.open(tarball, "r:bz2") as archive:
+        epoch = archive.getmember(top).mtime
+        archive.extractall(work, filter="data")
+    source = work / top
+    env = {"SOURCE_DATE_EPOCH": str(epoch)}
+    progress.step(f"busybox {BUSYBOX_VERSION}: make defconfig, static, make (about 30 s on 2 cores)")
+    started = time.monotonic()
+    _run(["make", "defconfig"], env=env, cwd=source, step="busybox make defconfig")
+    config = source / ".config"
+    config.write_text(set_kconfig(config.read_text(), BUSYBOX_CONFIG))
+    # stdin is /dev/null: a symbol the change brings in takes its default, as in docker-library's build.
+    _run(["make", "oldconfig"], env=env, cwd=source, step="busybox make oldconfig")
+    missing = kconfig_has(config.read_text(), BUSYBOX_CONFIG)
+    if missing:
+        raise InstallError(f"busybox .config lacks {', '.join(missing)} after make oldconfig")
+    _run(["make", f"-j{os.cpu_count() or 1}", "busybox"], env=env, cwd=source, step="busybox make")
+    binary.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(config, binary.parent / ".config")
+    (source / "busybox").replace(binary)  # last, whole or not at all: its presence is the cache check
+    shutil.rmtree(work, ignore_errors=True)
+    progress.step(f"busybox {BUSYBOX_VERSION}: built in {time.monotonic() - started:.0f}s")
+    return binary
+
+
+def check_manifest_tags(manifest_go: str, expected: dict[str, str]) -> None:
+    """Each e2e image the testbed builds has the tag test/utils/image/manifest.go gives it: the images are pushed
+    under the testbed's tags, and a release whose suite expects others needs them bumped."""
+    wrong = {name: manifest_image_tag(manifest_go, name) for name in expected}
+    wrong = {name: tag for name, tag in wrong.items() if tag != expected[name]}
+    if wrong:
+        raise InstallError(
+            f"kubernetes {KUBERNETES_VERSION}'s manifest.go tags "
+            + ", ".join(f"{name} {tag} (the testbed pushes {expected[name]})" for name, tag in sorted(wrong.items()))
+            + ": update versions.py"
+        )
+
+
+def build_nonewprivs(progress: Progress) -> Path:
+    """nnp of KUBERNETES_VERSION (prints its effective uid), static, in a copy of the control plane's build module
+    as agnhost is; after checking that manifest.go tags nonewprivs and busybox as the testbed does."""
+    binary = nonewprivs_path()
+    if binary.exists():
+        progress.step(f"nonewprivs {NONEWPRIVS_VERSION} (kubernetes {KUBERNETES_VERSION}): cached")
+        return binary
+    module = kubernetes_bin_dir().parent / "build"
+    if not (module / "go.mod").exists():
+        raise InstallError(f"nnp is built in the control plane's build module, and {module}/go.mod is missing")
+    go = shutil.which("go") or "/usr/local/go/bin/go"
+    env = _go_env(cache_root())
+    info = json.loads(
+        _run(
+            [go, "mod", "download", "-json", f"k8s.io/kubernetes@{KUBERNETES_VERSION}"],
+            env=env,
+            step="go mod download k8s.io/kubernetes",
+        )
+    )
+    manifest_go = (Path(info["Dir"]) / "test/utils/image/manifest.go").read_text()
+    check_manifest_tags(manifest_go, {"nonewprivs": NONEWPRIVS_VERSION, "busybox": E2E_BUSYBOX_TAG})
+    work = binary.parent.with_name(binary.parent.name + ".build")
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    for name in ("go.mod", "go.sum"):
+        if (module / name).exists():
+            shutil.copyfile(module / name, work / name)
+    progress.step(f"nonewprivs {NONEWPRIVS_VERSION}: go build")
+    # A package path without @version would mean @upgrade, i.e. the newest Kubernetes, not the pinned one.
+    _run([go, "get", f"{NONEWPRIVS_PACKAGE}@{KUBERNETES_VERSION}"], env=env, cwd=work, step="go get nonewprivs")
+    partial = work / "nnp"
+    _run(
+        [go, "build", "-trimpath", "-ldflags", "-s -w", "-o", str(partial), NONEWPRIVS_PACKAGE],
+        env=env,
+        cwd=work,
+        step="go build nonewprivs",
+    )
+    binary.parent.mkdir(parents=True, exist_ok=True)
+    partial.replace(binary)  # whole or not at all: its presence is the cache check
+    shutil.rmtree(work, ignore_errors=True)
+    return binary
+
+
 def install(progress: Progress | None = None) -> None:
     progress = progress or Progress(write=lambda line: print(line, file=sys.stderr, flush=True))
     if os.geteuid() != 0:
@@ -466,4 +636,6 @@ def install(progress: Progress | None = None) -> None:
     build_grpc_health(progress)
     build_metrics_server(progress)
     build_agnhost(progress)
+    build_busybox(progress)
+    build_nonewprivs(progress)
     progress.step(f"done in {time.monotonic() - started:.0f}s")

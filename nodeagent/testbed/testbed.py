@@ -42,10 +42,12 @@ from nodeagent.testbed.layout import Layout, Settings
 from nodeagent.testbed.pki import CertificateAuthority, CertPair, service_account_keys
 from nodeagent.testbed.versions import (
     agnhost_path,
+    busybox_path,
     cache_root,
     grpc_health_path,
     kubernetes_bin_dir,
     metrics_server_path,
+    nonewprivs_path,
 )
 
 log = logging.getLogger(__name__)
@@ -647,10 +649,20 @@ class Testbed:
                 images.build_grpc_health_image(cache / "grpc-health", grpc_health_path()),
             ),
             (
-                # Under upstream's e2e repository path and tag: the e2e suite's specs run it by that name.
+                # Under upstream's e2e repository paths and tags: the e2e suite's specs run them by those names.
                 configs.AGNHOST_IMAGE_REPOSITORY,
                 configs.AGNHOST_IMAGE_TAG,
-                images.build_agnhost_image(cache / "agnhost", agnhost_path()),
+                images.build_agnhost_image(cache / "agnhost", agnhost_path(), busybox_path()),
+            ),
+            (
+                configs.E2E_BUSYBOX_IMAGE_REPOSITORY,
+                configs.E2E_BUSYBOX_IMAGE_TAG,
+                images.build_e2e_busybox_image(cache / "e2e-busybox", busybox_path()),
+            ),
+            (
+                configs.NONEWPRIVS_IMAGE_REPOSITORY,
+                configs.NONEWPRIVS_IMAGE_TAG,
+                images.build_nonewprivs_image(cache / "nonewprivs", nonewprivs_path(), busybox_path()),
             ),
         )
         for repository, tag, image in built:

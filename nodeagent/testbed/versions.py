@@ -21,6 +21,18 @@ METRICS_SERVER_VERSION = "v0.8.0"
 # KUBERNETES_VERSION: its VERSION file there, which is also the tag test/utils/image/manifest.go expects
 # (registry.k8s.io/e2e-test-images/agnhost:2.56). The installer checks both against this.
 AGNHOST_VERSION = "2.56"
+# Vanilla BusyBox, built here from its release tarball (`make defconfig`, static): upstream's e2e busybox image
+# (e2e-test-images/busybox:1.37.0-1) is FROM busybox:1.37.0, and the testbed's e2e busybox, agnhost and nonewprivs
+# images are built on it, not on Debian's busybox-static, whose ash drops variables with '-' in their names from a
+# child's environment and whose nc has no -u. Fetched from the Debian pool (the orig tarball is busybox.net's
+# busybox-1.37.0.tar.bz2, byte for byte) and checked against this digest.
+BUSYBOX_VERSION = "1.37.0"
+BUSYBOX_SOURCE_URL = f"http://deb.debian.org/debian/pool/main/b/busybox/busybox_{BUSYBOX_VERSION}.orig.tar.bz2"
+BUSYBOX_SOURCE_SHA256 = "3311dff32e746499f4df0d5df04d7eb396382d7e108bb9250e7b519b837043a4"
+# The tags test/utils/image/manifest.go of KUBERNETES_VERSION gives the e2e busybox and nonewprivs images; the
+# installer checks them as it does agnhost's.
+E2E_BUSYBOX_TAG = "1.37.0-1"
+NONEWPRIVS_VERSION = "1.3"
 
 
 def cache_root() -> Path:
@@ -65,3 +77,13 @@ def agnhost_dir() -> Path:
 
 def agnhost_path() -> Path:
     return agnhost_dir() / "agnhost"
+
+
+def busybox_path() -> Path:
+    """The vanilla BusyBox binary (static), with the `.config` it was built with beside it."""
+    return cache_root() / f"busybox-{BUSYBOX_VERSION}" / "busybox"
+
+
+def nonewprivs_path() -> Path:
+    """nnp, built from k8s.io/kubernetes/test/images/nonewprivs of KUBERNETES_VERSION."""
+    return cache_root() / f"kubernetes-{KUBERNETES_VERSION}" / f"nonewprivs-{NONEWPRIVS_VERSION}" / "nnp"

@@ -20,6 +20,10 @@ import pytest
 
 from nodeagent.testbed import images, install
 
+# The image's base is the vanilla BusyBox `nodeagent testbed install` builds; any busybox binary stands in for it here
+# (the layout is under test, not BusyBox: tests/integration/test_e2e_images.py runs the real one in a pod).
+BUSYBOX = images.BUSYBOX_BINARY
+
 
 def _blob(layout: Path, descriptor: dict[str, Any]) -> bytes:
     data = (layout / "blobs" / "sha256" / str(descriptor["digest"]).removeprefix("sha256:")).read_bytes()
@@ -59,7 +63,7 @@ def _agnhost_dir(root: Path, binary: bytes = b"\x7fELF agnhost, not really: the 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> images.OCIImage:
     root = tmp_path_factory.mktemp("agnhost")
-    return images.build_agnhost_image(root / "layout", _agnhost_dir(root / "bin"))
+    return images.build_agnhost_image(root / "layout", _agnhost_dir(root / "bin"), BUSYBOX)
 
 
 def test_config_is_upstreams_entrypoint_cmd_and_ports(built: images.OCIImage) -> None:
@@ -95,9 +99,13 @@ def test_layer_has_the_users_and_groups_upstreams_image_defines(built: images.OC
 
 def test_layer_has_busybox_bash_curl_and_their_libraries(built: images.OCIImage) -> None:
     _, members, read = _read(built.layout)
-    assert read("bin/busybox") == images.BUSYBOX_BINARY.read_bytes()
+    assert read("bin/busybox") == BUSYBOX.read_bytes()
     for applet in images.BUSYBOX_REQUIRED_APPLETS:
         assert members[f"bin/{applet}"].linkname == "busybox", applet
+    # The base's rootfs (docker-library's layout), without its shadow: the image's own users replace the base's.
+    assert members["usr/bin/env"].linkname == "../../bin/env"
+    assert members["tmp"].mode == 0o1777
+    assert "etc/shadow" not in members
     assert read("bin/bash") == Path("/bin/bash").read_bytes()
     assert read("usr/bin/curl") == Path("/usr/bin/curl").read_bytes()
     libraries = [name for name in members if ".so" in name]
@@ -126,15 +134,15 @@ def test_rebuilding_gives_the_same_digest_and_a_new_binary_a_new_one(
     # bash only: the build is what is under test here, not the size of curl's libraries.
     monkeypatch.setattr(images, "AGNHOST_HOST_PROGRAMS", {"bin/bash": Path("/bin/bash")})
     binary = _agnhost_dir(tmp_path / "bin")
-    first = images.build_agnhost_image(tmp_path / "one", binary)
-    again = images.build_agnhost_image(tmp_path / "two", binary)
+    first = images.build_agnhost_image(tmp_path / "one", binary, BUSYBOX)
+    again = images.build_agnhost_image(tmp_path / "two", binary, BUSYBOX)
     assert again.manifest_digest == first.manifest_digest
-    assert images.build_agnhost_image(tmp_path / "one", binary) == first  # the cached layout, reused
+    assert images.build_agnhost_image(tmp_path / "one", binary, BUSYBOX) == first  # the cached layout, reused
     binary.write_bytes(b"a new build of agnhost")
-    new_binary = images.build_agnhost_image(tmp_path / "one", binary)
+    new_binary = images.build_agnhost_image(tmp_path / "one", binary, BUSYBOX)
     assert new_binary.manifest_digest != first.manifest_digest
     (binary.parent / "localhost.crt").write_bytes(b"another certificate")
-    new_certificate = images.build_agnhost_image(tmp_path / "one", binary)
+    new_certificate = images.build_agnhost_image(tmp_path / "one", binary, BUSYBOX)
     assert new_certificate.manifest_digest not in (first.manifest_digest, new_binary.manifest_digest)
     assert _read(new_certificate.layout)[2]("localhost.crt") == b"another certificate"
 
@@ -144,7 +152,7 @@ def test_missing_inputs_say_how_to_get_them(tmp_path: Path, remove: str) -> None
     binary = _agnhost_dir(tmp_path / "bin")
     (binary.parent / remove).unlink()
     with pytest.raises(images.ImageBuildError, match=f"{remove}.*nodeagent testbed install"):
-        images.build_agnhost_image(tmp_path / "layout", binary)
+        images.build_agnhost_image(tmp_path / "layout", binary, BUSYBOX)
     assert not (tmp_path / "layout").exists()
 
 

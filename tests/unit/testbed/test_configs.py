@@ -101,6 +101,8 @@ def test_env_file_defines_what_users_and_tests_source(tmp_path: Path) -> None:
     assert exported["GRPC_HEALTH_IMAGE"] == "127.0.0.1:20006/grpc-health:1"
     # upstream's e2e repository path and manifest.go tag, under the testbed's registry
     assert exported["AGNHOST_IMAGE"] == "127.0.0.1:20006/e2e-test-images/agnhost:2.56"
+    assert exported["E2E_BUSYBOX_IMAGE"] == "127.0.0.1:20006/e2e-test-images/busybox:1.37.0-1"
+    assert exported["NONEWPRIVS_IMAGE"] == "127.0.0.1:20006/e2e-test-images/nonewprivs:1.3"
 
 
 def test_bridge_names_fit_linux_and_differ_per_directory(tmp_path: Path) -> None:
