@@ -14,6 +14,7 @@ from pathlib import Path
 
 from nodeagent.agent import AgentError, AgentOptions, run_agent
 from nodeagent.config import ConfigError, load_config
+from nodeagent.conformance import subset
 from nodeagent.conformance.errors import ConformanceError
 from nodeagent.conformance.harness import HarnessOptions, conformance
 from nodeagent.conformance.run import DEFAULT_FOCUS, DEFAULT_PROCS, DEFAULT_TIMEOUT, default_skip
@@ -97,9 +98,11 @@ async def _run(args: argparse.Namespace) -> int:
 
 
 async def _conformance(args: argparse.Namespace) -> int:
+    names = subset.SUBSETS[args.subset] if args.subset else ()
     return await conformance(
         HarnessOptions(
-            focus=args.focus,
+            focus=subset.focus(names) if names else args.focus,
+            expected_specs=len(names),
             skip=args.skip if args.skip is not None else default_skip(slow=args.slow),
             procs=args.procs,
             provider=args.provider,
@@ -186,6 +189,12 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"ginkgo skip regex, replacing the default {default_skip(slow=False)!r} (--slow drops [Slow] from it)",
     )
     conf.add_argument("--slow", action="store_true", help="do not skip [Slow] specs")
+    conf.add_argument(
+        "--subset",
+        choices=sorted(subset.SUBSETS),
+        default=None,
+        help="a fixed list of specs instead of --focus (ci: what .ci/run runs); fails unless exactly those ran",
+    )
     conf.add_argument(
         "-p", "--procs", type=int, default=DEFAULT_PROCS, help=f"parallel ginkgo processes (default {DEFAULT_PROCS})"
     )

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything nodeagent needs on a fresh Debian 12 machine (as root), then runs every check and test:
-# ruff (lint + format), mypy --strict, the import rules, and pytest (unit + integration on a real testbed).
+# ruff (lint + format), mypy --strict, the import rules, pytest (unit + integration on a real testbed), and the CI
+# subset of the upstream [NodeConformance] specs (`nodeagent conformance --subset ci`).
 # .ci/run calls this script; the README names it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,3 +19,7 @@ step "ruff format";       python3 -m ruff format --check .
 step "mypy --strict";     python3 -m mypy
 step "import rules";      python3 -c "import sys; from importlinter.cli import lint_imports; sys.exit(lint_imports())"
 step "pytest";            python3 -m pytest "$@"
+# The upstream e2e suite's fixed CI subset (nodeagent/conformance/subset.py) on a testbed of its own; the first run
+# builds e2e.test and ginkgo (cached). Fails on any failed spec, or when the subset selects another number of specs.
+step "conformance (CI subset of [NodeConformance])"
+python3 -m nodeagent conformance --subset ci --dir "$(mktemp -d /tmp/nodeagent-conformance-XXXXXX)"
