@@ -51,13 +51,14 @@ DEFAULT_CONTAINER_RUNTIME_ENDPOINT = "unix:///run/containerd/containerd.sock"
 DEFAULT_VOLUME_PLUGIN_DIR = "/usr/libexec/kubernetes/kubelet-plugins/volume/exec/"
 DEFAULT_RESOLV_CONF = "/etc/resolv.conf"
 
-# Upstream's hard eviction defaults on Linux (defaults_unix.go). A config that sets evictionHard replaces the whole map,
-# as upstream does while mergeDefaultEvictionSettings is false (its default).
+# Upstream's hard eviction defaults on Linux (pkg/kubelet/eviction/defaults_linux.go). A config that sets
+# evictionHard replaces the whole map, as upstream does while mergeDefaultEvictionSettings is false (its default).
 DEFAULT_EVICTION_HARD: Mapping[str, str] = {
     "memory.available": "100Mi",
     "nodefs.available": "10%",
     "nodefs.inodesFree": "5%",
     "imagefs.available": "15%",
+    "imagefs.inodesFree": "5%",
 }
 DEFAULT_ENFORCE_NODE_ALLOCATABLE: tuple[str, ...] = ("pods",)
 

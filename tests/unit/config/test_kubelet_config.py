@@ -110,6 +110,7 @@ UPSTREAM_DEFAULTS: dict[str, object] = {
         "nodefs.available": "10%",
         "nodefs.inodesFree": "5%",
         "imagefs.available": "15%",
+        "imagefs.inodesFree": "5%",
     },
     "eviction_soft": {},
     "eviction_soft_grace_period": {},
