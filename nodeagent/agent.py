@@ -32,18 +32,22 @@ from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector,
 from cri.client import CRIClient, connect
 from cri.errors import CRIError
 from cri.instrumented import instrument
+from eviction.messages import REASON as EVICTED
+from eviction.thresholds import ThresholdError
 from nodeagent.admission import new_allowlist
 from nodeagent.admission.sysctls import kernel_release
 from nodeagent.certificate.serving import ServingCertificateManager
 from nodeagent.clock import SystemClock
 from nodeagent.config import KubeletConfiguration, load_config
+from nodeagent.config.quantity import parse_quantity
 from nodeagent.events import EventRecorder, ObjectRef
+from nodeagent.evictionmanager import EvictionInputs, EvictionManager, eviction_config
 from nodeagent.kube import paths
 from nodeagent.kube.client import KubeClient
 from nodeagent.kube.errors import KubeconfigError, NotFound
 from nodeagent.kube.metrics import RestClientMetrics
 from nodeagent.kube.servicestore import ServiceStore
-from nodeagent.kubelet import Kubelet, Pod
+from nodeagent.kubelet import Kubelet, Pod, PodEviction
 from nodeagent.kuberuntime.logrotation import ContainerLogManager
 from nodeagent.kuberuntime.manager import NodeContext, RuntimeManager
 from nodeagent.kuberuntime.references import ObjectFetcher
@@ -181,6 +185,11 @@ async def _start(options: AgentOptions, stop: asyncio.Event) -> None:
     if options.standalone and options.kubeconfig is not None:
         raise AgentError("--standalone runs without an apiserver: drop --kubeconfig")
     clock = SystemClock()
+    try:
+        # As upstream: the thresholds are parsed before anything starts; a bad one stops the agent.
+        eviction = EvictionManager(eviction_config(config), clock=clock)
+    except ThresholdError as exc:
+        raise AgentError(str(exc)) from exc
     supervisor = Supervisor()
     kubelet_version = config.emulated_kubernetes_version
 
@@ -236,6 +245,7 @@ async def _start(options: AgentOptions, stop: asyncio.Event) -> None:
                 supervisor=supervisor,
                 stop=stop,
                 clock=clock,
+                eviction=eviction,
             )
         finally:
             await supervisor.stop()
@@ -254,6 +264,7 @@ async def _run(
     supervisor: Supervisor,
     stop: asyncio.Event,
     clock: SystemClock,
+    eviction: EvictionManager,
 ) -> None:
     recorder = EventRecorder(client, node_name) if client is not None else None
 
@@ -315,6 +326,7 @@ async def _run(
             pleg_health=pleg.healthy,
             runtime_handlers=runtime_state.handlers,
             node_features=runtime_state.features,
+            pressure=eviction.pressure_conditions,
         )
         # Retried for ever, as upstream (an unreachable apiserver, a credential that may not register this name).
         await until_stopped(stop, "registering the node", node_status.register())
@@ -403,6 +415,17 @@ async def _run(
         sysctls=sysctls,
         volumes=volumes,
         supports_recursive_read_only=runtime.supports_recursive_read_only,
+        eviction_admit=lambda pod: (
+            None if (refused := eviction.admit(pod)) is None else (refused.reason, refused.message)
+        ),
+    )
+    # The summary provider that /stats/summary serves and the eviction manager observes through.
+    stats = StatsProvider(
+        runtime_service,
+        image_service,
+        node_name=node_name,
+        root_dir=str(options.root_dir),
+        cgroup_root=config.cgroup_root,
     )
     sync_loop = SyncLoop(
         channels,
@@ -449,6 +472,24 @@ async def _run(
     supervisor.start("pleg", pleg.run())
     supervisor.start("volume-manager", volumes.run())
     supervisor.start("sync-loop", sync_loop.run())
+    allocatable_memory = parse_quantity(allocatable["memory"]) if "memory" in allocatable else None
+    supervisor.start(
+        "eviction-manager",
+        eviction.run(
+            EvictionInputs(
+                summary=stats.summary,
+                active_pods=kubelet.active_pods,
+                evict=lambda pod, evicted: kubelet.evict_pod(
+                    pod,
+                    PodEviction(EVICTED, evicted.message, disruption_target=evicted.disruption_target),
+                    evicted.grace_period_seconds,
+                ),
+                record_node_event=node_event,
+                record_pod_event=pod_event,
+                allocatable_memory=lambda: int(allocatable_memory) if allocatable_memory is not None else None,
+            )
+        ),
+    )
     if config.healthz_port:
         local = LocalServer(
             config.healthz_bind_address,
@@ -470,13 +511,6 @@ async def _run(
         ).run(),
     )
     if config.enable_server and config.port:
-        stats = StatsProvider(
-            runtime_service,
-            image_service,
-            node_name=node_name,
-            root_dir=str(options.root_dir),
-            cgroup_root=config.cgroup_root,
-        )
         api_host = AgentHost(
             pods_fn=pod_config.pods,
             status_of=status_manager.get_pod_status,

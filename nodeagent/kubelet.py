@@ -4,9 +4,10 @@ It owns no decisions of its own: admission is `nodeagent.admission.admit`, what 
 `kuberuntime.compute_pod_actions` (carried out by RuntimeManager), its status is
 `nodeagent.status.generate_pod_status`, and readiness and liveness are the prober's. This module routes between them:
 
-- additions are admitted (a rejected pod is set Failed with upstream's reason and message, and an event), then
-  handed to a pod worker; updates, deletes and syncs go to the worker; a pod that left its source is killed; a
-  status-only change syncs the pod when its readiness gates no longer agree with its Ready condition;
+- additions are admitted (the eviction manager's handler first, as upstream's; a rejected pod is set Failed with
+  upstream's reason and message, and an event), then handed to a pod worker; updates, deletes and syncs go to the
+  worker; a pod that left its source is killed; a status-only change syncs the pod when its readiness gates no
+  longer agree with its Ready condition;
 - a worker's sync gets the pod's runtime status from the PLEG's cache (newer than its last sync), runs the runtime
   manager with it (containers whose liveness or startup probe failed are restarted), lets the prober start and stop
   workers for what runs, and publishes the status generated from it with the prober's started/ready flags (over
@@ -17,6 +18,8 @@ It owns no decisions of its own: admission is `nodeagent.admission.admit`, what 
   once terminated, a container that reported no end is marked ContainerStatusUnknown and the phase made terminal
   (upstream's TerminatePod); a pod deleted through the API is then removed from the runtime and finally deleted
   from the API (grace 0, UID precondition), as the kubelet does;
+- `evict_pod` (the eviction manager's killPodNow) kills a pod through its worker with the eviction's grace period;
+  its status is Failed with the eviction's reason and message (and DisruptionTarget) before and after the kill;
 - housekeeping kills runtime pods carrying our labels that no source knows, forgets finished workers, and drops the
   probes of pods that neither a source nor a worker knows (a pod still terminating keeps them);
 - static pods (`nodeagent.staticpods`): a mirror pod is never run, a change to one syncs its static pod; a static
@@ -60,6 +63,8 @@ Pod = dict[str, Any]
 TERMINAL_PHASES = ("Succeeded", "Failed")
 VOLUME_RETRY_SECONDS = 10.0  # upstream's pod worker back-off after a SyncPod error
 API_SOURCE = "api"
+DISRUPTION_TARGET = "DisruptionTarget"
+TERMINATION_BY_KUBELET = "TerminationByKubelet"
 
 _STATES = {
     acts.ContainerState.CREATED: RuntimeState.CREATED,
@@ -88,6 +93,37 @@ def _time(ns: int) -> datetime.datetime | None:
 
 # (container name, container id, running) -> the prober's started/ready view of that container.
 ProbeView = Callable[[str, str, bool], ContainerProbeStatus]
+
+
+@dataclass(frozen=True)
+class PodEviction:
+    """The status an evicted pod gets: phase Failed with the reason and message, and for node pressure upstream's
+    DisruptionTarget condition (reason TerminationByKubelet)."""
+
+    reason: str
+    message: str
+    disruption_target: bool = False
+
+    def apply(self, status: dict[str, Any], now: datetime.datetime) -> dict[str, Any]:
+        out = dict(status)
+        out.update(phase="Failed", reason=self.reason, message=self.message)
+        if self.disruption_target:
+            conditions = [c for c in out.get("conditions") or () if c.get("type") != DISRUPTION_TARGET]
+            old = next((c for c in out.get("conditions") or () if c.get("type") == DISRUPTION_TARGET), None)
+            stamp = now.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            keep = old is not None and old.get("status") == "True" and old.get("lastTransitionTime")
+            conditions.append(
+                {
+                    "type": DISRUPTION_TARGET,
+                    "status": "True",
+                    "lastProbeTime": None,
+                    "lastTransitionTime": old["lastTransitionTime"] if keep and old is not None else stamp,
+                    "reason": TERMINATION_BY_KUBELET,
+                    "message": self.message,
+                }
+            )
+            out["conditions"] = conditions
+        return out
 
 
 def container_inputs(
@@ -189,6 +225,8 @@ class Kubelet:
     # Whether the pod's runtime handler makes recursive read-only mounts (RuntimeManager's answer), for the
     # recursiveReadOnly the container statuses' volumeMounts show.
     supports_recursive_read_only: Callable[[Pod], bool] = lambda pod: False
+    # Upstream's eviction admit handler, the first admit handler: None admits, else (reason, message).
+    eviction_admit: Callable[[Pod], tuple[str, str] | None] = lambda pod: None
     monotonic: Callable[[], float] = time.monotonic
     wall: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC)
     workers: PodWorkers = field(init=False)
@@ -196,6 +234,8 @@ class Kubelet:
     _rejected: set[str] = field(default_factory=set)
     _wakeups: dict[str, asyncio.TimerHandle] = field(default_factory=dict)
     _static_gate: StaticPodGate = field(default_factory=StaticPodGate)
+    # Pod UID -> the status an eviction gives the pod while it goes down (upstream's killPodNow status function).
+    _evictions: dict[str, PodEviction] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.workers = PodWorkers(self, pod_cache=self.pod_cache, now=lambda: self.wall().timestamp())
@@ -213,6 +253,10 @@ class Kubelet:
             if (pod.get("status") or {}).get("phase") in TERMINAL_PHASES and not self._known(pod):
                 continue  # finished before we saw it: nothing to run
             if self.workers.state(_uid(pod)) is None:
+                refused = self.eviction_admit(pod)
+                if refused is not None:
+                    self._reject(pod, *refused)
+                    continue
                 active = [p for p in known if self._active(p) and _uid(p) != _uid(pod)]
                 # Without a Node (standalone) only the node-independent checks (sysctls) apply.
                 verdict = admit(pod, self.node(), active, sysctls=self.sysctls)
@@ -276,6 +320,8 @@ class Kubelet:
             # As upstream ("Failed cleaning pods"): the runtime may be down; the next housekeeping tries again.
             log.warning("housekeeping failed cleaning pods error=%s", exc)
         self.status_manager.remove_orphans(known)
+        for uid in [u for u in self._evictions if u not in known and self.workers.state(u) is None]:
+            del self._evictions[uid]
         if self.volumes is not None:
             # After the unknown runtime pods are gone: their directories go once nothing of theirs is mounted.
             await self.volumes.cleanup_orphaned_pod_dirs(
@@ -299,6 +345,15 @@ class Kubelet:
             log.info("housekeeping killing unwanted pod uid=%s pod=%s/%s", uid, status.namespace, status.name)
             await self.runtime.kill_pod(None, status, grace_period=0)
             await self.runtime.remove_pod(status)
+
+    def active_pods(self) -> list[Pod]:
+        """The admitted pods not yet terminal nor being evicted (upstream's GetActivePods), for the eviction
+        manager; mirror pods are left out, their static pods stand for them."""
+        return [
+            p
+            for p in self.pod_config.pods()
+            if not is_mirror_pod(p) and self._active(p) and _uid(p) not in self._evictions
+        ]
 
     def pods_due(self) -> list[Pod]:
         now = self.monotonic()
@@ -385,13 +440,20 @@ class Kubelet:
         uid = _uid(pod)
         if self.prober is not None:
             self.prober.stop_liveness_and_startup(uid)
+        eviction = self._evictions.get(uid)
+        if eviction is not None:
+            # As upstream's SyncTerminatingPod with a status function: the pod shows Failed/Evicted before the kill.
+            before = self._generate(pod, self.runtime.runtime_status(status), None, sandbox_ready=False, terminal=False)
+            self._publish(pod, eviction.apply(before, self.wall()))
         await self.runtime.kill_pod(pod, acts.from_pod_status(status), grace_period=grace_period)
         if self.prober is not None:
             self.prober.remove_pod(uid)
         # Straight from the runtime, as upstream: nothing may still run once this returns.
         after = await self.runtime.get_pod_status(uid)
         generated = self._generate(pod, after, None, sandbox_ready=False, terminal=True)
-        if kill_reason:
+        if eviction is not None:
+            generated = eviction.apply(generated, self.wall())
+        elif kill_reason:
             generated.update(phase="Failed", reason=kill_reason)
         elif self._past_active_deadline(pod):
             self._deadline_exceeded(pod, generated, record=False)
@@ -552,6 +614,15 @@ class Kubelet:
         pod = self.pod_config.pod_by_uid(uid)
         if pod is not None and uid not in self._rejected:
             self.workers.update_pod(UpdatePodOptions(UpdateType.SYNC, pod))
+
+    def evict_pod(self, pod: Pod, eviction: PodEviction, grace_period: int) -> None:
+        """Upstream's killPodNow for the eviction manager: the pod's worker terminates it with that grace period,
+        and its status becomes the eviction's (phase Failed, reason and message, DisruptionTarget)."""
+        uid = _uid(pod)
+        self._evictions[uid] = eviction
+        self.workers.update_pod(
+            UpdatePodOptions(UpdateType.KILL, pod, grace_period_override=grace_period, kill_reason=eviction.reason)
+        )
 
     def _reject(self, pod: Pod, reason: str, message: str) -> None:
         uid = _uid(pod)

@@ -126,6 +126,7 @@ class NodeStatusManager:
         pleg_health: PLEGHealth | None = None,
         runtime_handlers: RuntimeHandlers = tuple,
         node_features: NodeFeatures = lambda: None,
+        pressure: Callable[[], frozenset[str]] = frozenset,
     ) -> None:
         self._client = client
         self._name = node_name
@@ -137,6 +138,8 @@ class NodeStatusManager:
         self._pleg_health = pleg_health
         self._runtime_handlers = runtime_handlers
         self._node_features = node_features
+        # The eviction manager's conditions under pressure (MemoryPressure, DiskPressure, PIDPressure).
+        self._pressure = pressure
         self._node: Obj | None = None
         self._lease: Obj | None = None
         self._last_reported: dict[str, Any] | None = None
@@ -238,12 +241,16 @@ class NodeStatusManager:
         if self._pleg_health is not None:
             pleg_ok, why = self._pleg_health()
             pleg_message = None if pleg_ok else why
+        pressure = self._pressure()
         return node_conditions(
             old,
             now=self._clock.wall(),
             runtime_ready=ready,
             runtime_message=message,
             pleg_healthy_message=pleg_message,
+            memory_pressure=MEMORY_PRESSURE in pressure,
+            disk_pressure=DISK_PRESSURE in pressure,
+            pid_pressure=PID_PRESSURE in pressure,
         )
 
     def _record_transitions(self, old: list[dict[str, Any]], new: list[dict[str, Any]]) -> None:

@@ -1,0 +1,375 @@
+"""The eviction manager wired into the agent (upstream pkg/kubelet/eviction/eviction_manager.go).
+
+The decisions are `eviction`'s (pure); this module supplies their inputs and carries out their outcome:
+
+- at start-up the thresholds are parsed from the config (`eviction_config`); a bad one stops the agent;
+- every 10 s (upstream's housekeeping monitoring period; the clock is injected) `synchronize` reads the stats
+  summary (the same provider that serves /stats/summary, as upstream's summary provider feeds its manager), turns it
+  into observations (`observations_from_summary`, upstream's makeSignalObservations) and the pods' usage, and calls
+  `eviction.decide`;
+- the conditions it returns feed the node status (`pressure_conditions`) and admission (`admit`);
+- a threshold met records upstream's `EvictionThresholdMet` node event, and at most one pod is evicted per cycle
+  (as upstream): killed through `evict` with decide()'s grace period, its status Failed with reason `Evicted`
+  and the message, and an `Evicted` event on the pod.
+
+Not here yet (issue 17): node-level reclaim (container and image GC; a cycle that would reclaim first evicts as if
+nothing were freed), the memcg threshold notifier, and the metrics.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import ROUND_CEILING
+from typing import Any
+
+from eviction.decide import Decision, EvictionConfig, History, decide
+from eviction.messages import REASON, THRESHOLD_MET_EVENT_REASON, admit, threshold_met_event_message
+from eviction.pods import ContainerInfo, ContainerUsage, FsUsage, PodInfo, PodUsage, QOSClass, Toleration
+from eviction.quantity import ZERO, Quantity
+from eviction.result import Eviction
+from eviction.signals import (
+    Observation,
+    Signal,
+    fs_observations,
+    memory_observation,
+    pid_observation,
+)
+from eviction.thresholds import parse_thresholds
+from nodeagent.clock import Clock
+from nodeagent.config import KubeletConfiguration
+from nodeagent.config.durations import parse_go_duration
+from nodeagent.config.quantity import parse_quantity
+from nodeagent.kuberuntime.qos import pod_qos
+from nodeagent.staticpods import is_mirror_pod, is_static_pod
+from nodeagent.stats.types import FsStats, PodStats, Summary
+
+log = logging.getLogger(__name__)
+
+Pod = dict[str, Any]
+
+# As upstream's kubelet: the eviction manager's housekeeping (evictionMonitoringPeriod) is 10 s.
+MONITORING_PERIOD_SECONDS = 10.0
+PODS_CONTAINER = "pods"  # the summary's system container for the kubepods cgroup
+
+
+def eviction_config(config: KubeletConfiguration) -> EvictionConfig:
+    """The thresholds and periods in force. Raises `eviction.thresholds.ThresholdError` (each problem as
+    `evictionHard: <signal>: <problem>`)."""
+    thresholds = parse_thresholds(
+        hard=config.eviction_hard,
+        soft=config.eviction_soft,
+        soft_grace_period=config.eviction_soft_grace_period,
+        minimum_reclaim=config.eviction_minimum_reclaim,
+        enforce_node_allocatable=config.enforce_node_allocatable,
+        parse_quantity=parse_quantity,
+        parse_duration=parse_go_duration,
+    )
+    return EvictionConfig(
+        thresholds=thresholds,
+        pressure_transition_period=config.eviction_pressure_transition_period,
+        max_pod_grace_period_seconds=config.eviction_max_pod_grace_period,
+    )
+
+
+# --- observations and pods, from the summary and the pod objects (pure) ----------------------------------------
+
+
+def _fs(
+    bytes_signal: Signal, inodes_signal: Signal, fs: FsStats | None, time: datetime | None
+) -> dict[Signal, Observation]:
+    if fs is None:
+        return {}
+    return fs_observations(
+        bytes_signal,
+        inodes_signal,
+        available_bytes=fs.available_bytes,
+        capacity_bytes=fs.capacity_bytes,
+        inodes_free=fs.inodes_free,
+        inodes=fs.inodes,
+        time=fs.time or time,
+    )
+
+
+def observations_from_summary(summary: Summary, allocatable_memory: int | None = None) -> dict[Signal, Observation]:
+    """Upstream's makeSignalObservations: memory.available from the node's memory (available + working set is the
+    capacity), allocatableMemory.available from the kubepods cgroup against allocatable, nodefs from the root dir's
+    filesystem, imagefs and containerfs from the runtime's ImageFsInfo, pid.available from the pid limit."""
+    node = summary.node
+    result: dict[Signal, Observation] = {}
+    memory = node.memory
+    if memory is not None and memory.available_bytes is not None and memory.working_set_bytes is not None:
+        result[Signal.MEMORY_AVAILABLE] = Observation(
+            available=memory.available_bytes,
+            capacity=memory.available_bytes + memory.working_set_bytes,
+            time=memory.time,
+        )
+    pods = next((c for c in node.system_containers if c.name == PODS_CONTAINER), None)
+    if allocatable_memory is not None and pods is not None and pods.memory is not None:
+        working_set = pods.memory.working_set_bytes
+        if working_set is not None:
+            result[Signal.ALLOCATABLE_MEMORY_AVAILABLE] = memory_observation(
+                allocatable_memory, working_set, pods.memory.time
+            )
+    time = memory.time if memory is not None else None
+    result.update(_fs(Signal.NODEFS_AVAILABLE, Signal.NODEFS_INODES_FREE, node.fs, time))
+    if node.runtime is not None:
+        result.update(_fs(Signal.IMAGEFS_AVAILABLE, Signal.IMAGEFS_INODES_FREE, node.runtime.image_fs, time))
+        result.update(
+            _fs(Signal.CONTAINERFS_AVAILABLE, Signal.CONTAINERFS_INODES_FREE, node.runtime.container_fs, time)
+        )
+    rlimit = node.rlimit
+    if rlimit is not None and rlimit.max_pid is not None and rlimit.num_of_running_processes is not None:
+        result[Signal.PID_AVAILABLE] = pid_observation(rlimit.max_pid, rlimit.num_of_running_processes, rlimit.time)
+    return result
+
+
+def _fs_usage(fs: FsStats | None) -> FsUsage | None:
+    return None if fs is None else FsUsage(used_bytes=fs.used_bytes, inodes_used=fs.inodes_used)
+
+
+def pod_usage(stats: PodStats) -> PodUsage:
+    return PodUsage(
+        memory_working_set=stats.memory.working_set_bytes if stats.memory is not None else None,
+        process_count=stats.process_stats.process_count if stats.process_stats is not None else None,
+        containers=tuple(
+            ContainerUsage(
+                name=c.name,
+                memory_working_set=c.memory.working_set_bytes if c.memory is not None else None,
+                rootfs=_fs_usage(c.rootfs),
+                logs=_fs_usage(c.logs),
+            )
+            for c in stats.containers
+        ),
+        volumes={v.name: FsUsage(used_bytes=v.fs.used_bytes, inodes_used=v.fs.inodes_used) for v in stats.volume_stats},
+        ephemeral_storage_used=stats.ephemeral_storage.used_bytes if stats.ephemeral_storage is not None else None,
+    )
+
+
+def usage_from_summary(summary: Summary) -> dict[str, PodUsage]:
+    return {p.pod_ref.uid: pod_usage(p) for p in summary.pods}
+
+
+def _quantity(value: Any) -> Quantity | None:
+    """An API quantity as eviction keeps it: the whole amount (rounded up, as Value()) and the text as written."""
+    if value is None:
+        return None
+    text = str(value)
+    try:
+        amount = parse_quantity(text)
+    except ValueError:
+        return None
+    return Quantity(int(amount.to_integral_value(rounding=ROUND_CEILING)), text)
+
+
+def _request(container: Mapping[str, Any], name: str) -> Quantity:
+    return _quantity(((container.get("resources") or {}).get("requests") or {}).get(name)) or ZERO
+
+
+def _pod_request(spec: Mapping[str, Any], name: str) -> int:
+    """Upstream's effective request: the larger of the containers' sum and the largest init container, plus
+    overhead; pod-level resources when set."""
+    pod_level = _quantity(((spec.get("resources") or {}).get("requests") or {}).get(name))
+    if pod_level is not None:
+        return pod_level.value
+    total = sum(_request(c, name).value for c in spec.get("containers") or ())
+    init = max((_request(c, name).value for c in spec.get("initContainers") or ()), default=0)
+    overhead = _quantity((spec.get("overhead") or {}).get(name))
+    return max(total, init) + (overhead.value if overhead is not None else 0)
+
+
+def pod_info(pod: Mapping[str, Any]) -> PodInfo:
+    """What the decisions need of a pod object."""
+    meta: Mapping[str, Any] = pod.get("metadata") or {}
+    spec: Mapping[str, Any] = pod.get("spec") or {}
+    containers = [
+        ContainerInfo(
+            name=str(c.get("name", "")),
+            init=init,
+            memory_request=_request(c, "memory"),
+            ephemeral_storage_request=_request(c, "ephemeral-storage"),
+            ephemeral_storage_limit=_quantity(
+                ((c.get("resources") or {}).get("limits") or {}).get("ephemeral-storage")
+            ),
+        )
+        for init, group in ((True, spec.get("initContainers") or ()), (False, spec.get("containers") or ()))
+        for c in group
+    ]
+    volumes = spec.get("volumes") or ()
+    local = tuple(
+        str(v.get("name", ""))
+        for v in volumes
+        if ("emptyDir" in v and (v.get("emptyDir") or {}).get("medium") != "Memory") or "hostPath" in v
+    )
+    size_limits = {
+        str(v.get("name", "")): q
+        for v in volumes
+        if "emptyDir" in v and (q := _quantity((v.get("emptyDir") or {}).get("sizeLimit"))) is not None
+    }
+    grace = spec.get("terminationGracePeriodSeconds")
+    priority = spec.get("priority")
+    return PodInfo(
+        uid=str(meta.get("uid", "")),
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        qos=QOSClass(pod_qos(pod).value),
+        priority=priority if isinstance(priority, int) else 0,
+        static=is_static_pod(dict(pod)),
+        mirror=is_mirror_pod(dict(pod)),
+        memory_request=_pod_request(spec, "memory"),
+        ephemeral_storage_request=_pod_request(spec, "ephemeral-storage"),
+        pod_level_memory_request=_quantity(((spec.get("resources") or {}).get("requests") or {}).get("memory")),
+        containers=tuple(containers),
+        local_volumes=local,
+        empty_dir_size_limits=size_limits,
+        termination_grace_period_seconds=grace if isinstance(grace, int) else None,
+        tolerations=tuple(
+            Toleration(
+                key=str(t.get("key") or ""),
+                operator=str(t.get("operator") or "Equal"),
+                value=str(t.get("value") or ""),
+                effect=str(t.get("effect") or ""),
+            )
+            for t in spec.get("tolerations") or ()
+        ),
+    )
+
+
+# --- the manager ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AdmitRefusal:
+    reason: str
+    message: str
+
+
+# Kill one pod: the pod object and the eviction (grace period, message, whether it is a DisruptionTarget).
+EvictFn = Callable[[Pod, Eviction], None]
+
+
+def _no_node_event(type_: str, reason: str, message: str) -> None:
+    del type_, reason, message
+
+
+def _no_pod_event(pod: Pod, type_: str, reason: str, message: str) -> None:
+    del pod, type_, reason, message
+
+
+def _no_allocatable() -> int | None:
+    return None
+
+
+@dataclass(frozen=True)
+class EvictionInputs:
+    """What a cycle reads and acts through; bound once the kubelet exists (the manager itself is made earlier, as
+    the node status and admission ask it for its conditions)."""
+
+    summary: Callable[[], Awaitable[Summary]]
+    active_pods: Callable[[], Sequence[Pod]]
+    evict: EvictFn
+    record_node_event: Callable[[str, str, str], None] = _no_node_event
+    record_pod_event: Callable[[Pod, str, str, str], None] = _no_pod_event
+    allocatable_memory: Callable[[], int | None] = _no_allocatable
+
+
+class EvictionManager:
+    """Holds the history between cycles and the conditions last decided; `run()` is the monitoring loop."""
+
+    def __init__(self, config: EvictionConfig, *, clock: Clock, period: float = MONITORING_PERIOD_SECONDS) -> None:
+        self._config = config
+        self._clock = clock
+        self._period = period
+        self._history = History()
+        self.last_decision: Decision | None = None
+
+    def pressure_conditions(self) -> frozenset[str]:
+        """The node conditions under pressure now (held for the transition period), for the node status."""
+        return frozenset(str(c) for c in self._history.node_conditions)
+
+    def admit(self, pod: Mapping[str, Any]) -> AdmitRefusal | None:
+        """Upstream's eviction admit handler: None to admit, else why not."""
+        verdict = admit(pod_info(pod), list(self._history.node_conditions))
+        return None if verdict.admit else AdmitRefusal(verdict.reason, verdict.message)
+
+    async def synchronize(self, inputs: EvictionInputs) -> Decision:
+        """One cycle: observe, decide, evict at most one pod (or every pod over a local storage limit)."""
+        summary = await inputs.summary()
+        observations = observations_from_summary(summary, inputs.allocatable_memory())
+        pods = {str((p.get("metadata") or {}).get("uid", "")): p for p in inputs.active_pods()}
+        infos = [pod_info(p) for p in pods.values()]
+        before = set(self._history.node_conditions)
+        decision = decide(
+            config=self._config,
+            observations=observations,
+            history=self._history,
+            pods=infos,
+            usage=usage_from_summary(summary),
+            now=self._clock.wall(),
+        )
+        self._history = decision.history
+        self.last_decision = decision
+        after = set(decision.node_conditions)
+        if before != after:
+            log.info(
+                "eviction node conditions changed conditions=%s",
+                ",".join(sorted(str(c) for c in after)) or "none",
+            )
+        for eviction in decision.local_storage_evictions:
+            self._carry_out(inputs, pods, eviction)
+        if decision.local_storage_evictions or decision.threshold_to_reclaim is None:
+            return decision
+        resource = decision.resource_to_reclaim
+        log.warning(
+            "eviction manager attempting to reclaim resource=%s threshold=%s", resource, decision.threshold_to_reclaim
+        )
+        if resource is not None:
+            inputs.record_node_event("Warning", THRESHOLD_MET_EVENT_REASON, threshold_met_event_message(resource))
+        if decision.victim is None:
+            # As upstream: with no active pod there is nothing to rank; otherwise every ranked pod was critical.
+            if not pods:
+                log.error("eviction manager thresholds have been met, but no pods are active to evict")
+            else:
+                log.error("eviction manager unable to evict any pods from the node")
+            return decision
+        self._carry_out(inputs, pods, decision.victim)
+        return decision
+
+    def _carry_out(self, inputs: EvictionInputs, pods: Mapping[str, Pod], eviction: Eviction) -> None:
+        pod = pods.get(eviction.pod.uid)
+        if pod is None:
+            return
+        log.info(
+            "eviction manager evicting pod pod=%s uid=%s signal=%s grace=%d message=%s",
+            eviction.pod.ref,
+            eviction.pod.uid,
+            eviction.signal,
+            eviction.grace_period_seconds,
+            eviction.message,
+        )
+        # As upstream's evictPod: the event first, then the kill with the status Failed/Evicted.
+        inputs.record_pod_event(pod, "Warning", REASON, eviction.message)
+        inputs.evict(pod, eviction)
+
+    async def run(self, inputs: EvictionInputs) -> None:
+        while True:
+            try:
+                await self.synchronize(inputs)
+            except Exception as exc:  # a failed observation must not end eviction: the next cycle tries again
+                log.warning("eviction manager synchronize failed error=%s", exc)
+            await self._clock.sleep(self._period)
+
+
+__all__ = [
+    "MONITORING_PERIOD_SECONDS",
+    "AdmitRefusal",
+    "EvictionInputs",
+    "EvictionManager",
+    "eviction_config",
+    "observations_from_summary",
+    "pod_info",
+    "pod_usage",
+    "usage_from_summary",
+]

@@ -1,0 +1,104 @@
+"""The Kubelet's side of eviction: the eviction admit handler comes first and a refused pod ends Failed with its
+reason and message; `evict_pod` hands the worker a KILL with the eviction's grace period, and termination publishes
+phase Failed, reason Evicted, the message and DisruptionTarget before and after the kill; an evicted pod is no
+longer active."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from nodeagent.kubelet import Kubelet, PodEviction
+from nodeagent.kuberuntime.actions import RuntimePodStatus, from_pod_status
+from nodeagent.podconfig.storage import Operation, SourceUpdate
+from nodeagent.podworkers import UpdatePodOptions, UpdateType, WorkState
+from pleg.status import PodStatus
+from tests.unit.status.test_kubelet_status import FakeRuntime, Statuses, cached, kubelet, pod, running
+
+MESSAGE = "The node was low on resource: memory. Threshold quantity: 100Mi, available: 42Mi. "
+
+
+@dataclass
+class KillingRuntime(FakeRuntime):
+    kills: list[int | None] = field(default_factory=list)
+    published_at_kill: list[dict[str, Any]] = field(default_factory=list)
+    statuses: Statuses | None = None
+
+    async def kill_pod(self, pod: dict[str, Any] | None, status: RuntimePodStatus, *, grace_period: int | None) -> None:
+        self.kills.append(grace_period)
+        if self.statuses is not None:
+            self.published_at_kill.append(dict(self.statuses.published.get("u1") or {}))
+
+    async def get_pod_status(self, uid: str) -> RuntimePodStatus:
+        return from_pod_status(cached())
+
+
+@dataclass
+class Workers:
+    states: dict[str, WorkState] = field(default_factory=dict)
+    updates: list[UpdatePodOptions] = field(default_factory=list)
+
+    def state(self, uid: str) -> WorkState | None:
+        return self.states.get(uid)
+
+    def update_pod(self, options: UpdatePodOptions) -> None:
+        self.updates.append(options)
+
+
+def with_workers(k: Kubelet) -> Workers:
+    workers = Workers()
+    k.workers = workers  # type: ignore[assignment]
+    return workers
+
+
+async def test_the_eviction_admit_handler_refuses_first() -> None:
+    statuses = Statuses()
+    k = kubelet(statuses)
+    workers = with_workers(k)
+    k.eviction_admit = lambda p: ("Evicted", "The node had condition: [MemoryPressure]. ")
+    await k.handle_pod_additions([pod()])
+    assert workers.updates == []
+    published = statuses.published["u1"]
+    assert (published["phase"], published["reason"], published["message"]) == (
+        "Failed",
+        "Evicted",
+        "The node had condition: [MemoryPressure]. ",
+    )
+
+
+async def test_admitted_when_the_eviction_handler_says_so() -> None:
+    statuses = Statuses()
+    k = kubelet(statuses)
+    workers = with_workers(k)
+    k.eviction_admit = lambda p: None
+    await k.handle_pod_additions([pod()])
+    assert [(u.update_type, u.pod["metadata"]["uid"]) for u in workers.updates] == [(UpdateType.CREATE, "u1")]
+
+
+async def test_evict_pod_kills_with_the_grace_and_publishes_the_eviction() -> None:
+    statuses = Statuses()
+    k = kubelet(statuses)
+    runtime = KillingRuntime(statuses=statuses)
+    k.runtime = runtime  # type: ignore[assignment]
+    workers = with_workers(k)
+    k.evict_pod(pod(), PodEviction("Evicted", MESSAGE, disruption_target=True), 1)
+    [kill] = workers.updates
+    assert (kill.update_type, kill.grace_period_override, kill.kill_reason) == (UpdateType.KILL, 1, "Evicted")
+    status: PodStatus = cached(running("c1", "app"))
+    await k.sync_terminating_pod(pod(), status, 1, "Evicted")
+    assert runtime.kills == [1]
+    for shown in (runtime.published_at_kill[0], statuses.published["u1"]):  # before the kill, and after
+        assert (shown["phase"], shown["reason"], shown["message"]) == ("Failed", "Evicted", MESSAGE)
+        [target] = [c for c in shown["conditions"] if c["type"] == "DisruptionTarget"]
+        assert (target["status"], target["reason"], target["message"]) == ("True", "TerminationByKubelet", MESSAGE)
+
+
+async def test_an_evicted_pod_is_not_active() -> None:
+    statuses = Statuses()
+    k = kubelet(statuses)
+    workers = with_workers(k)
+    k.pod_config.push(SourceUpdate("api", Operation.SET, (pod(),)))
+    workers.states["u1"] = WorkState.SYNCING
+    assert [p["metadata"]["uid"] for p in k.active_pods()] == ["u1"]
+    k.evict_pod(pod(), PodEviction("Evicted", MESSAGE), 0)
+    assert k.active_pods() == []
