@@ -73,7 +73,12 @@ async def _node(admin: KubeClient, name: str) -> Obj:
 
 async def _starting_events(admin: KubeClient, node_name: str) -> list[str]:
     listed = await admin.list(paths.events("default"), field_selector=f"involvedObject.name={node_name}")
-    return [e["message"] for e in listed["items"] if e["reason"] == "Starting"]
+    # The kubelet's own: kube-proxy records a Starting event on the Node too (with no message).
+    return [
+        e["message"]
+        for e in listed["items"]
+        if e["reason"] == "Starting" and (e.get("source") or {}).get("component") == "kubelet"
+    ]
 
 
 async def _probe_user_agents(admin: KubeClient, cri: CRIClient, agent: Agent, settings: Settings) -> list[str]:
