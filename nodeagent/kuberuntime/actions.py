@@ -306,6 +306,11 @@ def _spec(pod: Mapping[str, Any]) -> Mapping[str, Any]:
     return out
 
 
+def _every_container(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    spec = _spec(pod)
+    return [c for kind in ("initContainers", "containers", "ephemeralContainers") for c in spec.get(kind) or ()]
+
+
 def pod_sandbox_changed(pod: Mapping[str, Any], status: RuntimePodStatus) -> tuple[bool, int, str]:
     """(create a new sandbox?, its attempt, the current sandbox id) as upstream PodSandboxChanged."""
     if not status.sandboxes:
@@ -474,7 +479,8 @@ def _apply_backoff(
         if st is None or not st.finished_at:
             start.append(name)
             continue
-        key = container_backoff_key(uid, name)
+        container = next((c for c in _every_container(pod) if c.get("name") == name), {"name": name})
+        key = container_backoff_key(uid, container)
         waiting, remaining = backoff.in_backoff(key, now, since=st.finished_at / _NS_PER_SECOND)
         if not waiting:
             start.append(name)

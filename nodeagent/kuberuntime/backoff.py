@@ -16,9 +16,11 @@ callers that do not pass `now`; tests never sleep.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
+
+from nodeagent.kuberuntime.hashing import hash_container
 
 DEFAULT_INITIAL = 10.0
 DEFAULT_MAXIMUM = 300.0
@@ -107,8 +109,10 @@ def format_duration(seconds: float) -> str:
     return f"{secs}s"
 
 
-def container_backoff_key(pod_uid: str, container_name: str) -> tuple[str, str]:
-    return (pod_uid, container_name)
+def container_backoff_key(pod_uid: str, container: Mapping[str, Any]) -> tuple[str, str, str]:
+    """As upstream's getStableKey: the pod, the container's name and the hash of its spec. A changed spec (a new
+    image, say) is a new key, so its first restart does not wait out the old spec's back-off."""
+    return (pod_uid, str(container.get("name", "")), hash_container(container))
 
 
 def crash_loop_message(delay: float, *, container_name: str, pod_name: str, pod_namespace: str, pod_uid: str) -> str:

@@ -551,7 +551,7 @@ class RuntimeManager:
         self._events(pod, "Normal", "Created", f"Created container: {name}", field_path)
         if previous is not None and previous.state is acts.ContainerState.EXITED:
             # A restart after an exit: the next one waits longer (CrashLoopBackOff).
-            self.crash_backoff.next(container_backoff_key(_uid(pod), name))
+            self.crash_backoff.next(container_backoff_key(_uid(pod), container))
         try:
             await self._runtime.start_container(container_id)
         except CRIError as exc:

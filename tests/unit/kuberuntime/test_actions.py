@@ -23,7 +23,7 @@ from nodeagent.kuberuntime.actions import (
     runtime_pod_status,
     sandbox_from_cri,
 )
-from nodeagent.kuberuntime.backoff import Backoff
+from nodeagent.kuberuntime.backoff import Backoff, container_backoff_key
 from nodeagent.kuberuntime.hashing import hash_container
 from pleg.status import ContainerRecord, PodStatus, make_pod_status
 
@@ -363,8 +363,9 @@ def test_crash_loop_backoff_defers_start() -> None:
     runtime = status(ctr("app", E, 1, finished=NOW - 5))
     # First failure: no entry, restart at once; the caller then records it.
     assert compute_pod_actions(pod(), runtime, now=NOW, backoff=backoff).containers_to_start == ("app",)
-    backoff.next(("u-1", "app"), NOW)
-    backoff.next(("u-1", "app"), NOW)  # second failure: 20 s
+    key = container_backoff_key("u-1", pod()["spec"]["containers"][0])
+    backoff.next(key, NOW)
+    backoff.next(key, NOW)  # second failure: 20 s
     actions = compute_pod_actions(pod(), runtime, now=NOW, backoff=backoff)
     assert actions.containers_to_start == ()
     assert not actions.kill_pod
@@ -374,6 +375,22 @@ def test_crash_loop_backoff_defers_start() -> None:
     later = compute_pod_actions(pod(), runtime, now=NOW + 16, backoff=backoff)
     assert later.containers_to_start == ("app",)
     assert later.backoff == ()
+
+
+def test_a_new_image_does_not_wait_out_the_old_specs_back_off() -> None:
+    # As upstream (the back-off key holds the container's spec hash): the e2e spec "back-off timer reset on image
+    # update" replaces a crash-looping container's image and expects a restart within seconds, not minutes.
+    backoff = Backoff(clock=lambda: NOW)
+    runtime = status(ctr("app", E, 1, finished=NOW - 5))
+    key = container_backoff_key("u-1", pod()["spec"]["containers"][0])
+    for _ in range(5):
+        backoff.next(key, NOW)
+    assert compute_pod_actions(pod(), runtime, now=NOW, backoff=backoff).containers_to_start == ()
+    updated = pod()
+    updated["spec"]["containers"][0]["image"] = "registry.test/other:2"
+    actions = compute_pod_actions(updated, runtime, now=NOW, backoff=backoff)
+    assert "app" in actions.containers_to_start
+    assert actions.backoff == ()
 
 
 def test_pod_sandbox_changed_none_known_network() -> None:

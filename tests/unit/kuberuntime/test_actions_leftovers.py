@@ -28,7 +28,7 @@ from nodeagent.kuberuntime.actions import (
     restart_count_from_log_files,
     start_interrupted,
 )
-from nodeagent.kuberuntime.backoff import Backoff
+from nodeagent.kuberuntime.backoff import Backoff, container_backoff_key
 from nodeagent.kuberuntime.hashing import hash_container
 from nodeagent.kuberuntime.manager import NodeContext, RuntimeManager
 from tests.unit.cri.scripted import Fail, ScriptedRuntime
@@ -272,8 +272,9 @@ def test_leftovers(pod_: dict[str, Any], runtime: RuntimePodStatus, expected: Po
 def test_back_off_reads_the_newest_exited_run_past_a_created_one() -> None:
     # As upstream's doBackOff: a never-started newer instance does not reset the crash-loop back-off.
     backoff = Backoff(clock=lambda: NOW)
-    backoff.next(("u-1", "app"), NOW)
-    backoff.next(("u-1", "app"), NOW)  # 20 s
+    key = container_backoff_key("u-1", pod()["spec"]["containers"][0])
+    backoff.next(key, NOW)
+    backoff.next(key, NOW)  # 20 s
     exited = ContainerStatus(id="c0", name="app", state=E, exit_code=1, finished_at=int((NOW - 5) * 1e9))
     runtime = status(ctr("app", C, "c1", restarts=1), exited)
     actions = compute_pod_actions(pod(), runtime, now=NOW, backoff=backoff)

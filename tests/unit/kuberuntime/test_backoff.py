@@ -16,14 +16,16 @@ class Clock:
 def test_doubles_up_to_max() -> None:
     clock = Clock()
     b = Backoff(clock=clock)
-    key = container_backoff_key("u", "c")
+    key = container_backoff_key("u", {"name": "c", "image": "busybox"})
     delays = []
     for _ in range(7):
         delays.append(b.next(key))
         clock.now += 1
     assert delays == [10, 20, 40, 80, 160, 300, 300]
     assert b.get(key) == 300
-    assert b.get(("u", "other")) == 0
+    assert b.get(container_backoff_key("u", {"name": "other", "image": "busybox"})) == 0
+    # As upstream's getStableKey: another spec of the same container (a new image) starts from nothing.
+    assert b.get(container_backoff_key("u", {"name": "c", "image": "nginx"})) == 0
 
 
 def test_in_backoff_since_finish() -> None:
