@@ -11,6 +11,7 @@ from nodeagent.testbed.layout import Layout, Settings
 from nodeagent.testbed.versions import (
     AGNHOST_VERSION,
     E2E_BUSYBOX_TAG,
+    NGINX_IMAGE_TAGS,
     NONEWPRIVS_VERSION,
     crictl_path,
     kubernetes_bin_dir,
@@ -32,6 +33,9 @@ E2E_BUSYBOX_IMAGE_REPOSITORY = "e2e-test-images/busybox"
 E2E_BUSYBOX_IMAGE_TAG = E2E_BUSYBOX_TAG
 NONEWPRIVS_IMAGE_REPOSITORY = "e2e-test-images/nonewprivs"
 NONEWPRIVS_IMAGE_TAG = NONEWPRIVS_VERSION
+# The e2e suite's nginx under upstream's name and both its tags (Nginx, NginxNew), built from Debian's nginx.
+NGINX_IMAGE_REPOSITORY = "e2e-test-images/nginx"
+NGINX_IMAGE_TAG, NGINX_NEW_IMAGE_TAG = NGINX_IMAGE_TAGS
 # Debian's containernetworking-plugins: portmap and loopback are linked into each testbed's CNI bin dir, next to
 # the project's own plugin; bridge and host-local are the peer the CNI benchmark measures against.
 REFERENCE_CNI_DIR = "/usr/lib/cni"
@@ -61,6 +65,10 @@ def e2e_busybox_image(settings: Settings) -> str:
 
 def nonewprivs_image(settings: Settings) -> str:
     return f"{settings.registry}/{NONEWPRIVS_IMAGE_REPOSITORY}:{NONEWPRIVS_IMAGE_TAG}"
+
+
+def nginx_image(settings: Settings, tag: str = NGINX_IMAGE_TAG) -> str:
+    return f"{settings.registry}/{NGINX_IMAGE_REPOSITORY}:{tag}"
 
 
 def agent_cgroup_root(settings: Settings) -> str:
@@ -211,6 +219,7 @@ def env_file(layout: Layout, settings: Settings) -> str:
         "AGNHOST_IMAGE": agnhost_image(settings),
         "E2E_BUSYBOX_IMAGE": e2e_busybox_image(settings),
         "NONEWPRIVS_IMAGE": nonewprivs_image(settings),
+        "NGINX_IMAGE": nginx_image(settings),
     }
     lines = ["# Written by `nodeagent testbed up`. Source it: . " + shlex.quote(str(layout.env_file))]
     lines += [f"export {k}={shlex.quote(v)}" for k, v in values.items()]

@@ -17,7 +17,9 @@ registries only (Debian, the Go module proxy), because these machines reach noth
 - vanilla BusyBox from its release tarball (from the Debian pool, checked against a pinned digest), `make defconfig`
   and static, the base of the testbed's e2e busybox, agnhost and nonewprivs images as upstream's are busybox:1.37.0
   and alpine (whose busybox is close to the vanilla one, not to Debian's);
-- nnp, the nonewprivs image's program, from `k8s.io/kubernetes/test/images/nonewprivs` of the release, static.
+- nnp, the nonewprivs image's program, from `k8s.io/kubernetes/test/images/nonewprivs` of the release, static;
+- Debian bookworm's nginx and nginx-common (`apt-get download`, `dpkg-deb -x` into the cache, never installed, which
+  would start a daemon), the program of the testbed's e2e nginx images.
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ from nodeagent.testbed.versions import (
     GRPC_HEALTH_SOURCE,
     KUBERNETES_VERSION,
     METRICS_SERVER_VERSION,
+    NGINX_IMAGE_TAGS,
+    NGINX_VERSION,
     NONEWPRIVS_VERSION,
     agnhost_path,
     busybox_path,
@@ -57,6 +61,7 @@ from nodeagent.testbed.versions import (
     grpc_health_path,
     kubernetes_bin_dir,
     metrics_server_path,
+    nginx_root,
     nonewprivs_path,
 )
 
@@ -412,6 +417,12 @@ def manifest_image_tag(manifest_go: str, name: str) -> str | None:
     return match.group(1) if match else None
 
 
+def manifest_image_tags(manifest_go: str, name: str) -> list[str]:
+    """Every tag manifest.go gives e2e images named `name`, in its order: nginx has two (Nginx and NginxNew)."""
+    pattern = r'configs\[\w+\]\s*=\s*Config\{\s*list\.PromoterE2eRegistry\s*,\s*"' + re.escape(name)
+    return re.findall(pattern + r'"\s*,\s*"([^"]+)"', manifest_go)
+
+
 def build_agnhost(progress: Progress) -> Path:
     """agnhost of KUBERNETES_VERSION, static, with upstream's version stamp, next to porter's TLS files.
 
@@ -625,6 +636,51 @@ def build_nonewprivs(progress: Progress) -> Path:
     return binary
 
 
+NGINX_PACKAGES = ("nginx", "nginx-common")
+
+
+def fetch_nginx(progress: Progress) -> Path:
+    """Debian's nginx (/usr/sbin/nginx) and nginx-common (mime.types, the welcome page) of NGINX_VERSION, unpacked
+    into the cache for the e2e nginx images; after checking that manifest.go tags those images NGINX_IMAGE_TAGS."""
+    root = nginx_root()
+    if (root / "usr/sbin/nginx").is_file():
+        progress.step(f"nginx {NGINX_VERSION} (Debian): cached")
+        return root
+    go = shutil.which("go") or "/usr/local/go/bin/go"
+    info = json.loads(
+        _run(
+            [go, "mod", "download", "-json", f"k8s.io/kubernetes@{KUBERNETES_VERSION}"],
+            env=_go_env(cache_root()),
+            step="go mod download k8s.io/kubernetes",
+        )
+    )
+    tags = manifest_image_tags((Path(info["Dir"]) / "test/utils/image/manifest.go").read_text(), "nginx")
+    if sorted(tags) != sorted(NGINX_IMAGE_TAGS):
+        raise InstallError(
+            f"kubernetes {KUBERNETES_VERSION}'s manifest.go tags nginx {', '.join(tags) or 'nowhere'} "
+            f"(the testbed pushes {', '.join(NGINX_IMAGE_TAGS)}): update versions.py"
+        )
+    work = root.with_name("download")
+    staging = root.with_name("root.partial")
+    for path in (work, staging, root):  # root: what a run that failed half-way left
+        if path.exists():
+            shutil.rmtree(path)
+    work.mkdir(parents=True)
+    progress.step(f"nginx {NGINX_VERSION}: apt-get download {' '.join(NGINX_PACKAGES)}")
+    _run(["apt-get", "download", *NGINX_PACKAGES], cwd=work, step="apt-get download nginx")
+    debs = sorted(work.glob("*.deb"))
+    for deb in debs:
+        version = _run(["dpkg-deb", "-f", str(deb), "Version"], step=f"dpkg-deb -f {deb.name}").strip()
+        if not version.startswith(f"{NGINX_VERSION}-"):
+            raise InstallError(f"{deb.name} is nginx {version}, not {NGINX_VERSION}: update versions.py")
+        _run(["dpkg-deb", "-x", str(deb), str(staging)], step=f"dpkg-deb -x {deb.name}")
+    if len(debs) != len(NGINX_PACKAGES):
+        raise InstallError(f"apt-get download {' '.join(NGINX_PACKAGES)} gave {[d.name for d in debs]}")
+    staging.replace(root)  # whole or not at all: its nginx is the cache check
+    shutil.rmtree(work, ignore_errors=True)
+    return root
+
+
 def install(progress: Progress | None = None) -> None:
     progress = progress or Progress(write=lambda line: print(line, file=sys.stderr, flush=True))
     if os.geteuid() != 0:
@@ -638,4 +694,5 @@ def install(progress: Progress | None = None) -> None:
     build_agnhost(progress)
     build_busybox(progress)
     build_nonewprivs(progress)
+    fetch_nginx(progress)
     progress.step(f"done in {time.monotonic() - started:.0f}s")

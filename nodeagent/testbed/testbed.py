@@ -36,7 +36,17 @@ import httpx
 from cri.client import connect
 from cri.errors import CRIError
 from nodeagent.kuberuntime.cgroups import remove_cgroup_tree
-from nodeagent.testbed import cniplugin, configs, hostnet, images, kubeproxy, metricsserver, processes, registry
+from nodeagent.testbed import (
+    cniplugin,
+    configs,
+    hostnet,
+    images,
+    kubeproxy,
+    metricsserver,
+    nginximage,
+    processes,
+    registry,
+)
 from nodeagent.testbed.kubeconfig import write_kubeconfig
 from nodeagent.testbed.layout import Layout, Settings
 from nodeagent.testbed.pki import CertificateAuthority, CertPair, service_account_keys
@@ -47,6 +57,7 @@ from nodeagent.testbed.versions import (
     grpc_health_path,
     kubernetes_bin_dir,
     metrics_server_path,
+    nginx_root,
     nonewprivs_path,
 )
 
@@ -636,6 +647,7 @@ class Testbed:
     async def _push_images(self, settings: Settings) -> None:
         # Image layouts are deterministic; build once per machine into the cache and push into each testbed.
         cache = cache_root() / "images"
+        nginx = nginximage.build_nginx_image(cache / "nginx", nginx_root(), busybox_path())
         built = (
             (configs.PAUSE_IMAGE_REPOSITORY, configs.PAUSE_IMAGE_TAG, images.build_pause_image(cache / "pause")),
             (
@@ -664,6 +676,9 @@ class Testbed:
                 configs.NONEWPRIVS_IMAGE_TAG,
                 images.build_nonewprivs_image(cache / "nonewprivs", nonewprivs_path(), busybox_path()),
             ),
+            # One Debian nginx under both of upstream's tags (the specs switch between the two references).
+            (configs.NGINX_IMAGE_REPOSITORY, configs.NGINX_IMAGE_TAG, nginx),
+            (configs.NGINX_IMAGE_REPOSITORY, configs.NGINX_NEW_IMAGE_TAG, nginx),
         )
         for repository, tag, image in built:
             await registry.push_image(settings.registry, repository, tag, image)

@@ -33,6 +33,12 @@ BUSYBOX_SOURCE_SHA256 = "3311dff32e746499f4df0d5df04d7eb396382d7e108bb9250e7b519
 # installer checks them as it does agnhost's.
 E2E_BUSYBOX_TAG = "1.37.0-1"
 NONEWPRIVS_VERSION = "1.3"
+# The e2e suite's nginx images (manifest.go: e2e-test-images/nginx:1.14-4 and :1.15-4, upstream FROM
+# nginx:1.14-alpine and nginx:1.15-alpine) are built from Debian bookworm's nginx, which has one version: both tags
+# carry it (the specs need two distinct image references, not two nginx releases). The installer checks the tags
+# against manifest.go and the .deb's version against NGINX_VERSION.
+NGINX_VERSION = "1.22.1"
+NGINX_IMAGE_TAGS = ("1.14-4", "1.15-4")
 
 
 def cache_root() -> Path:
@@ -82,6 +88,11 @@ def agnhost_path() -> Path:
 def busybox_path() -> Path:
     """The vanilla BusyBox binary (static), with the `.config` it was built with beside it."""
     return cache_root() / f"busybox-{BUSYBOX_VERSION}" / "busybox"
+
+
+def nginx_root() -> Path:
+    """Debian's nginx and nginx-common unpacked (`dpkg-deb -x`, never installed: that would start a daemon)."""
+    return cache_root() / f"nginx-{NGINX_VERSION}" / "root"
 
 
 def nonewprivs_path() -> Path:
