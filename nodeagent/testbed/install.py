@@ -212,6 +212,56 @@ def _go_env(cache: Path) -> dict[str, str]:
     return {"GOFLAGS": "-mod=mod -buildvcs=false", "CGO_ENABLED": "0", "GOTOOLCHAIN": "local", "HOME": str(Path.home())}
 
 
+@dataclass(frozen=True)
+class KubernetesSource:
+    """The `k8s.io/kubernetes` module of KUBERNETES_VERSION as the steps that build from it or check against it see
+    it: the go command and environment they run with, and the module's files and go.mod in the module cache."""
+
+    go: str
+    env: dict[str, str]
+    dir: Path
+    gomod: Path
+
+    def manifest_go(self) -> str:
+        """test/utils/image/manifest.go: the e2e suite's image names and tags."""
+        return (self.dir / "test/utils/image/manifest.go").read_text()
+
+
+def kubernetes_source() -> KubernetesSource:
+    """`go mod download` the release (a no-op once it is in the module cache) and say where it is."""
+    go = shutil.which("go") or "/usr/local/go/bin/go"
+    env = _go_env(cache_root())
+    info = json.loads(
+        _run(
+            [go, "mod", "download", "-json", f"k8s.io/kubernetes@{KUBERNETES_VERSION}"],
+            env=env,
+            step="go mod download k8s.io/kubernetes",
+        )
+    )
+    return KubernetesSource(go=go, env=env, dir=Path(info["Dir"]), gomod=Path(info["GoMod"]))
+
+
+def control_plane_module(program: str) -> Path:
+    """The control plane's build module (go.mod with the staging `replace` lines, go.sum), which the release's test
+    programs are built in a copy of: they share its module and build caches but never write the same go.mod, even
+    when both builds run at once. Checked before anything is downloaded for `program`."""
+    module = kubernetes_bin_dir().parent / "build"
+    if not (module / "go.mod").exists():
+        raise InstallError(f"{program} is built in the control plane's build module, and {module}/go.mod is missing")
+    return module
+
+
+def fresh_module_copy(module: Path, work: Path) -> Path:
+    """`work`, emptied of what a failed build left, holding a copy of `module`'s go.mod and go.sum."""
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    for name in ("go.mod", "go.sum"):
+        if (module / name).exists():
+            shutil.copyfile(module / name, work / name)
+    return work
+
+
 def build_kubernetes(progress: Progress) -> Path:
     """Build the control plane binaries and kubectl of KUBERNETES_VERSION into the versioned cache."""
     bin_dir = kubernetes_bin_dir()
@@ -221,19 +271,12 @@ def build_kubernetes(progress: Progress) -> Path:
         return bin_dir
     if shutil.which("go") is None and not Path("/usr/local/go/bin/go").exists():
         raise InstallError("go is not installed: the control plane is built from Go modules")
-    go = shutil.which("go") or "/usr/local/go/bin/go"
     work = bin_dir.parent / "build"
     work.mkdir(parents=True, exist_ok=True)
-    env = _go_env(cache_root())
     progress.step(f"kubernetes {KUBERNETES_VERSION}: go mod download k8s.io/kubernetes")
-    info = json.loads(
-        _run(
-            [go, "mod", "download", "-json", f"k8s.io/kubernetes@{KUBERNETES_VERSION}"],
-            env=env,
-            step="go mod download k8s.io/kubernetes",
-        )
-    )
-    gomod = Path(info["GoMod"]).read_text()
+    source = kubernetes_source()
+    go, env = source.go, source.env
+    gomod = source.gomod.read_text()
     staging_version = "v0." + KUBERNETES_VERSION.removeprefix("v1.")
     replaces = "\n".join(f"\t{m} => {m} {staging_version}" for m in _staging_modules(gomod))
     (work / "go.mod").write_text(
@@ -433,34 +476,18 @@ def build_agnhost(progress: Progress) -> Path:
     if binary.exists() and all((binary.parent / name).exists() for name in AGNHOST_PORTER_FILES):
         progress.step(f"agnhost {AGNHOST_VERSION} (kubernetes {KUBERNETES_VERSION}): cached")
         return binary
-    module = kubernetes_bin_dir().parent / "build"
-    if not (module / "go.mod").exists():
-        raise InstallError(f"agnhost is built in the control plane's build module, and {module}/go.mod is missing")
-    go = shutil.which("go") or "/usr/local/go/bin/go"
-    env = _go_env(cache_root())
-    info = json.loads(
-        _run(
-            [go, "mod", "download", "-json", f"k8s.io/kubernetes@{KUBERNETES_VERSION}"],
-            env=env,
-            step="go mod download k8s.io/kubernetes",
-        )
-    )
-    source = Path(info["Dir"])
-    version = (source / "test/images/agnhost/VERSION").read_text().strip()
-    tag = manifest_image_tag((source / "test/utils/image/manifest.go").read_text(), "agnhost")
+    module = control_plane_module("agnhost")
+    source = kubernetes_source()
+    go, env = source.go, source.env
+    version = (source.dir / "test/images/agnhost/VERSION").read_text().strip()
+    tag = manifest_image_tag(source.manifest_go(), "agnhost")
     if version != AGNHOST_VERSION or tag != AGNHOST_VERSION:
         # The image is pushed under AGNHOST_VERSION: a release whose e2e suite expects another tag needs it bumped.
         raise InstallError(
             f"kubernetes {KUBERNETES_VERSION} has agnhost {version} (manifest.go tag {tag}), "
             f"the testbed expects {AGNHOST_VERSION}: update AGNHOST_VERSION"
         )
-    work = binary.parent.with_name(binary.parent.name + ".build")
-    if work.exists():
-        shutil.rmtree(work)
-    work.mkdir(parents=True)
-    for name in ("go.mod", "go.sum"):
-        if (module / name).exists():
-            shutil.copyfile(module / name, work / name)
+    work = fresh_module_copy(module, binary.parent.with_name(binary.parent.name + ".build"))
     progress.step(f"agnhost {AGNHOST_VERSION}: go build (a few minutes on a cold cache)")
     started = time.monotonic()
     # A package path without @version would mean @upgrade, i.e. the newest Kubernetes, not the pinned one.
@@ -476,7 +503,7 @@ def build_agnhost(progress: Progress) -> Path:
     )  # fmt: skip
     binary.parent.mkdir(parents=True, exist_ok=True)
     for name in AGNHOST_PORTER_FILES:
-        shutil.copyfile(source / "test/images/agnhost/porter" / name, binary.parent / name)
+        shutil.copyfile(source.dir / "test/images/agnhost/porter" / name, binary.parent / name)
     partial.replace(binary)  # last, whole or not at all: its presence is the cache check
     shutil.rmtree(work, ignore_errors=True)
     progress.step(f"agnhost: built in {time.monotonic() - started:.0f}s")
@@ -599,27 +626,11 @@ def build_nonewprivs(progress: Progress) -> Path:
     if binary.exists():
         progress.step(f"nonewprivs {NONEWPRIVS_VERSION} (kubernetes {KUBERNETES_VERSION}): cached")
         return binary
-    module = kubernetes_bin_dir().parent / "build"
-    if not (module / "go.mod").exists():
-        raise InstallError(f"nnp is built in the control plane's build module, and {module}/go.mod is missing")
-    go = shutil.which("go") or "/usr/local/go/bin/go"
-    env = _go_env(cache_root())
-    info = json.loads(
-        _run(
-            [go, "mod", "download", "-json", f"k8s.io/kubernetes@{KUBERNETES_VERSION}"],
-            env=env,
-            step="go mod download k8s.io/kubernetes",
-        )
-    )
-    manifest_go = (Path(info["Dir"]) / "test/utils/image/manifest.go").read_text()
-    check_manifest_tags(manifest_go, {"nonewprivs": NONEWPRIVS_VERSION, "busybox": E2E_BUSYBOX_TAG})
-    work = binary.parent.with_name(binary.parent.name + ".build")
-    if work.exists():
-        shutil.rmtree(work)
-    work.mkdir(parents=True)
-    for name in ("go.mod", "go.sum"):
-        if (module / name).exists():
-            shutil.copyfile(module / name, work / name)
+    module = control_plane_module("nnp")
+    source = kubernetes_source()
+    go, env = source.go, source.env
+    check_manifest_tags(source.manifest_go(), {"nonewprivs": NONEWPRIVS_VERSION, "busybox": E2E_BUSYBOX_TAG})
+    work = fresh_module_copy(module, binary.parent.with_name(binary.parent.name + ".build"))
     progress.step(f"nonewprivs {NONEWPRIVS_VERSION}: go build")
     # A package path without @version would mean @upgrade, i.e. the newest Kubernetes, not the pinned one.
     _run([go, "get", f"{NONEWPRIVS_PACKAGE}@{KUBERNETES_VERSION}"], env=env, cwd=work, step="go get nonewprivs")
@@ -646,15 +657,7 @@ def fetch_nginx(progress: Progress) -> Path:
     if (root / "usr/sbin/nginx").is_file():
         progress.step(f"nginx {NGINX_VERSION} (Debian): cached")
         return root
-    go = shutil.which("go") or "/usr/local/go/bin/go"
-    info = json.loads(
-        _run(
-            [go, "mod", "download", "-json", f"k8s.io/kubernetes@{KUBERNETES_VERSION}"],
-            env=_go_env(cache_root()),
-            step="go mod download k8s.io/kubernetes",
-        )
-    )
-    tags = manifest_image_tags((Path(info["Dir"]) / "test/utils/image/manifest.go").read_text(), "nginx")
+    tags = manifest_image_tags(kubernetes_source().manifest_go(), "nginx")
     if sorted(tags) != sorted(NGINX_IMAGE_TAGS):
         raise InstallError(
             f"kubernetes {KUBERNETES_VERSION}'s manifest.go tags nginx {', '.join(tags) or 'nowhere'} "

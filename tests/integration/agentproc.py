@@ -29,6 +29,7 @@ from nodeagent.kube.errors import NotFound
 from nodeagent.testbed.layout import Settings
 from nodeagent.testbed.processes import tail
 from nodeagent.testbed.testbed import Testbed
+from nodeagent.testbed.versions import kubernetes_bin_dir
 
 NS = "default"
 
@@ -143,3 +144,90 @@ async def clean_up(testbed: Testbed, settings: Settings) -> None:
                 # a killed agent): no CRI call removes it; `testbed down` kills its shim.
                 if "running task" not in exc.message:
                     raise
+
+
+# Pods as the tests run and read them (shared by test_e2e_images, test_nginx_image, test_probes and
+# test_recursive_read_only).
+
+
+async def wait_node_ready(admin: KubeClient, agent: Agent, node_name: str, *, timeout: float = 60) -> None:
+    await eventually(lambda: node_ready(admin, node_name), timeout=timeout, what="node Ready", agent=agent)
+
+
+def one_container_pod(name: str, container: dict[str, Any], labels: dict[str, str], **spec: Any) -> dict[str, Any]:
+    """A pod of one container named "main" that stops at once (grace 0) and mounts no service account token."""
+    return {
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "terminationGracePeriodSeconds": 0,
+            "automountServiceAccountToken": False,
+            "containers": [{"name": "main", **container}],
+            **spec,
+        },
+    }
+
+
+async def kubectl_logs(testbed: Testbed, name: str) -> str:
+    """`kubectl logs` of a pod in NS: apiserver → the agent's kubelet API, as the e2e framework reads a log."""
+    argv = [str(kubernetes_bin_dir() / "kubectl"), "--kubeconfig", str(testbed.layout.admin_kubeconfig)]
+    proc = await asyncio.to_thread(
+        subprocess.run, [*argv, "logs", "-n", NS, name], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert proc.returncode == 0, f"kubectl logs {name}: {proc.stderr}"
+    return proc.stdout
+
+
+async def wait_ready(admin: KubeClient, agent: Agent, name: str) -> tuple[str, str]:
+    """The pod's IP and its container's id, once a container runs and is ready."""
+
+    async def check() -> tuple[str, str] | None:
+        pod: dict[str, Any] = await admin.get(paths.pod(NS, name))
+        status = pod.get("status") or {}
+        for cs in status.get("containerStatuses") or ():
+            if "running" in (cs.get("state") or {}) and cs.get("ready") and status.get("podIP"):
+                return str(status["podIP"]), str(cs["containerID"]).rpartition("://")[2]
+        return None
+
+    found: tuple[str, str] = await eventually(check, timeout=120, what=f"{name} ready", agent=agent)
+    return found
+
+
+def cstatus(pod: dict[str, Any], name: str) -> dict[str, Any]:
+    """The status of the pod's container `name`; empty before the kubelet wrote one."""
+    for status in (pod.get("status") or {}).get("containerStatuses") or ():
+        if status["name"] == name:
+            out: dict[str, Any] = status
+            return out
+    return {}
+
+
+def running_id(pod: dict[str, Any], name: str) -> str:
+    """The runtime's id of container `name` while it runs, else ""."""
+    status = cstatus(pod, name)
+    if "running" not in (status.get("state") or {}):
+        return ""
+    return str(status.get("containerID", "")).rpartition("://")[2]
+
+
+async def events(admin: KubeClient, pod: dict[str, Any], reason: str) -> list[dict[str, Any]]:
+    """The events about this pod (by uid) with `reason`."""
+    listed = await admin.list(
+        paths.events(NS), field_selector=f"involvedObject.uid={pod['metadata']['uid']},reason={reason}"
+    )
+    items: list[dict[str, Any]] = listed["items"]
+    return items
+
+
+async def wait_running(
+    admin: KubeClient, agent: Agent, name: str, *containers: str, timeout: float = 90
+) -> dict[str, Any]:
+    """The pod, once each of `containers` runs."""
+
+    async def running() -> dict[str, Any] | None:
+        pod: dict[str, Any] = await admin.get(paths.pod(NS, name))
+        return pod if all(running_id(pod, c) for c in containers) else None
+
+    got: dict[str, Any] = await eventually(
+        running, timeout=timeout, what=f"{name}: {', '.join(containers)} running", agent=agent
+    )
+    return got

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import subprocess
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -30,8 +29,18 @@ from nodeagent.kube.errors import NotFound
 from nodeagent.testbed import configs
 from nodeagent.testbed.layout import Settings
 from nodeagent.testbed.testbed import Testbed
-from nodeagent.testbed.versions import kubernetes_bin_dir
-from tests.integration.agentproc import NS, Agent, clean_up, eventually, node_ready, start_agent, stop_agent
+from tests.integration.agentproc import (
+    NS,
+    Agent,
+    clean_up,
+    eventually,
+    kubectl_logs,
+    one_container_pod,
+    start_agent,
+    stop_agent,
+    wait_node_ready,
+    wait_ready,
+)
 
 Obj = dict[str, Any]
 LABEL = {"test": "e2e-images"}
@@ -62,27 +71,6 @@ def _suffix() -> str:
     return uuid.uuid4().hex[:6]
 
 
-def _pod(name: str, container: Obj, **spec: Any) -> Obj:
-    return {
-        "metadata": {"name": name, "labels": LABEL},
-        "spec": {
-            "terminationGracePeriodSeconds": 0,
-            "automountServiceAccountToken": False,
-            "containers": [{"name": "main", **container}],
-            **spec,
-        },
-    }
-
-
-async def _logs(testbed: Testbed, name: str) -> str:
-    argv = [str(kubernetes_bin_dir() / "kubectl"), "--kubeconfig", str(testbed.layout.admin_kubeconfig)]
-    proc = await asyncio.to_thread(
-        subprocess.run, [*argv, "logs", "-n", NS, name], capture_output=True, text=True, timeout=60, check=False
-    )
-    assert proc.returncode == 0, f"kubectl logs {name}: {proc.stderr}"
-    return proc.stdout
-
-
 async def _succeeded(admin: KubeClient, agent: Agent, name: str) -> None:
     async def check() -> str | None:
         pod: Obj = await admin.get(paths.pod(NS, name))
@@ -93,29 +81,10 @@ async def _succeeded(admin: KubeClient, agent: Agent, name: str) -> None:
     await eventually(check, timeout=120, what=f"{name} Succeeded", agent=agent)
 
 
-async def _ready(admin: KubeClient, agent: Agent, name: str) -> tuple[str, str]:
-    """The pod's IP and its container's id, once the container runs and is ready."""
-
-    async def check() -> tuple[str, str] | None:
-        pod: Obj = await admin.get(paths.pod(NS, name))
-        status = pod.get("status") or {}
-        for cs in status.get("containerStatuses") or ():
-            if "running" in (cs.get("state") or {}) and cs.get("ready") and status.get("podIP"):
-                return str(status["podIP"]), str(cs["containerID"]).rpartition("://")[2]
-        return None
-
-    found: tuple[str, str] = await eventually(check, timeout=120, what=f"{name} ready", agent=agent)
-    return found
-
-
-async def _node_ready(admin: KubeClient, agent: Agent, settings: Settings) -> None:
-    await eventually(lambda: node_ready(admin, settings.node_name), timeout=60, what="node Ready", agent=agent)
-
-
 async def test_e2e_busybox_sh_passes_env_names_with_dashes(
     testbed: Testbed, agent: Agent, admin: KubeClient, settings: Settings
 ) -> None:
-    await _node_ready(admin, agent, settings)
+    await wait_node_ready(admin, agent, settings.node_name)
     image = configs.e2e_busybox_image(settings)
     assert image.endswith("/e2e-test-images/busybox:1.37.0-1")  # upstream's repository path and manifest.go tag
     suffix = _suffix()
@@ -138,9 +107,9 @@ async def test_e2e_busybox_sh_passes_env_names_with_dashes(
             {"prefix": "s-", "secretRef": {"name": secret}},
         ],
     }
-    await admin.create(paths.pods(NS), _pod(name, container, restartPolicy="Never"))
+    await admin.create(paths.pods(NS), one_container_pod(name, container, LABEL, restartPolicy="Never"))
     await _succeeded(admin, agent, name)
-    lines = (await _logs(testbed, name)).splitlines()
+    lines = (await kubectl_logs(testbed, name)).splitlines()
     for expected in ("data-1=value-1", "p-data-1=value-1", "s-data-1=secret-1", "data_2=v2", "p-data_2=v2"):
         assert expected in lines, f"{expected} not in the output of sh -c env: {lines}"
     assert lines[-1].startswith("BusyBox v1.37.0 ("), lines[-1]
@@ -149,7 +118,7 @@ async def test_e2e_busybox_sh_passes_env_names_with_dashes(
 async def test_agnhost_nc_udp_from_the_node_to_a_pod(
     agent: Agent, admin: KubeClient, cri_client: CRIClient, settings: Settings
 ) -> None:
-    await _node_ready(admin, agent, settings)
+    await wait_node_ready(admin, agent, settings.node_name)
     image = configs.agnhost_image(settings)
     suffix = _suffix()
     server, host = f"e2e-udp-server-{suffix}", f"e2e-udp-host-{suffix}"
@@ -158,12 +127,12 @@ async def test_agnhost_nc_udp_from_the_node_to_a_pod(
         "args": ["netexec", "--http-port=8080", "--udp-port=8081"],
         "readinessProbe": {"httpGet": {"path": "/healthz", "port": 8080}, "periodSeconds": 1},
     }
-    await admin.create(paths.pods(NS), _pod(server, netexec))
+    await admin.create(paths.pods(NS), one_container_pod(server, netexec, LABEL))
     # The spec's host-test-container-pod: agnhost on the node's network.
     idle = {"image": image, "args": ["pause"], "readinessProbe": {"exec": {"command": ["true"]}, "periodSeconds": 1}}
-    await admin.create(paths.pods(NS), _pod(host, idle, hostNetwork=True))
-    server_ip, _ = await _ready(admin, agent, server)
-    _, host_id = await _ready(admin, agent, host)
+    await admin.create(paths.pods(NS), one_container_pod(host, idle, LABEL, hostNetwork=True))
+    server_ip, _ = await wait_ready(admin, agent, server)
+    _, host_id = await wait_ready(admin, agent, host)
 
     async def answer() -> str | None:
         # The spec's command (test/e2e/framework/network/utils.go): netexec's UDP server answers "hostName" with
@@ -185,7 +154,7 @@ async def test_agnhost_nc_udp_from_the_node_to_a_pod(
 async def test_nonewprivs_reports_the_effective_uid(
     testbed: Testbed, agent: Agent, admin: KubeClient, settings: Settings, allow: bool | None, uid: int
 ) -> None:
-    await _node_ready(admin, agent, settings)
+    await wait_node_ready(admin, agent, settings.node_name)
     image = configs.nonewprivs_image(settings)
     assert image.endswith("/e2e-test-images/nonewprivs:1.3")
     name = f"e2e-nnp-{_suffix()}"
@@ -193,6 +162,9 @@ async def test_nonewprivs_reports_the_effective_uid(
     if allow is not None:
         security["allowPrivilegeEscalation"] = allow
     # The image's CMD (nnp) runs, setuid root: as the spec, no command is given.
-    await admin.create(paths.pods(NS), _pod(name, {"image": image, "securityContext": security}, restartPolicy="Never"))
+    await admin.create(
+        paths.pods(NS),
+        one_container_pod(name, {"image": image, "securityContext": security}, LABEL, restartPolicy="Never"),
+    )
     await _succeeded(admin, agent, name)
-    assert (await _logs(testbed, name)).splitlines() == [f"Effective uid: {uid}"]
+    assert (await kubectl_logs(testbed, name)).splitlines() == [f"Effective uid: {uid}"]

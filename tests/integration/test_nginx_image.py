@@ -10,7 +10,6 @@ e2e-test-images/nginx:1.14-4 and :1.15-4) behave as upstream's do where specs lo
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -22,8 +21,18 @@ from nodeagent.kube.client import KubeClient
 from nodeagent.testbed import configs
 from nodeagent.testbed.layout import Settings
 from nodeagent.testbed.testbed import Testbed
-from nodeagent.testbed.versions import kubernetes_bin_dir
-from tests.integration.agentproc import NS, Agent, clean_up, eventually, node_ready, start_agent, stop_agent
+from tests.integration.agentproc import (
+    NS,
+    Agent,
+    clean_up,
+    eventually,
+    kubectl_logs,
+    one_container_pod,
+    start_agent,
+    stop_agent,
+    wait_node_ready,
+    wait_ready,
+)
 
 Obj = dict[str, Any]
 LABEL = {"test": "nginx-image"}
@@ -37,27 +46,6 @@ def agent(testbed: Testbed, settings: Settings) -> Iterator[Agent]:
     finally:
         stop_agent(running)
         asyncio.run(clean_up(testbed, settings))
-
-
-def _pod(name: str, container: Obj, **spec: Any) -> Obj:
-    return {
-        "metadata": {"name": name, "labels": LABEL},
-        "spec": {
-            "terminationGracePeriodSeconds": 0,
-            "automountServiceAccountToken": False,
-            "containers": [{"name": "main", **container}],
-            **spec,
-        },
-    }
-
-
-async def _logs(testbed: Testbed, name: str) -> str:
-    argv = [str(kubernetes_bin_dir() / "kubectl"), "--kubeconfig", str(testbed.layout.admin_kubeconfig)]
-    proc = await asyncio.to_thread(
-        subprocess.run, [*argv, "logs", "-n", NS, name], capture_output=True, text=True, timeout=60, check=False
-    )
-    assert proc.returncode == 0, f"kubectl logs {name}: {proc.stderr}"
-    return proc.stdout
 
 
 async def _terminated(admin: KubeClient, agent: Agent, name: str) -> Obj:
@@ -76,54 +64,41 @@ async def _terminated(admin: KubeClient, agent: Agent, name: str) -> Obj:
     return found
 
 
-async def _ready_ip(admin: KubeClient, agent: Agent, name: str) -> str:
-    async def check() -> str | None:
-        pod: Obj = await admin.get(paths.pod(NS, name))
-        status = pod.get("status") or {}
-        for cs in status.get("containerStatuses") or ():
-            if "running" in (cs.get("state") or {}) and cs.get("ready") and status.get("podIP"):
-                return str(status["podIP"])
-        return None
-
-    found: str = await eventually(check, timeout=120, what=f"{name} ready", agent=agent)
-    return found
-
-
 async def test_nginx_serves_the_welcome_page_on_port_80(
     testbed: Testbed, agent: Agent, admin: KubeClient, settings: Settings
 ) -> None:
-    await eventually(lambda: node_ready(admin, settings.node_name), timeout=60, what="node Ready", agent=agent)
+    await wait_node_ready(admin, agent, settings.node_name)
     image = configs.nginx_image(settings)
     assert image.endswith("/e2e-test-images/nginx:1.14-4")  # upstream's repository path and manifest.go tag
     suffix = uuid.uuid4().hex[:6]
     server, client = f"nginx-{suffix}", f"nginx-client-{suffix}"
     probe = {"httpGet": {"path": "/", "port": 80}, "periodSeconds": 1}
     # No command: the image's CMD, as the specs that run nginx give none.
-    await admin.create(paths.pods(NS), _pod(server, {"image": image, "readinessProbe": probe}))
-    ip = await _ready_ip(admin, agent, server)
+    await admin.create(paths.pods(NS), one_container_pod(server, {"image": image, "readinessProbe": probe}, LABEL))
+    ip, _ = await wait_ready(admin, agent, server)
     fetch = {"image": configs.e2e_busybox_image(settings), "command": ["wget", "-q", "-O", "-", f"http://{ip}:80/"]}
-    await admin.create(paths.pods(NS), _pod(client, fetch, restartPolicy="Never"))
+    await admin.create(paths.pods(NS), one_container_pod(client, fetch, LABEL, restartPolicy="Never"))
     terminated = await _terminated(admin, agent, client)
     assert terminated["exitCode"] == 0, terminated
-    page = await _logs(testbed, client)
+    page = await kubectl_logs(testbed, client)
     assert "<title>Welcome to nginx!</title>" in page, page
     # The access log is the container's stdout: the client's GET is in `kubectl logs` of the server.
 
     async def logged() -> str | None:
-        lines = [line for line in (await _logs(testbed, server)).splitlines() if '"GET / HTTP/1.1" 200' in line]
+        lines = [line for line in (await kubectl_logs(testbed, server)).splitlines() if '"GET / HTTP/1.1" 200' in line]
         return "\n".join(lines) or None
 
     assert "Wget" in await eventually(logged, timeout=30, what="the GET in nginx's access log", agent=agent)
 
 
 async def test_sh_and_sleep_run_in_the_other_tag(agent: Agent, admin: KubeClient, settings: Settings) -> None:
-    await eventually(lambda: node_ready(admin, settings.node_name), timeout=60, what="node Ready", agent=agent)
+    await wait_node_ready(admin, agent, settings.node_name)
     image = configs.nginx_image(settings, configs.NGINX_NEW_IMAGE_TAG)
     assert image.endswith("/e2e-test-images/nginx:1.15-4")
     name = f"nginx-sh-{uuid.uuid4().hex[:6]}"
     # The back-off spec's command (its extra argument is $0 of the script, unused).
     container = {"image": image, "command": ["/bin/sh", "-c", "sleep 1 && exit 3", "/crash/missing"]}
-    await admin.create(paths.pods(NS), _pod(name, container, restartPolicy="Never"))
+    await admin.create(paths.pods(NS), one_container_pod(name, container, LABEL, restartPolicy="Never"))
     terminated = await _terminated(admin, agent, name)
     # 3, not 127 (no such command) nor 128+n: sh ran sleep to the end and then the script's own exit.
     assert terminated["exitCode"] == 3, terminated

@@ -23,7 +23,19 @@ from nodeagent.kube.errors import NotFound
 from nodeagent.testbed import configs
 from nodeagent.testbed.layout import Settings
 from nodeagent.testbed.testbed import Testbed
-from tests.integration.agentproc import NS, Agent, clean_up, eventually, node_ready, start_agent, stop_agent
+from tests.integration.agentproc import (
+    NS,
+    Agent,
+    clean_up,
+    cstatus,
+    events,
+    eventually,
+    running_id,
+    start_agent,
+    stop_agent,
+    wait_node_ready,
+    wait_running,
+)
 
 Obj = dict[str, Any]
 
@@ -67,44 +79,12 @@ async def get_pod(admin: KubeClient, name: str) -> Obj:
     return pod
 
 
-def cstatus(pod: Obj, name: str) -> Obj:
-    for status in (pod.get("status") or {}).get("containerStatuses") or ():
-        if status["name"] == name:
-            out: Obj = status
-            return out
-    return {}
-
-
 def condition(pod: Obj, kind: str) -> Obj:
     for cond in (pod.get("status") or {}).get("conditions") or ():
         if cond["type"] == kind:
             out: Obj = cond
             return out
     return {}
-
-
-def running_id(pod: Obj, name: str) -> str:
-    status = cstatus(pod, name)
-    if "running" not in (status.get("state") or {}):
-        return ""
-    return str(status.get("containerID", "")).rpartition("://")[2]
-
-
-async def events(admin: KubeClient, pod: Obj, reason: str) -> list[Obj]:
-    listed = await admin.list(
-        paths.events(NS), field_selector=f"involvedObject.uid={pod['metadata']['uid']},reason={reason}"
-    )
-    items: list[Obj] = listed["items"]
-    return items
-
-
-async def wait_running(admin: KubeClient, agent: Agent, name: str, *containers: str) -> Obj:
-    async def running() -> Obj | None:
-        pod = await get_pod(admin, name)
-        return pod if all(running_id(pod, c) for c in containers) else None
-
-    got: Obj = await eventually(running, timeout=90, what=f"{name}: {', '.join(containers)} running", agent=agent)
-    return got
 
 
 async def exec_in(cri: CRIClient, container_id: str, *command: str) -> int:
@@ -126,7 +106,7 @@ EXEC_FAST = {"periodSeconds": 1, "failureThreshold": 1}
 async def test_readiness_flips_pod_ready_and_the_endpointslice(
     agent: Agent, admin: KubeClient, settings: Settings, cri_client: CRIClient
 ) -> None:
-    await eventually(lambda: node_ready(admin, settings.node_name), timeout=30, what="node Ready", agent=agent)
+    await wait_node_ready(admin, agent, settings.node_name, timeout=30)
     name = _name("web")
     service = {
         "apiVersion": "v1",

@@ -30,7 +30,19 @@ from nodeagent.kube.errors import Invalid, NotFound
 from nodeagent.testbed import configs
 from nodeagent.testbed.layout import Settings
 from nodeagent.testbed.testbed import Testbed
-from tests.integration.agentproc import NS, Agent, clean_up, eventually, node_ready, start_agent, stop_agent
+from tests.integration.agentproc import (
+    NS,
+    Agent,
+    clean_up,
+    cstatus,
+    events,
+    eventually,
+    running_id,
+    start_agent,
+    stop_agent,
+    wait_node_ready,
+    wait_running,
+)
 
 Obj = dict[str, Any]
 PREFIX = "rro-"
@@ -52,7 +64,7 @@ def agent(testbed: Testbed, settings: Settings) -> Iterator[Agent]:
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def ready(agent: Agent, admin: KubeClient, settings: Settings) -> AsyncIterator[None]:
-    await eventually(lambda: node_ready(admin, settings.node_name), timeout=60, what="node Ready", agent=agent)
+    await wait_node_ready(admin, agent, settings.node_name)
     yield
     for pod in (await admin.list(paths.pods(NS)))["items"]:
         if pod["metadata"]["name"].startswith(PREFIX):
@@ -85,29 +97,6 @@ def pod_body(name: str, containers: list[Obj], volumes: list[Obj]) -> Obj:
             "volumes": volumes,
         },
     }
-
-
-def cstatus(pod: Obj, name: str) -> Obj:
-    for status in (pod.get("status") or {}).get("containerStatuses") or ():
-        if status["name"] == name:
-            out: Obj = status
-            return out
-    return {}
-
-
-def running_id(pod: Obj, name: str) -> str:
-    status = cstatus(pod, name)
-    if "running" not in (status.get("state") or {}):
-        return ""
-    return str(status.get("containerID", "")).rpartition("://")[2]
-
-
-async def events(admin: KubeClient, pod: Obj, reason: str) -> list[Obj]:
-    listed = await admin.list(
-        paths.events(NS), field_selector=f"involvedObject.uid={pod['metadata']['uid']},reason={reason}"
-    )
-    items: list[Obj] = listed["items"]
-    return items
 
 
 async def exec_out(cri: CRIClient, container_id: str, *command: str) -> tuple[int, str]:
@@ -184,10 +173,7 @@ async def test_enabled_fails_the_container_while_the_rest_runs(
     mine = [c for c in created if c.labels.get("io.kubernetes.pod.uid") == pod["metadata"]["uid"]]
     assert sorted(c.metadata.name for c in mine) == ["plain"]
 
-    async def other_running() -> bool:
-        return bool(running_id(await admin.get(paths.pod(NS, other_name)), "main"))
-
-    await eventually(other_running, timeout=60, what="the other pod running", agent=agent)
+    await wait_running(admin, agent, other_name, "main", timeout=60)
 
 
 @pytest.fixture

@@ -7,49 +7,17 @@ the module is not its own oracle. That the programs run is shown in tests/integr
 
 from __future__ import annotations
 
-import gzip
-import hashlib
-import io
-import json
 import tarfile
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from nodeagent.testbed import images, install
+from tests.unit.testbed.ocilayout import read_layout
 
 # The image's base is the vanilla BusyBox `nodeagent testbed install` builds; any busybox binary stands in for it here
 # (the layout is under test, not BusyBox: tests/integration/test_e2e_images.py runs the real one in a pod).
 BUSYBOX = images.BUSYBOX_BINARY
-
-
-def _blob(layout: Path, descriptor: dict[str, Any]) -> bytes:
-    data = (layout / "blobs" / "sha256" / str(descriptor["digest"]).removeprefix("sha256:")).read_bytes()
-    assert len(data) == descriptor["size"]
-    assert "sha256:" + hashlib.sha256(data).hexdigest() == descriptor["digest"]
-    return data
-
-
-def _read(layout: Path) -> tuple[dict[str, Any], dict[str, tarfile.TarInfo], Callable[[str], bytes]]:
-    """The image config, the layer's members by name, and a reader of a member's bytes."""
-    [entry] = json.loads((layout / "index.json").read_text())["manifests"]
-    manifest = json.loads(_blob(layout, entry))
-    config = json.loads(_blob(layout, manifest["config"]))
-    [layer] = manifest["layers"]
-    tar = gzip.decompress(_blob(layout, layer))
-    assert config["rootfs"]["diff_ids"] == ["sha256:" + hashlib.sha256(tar).hexdigest()]
-    with tarfile.open(fileobj=io.BytesIO(tar)) as archive:
-        members = {m.name: m for m in archive.getmembers()}
-
-    def read(name: str) -> bytes:
-        with tarfile.open(fileobj=io.BytesIO(tar)) as archive:
-            extracted = archive.extractfile(name)
-            assert extracted is not None
-            return extracted.read()
-
-    return config, members, read
 
 
 def _agnhost_dir(root: Path, binary: bytes = b"\x7fELF agnhost, not really: the image only carries it") -> Path:
@@ -67,7 +35,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> images.OCIImage:
 
 
 def test_config_is_upstreams_entrypoint_cmd_and_ports(built: images.OCIImage) -> None:
-    config, _, _ = _read(built.layout)
+    config, _, _ = read_layout(built.layout)
     assert config["os"] == "linux"
     assert config["architecture"] == images.host_architecture()
     assert config["config"]["Entrypoint"] == ["/agnhost"]
@@ -78,7 +46,7 @@ def test_config_is_upstreams_entrypoint_cmd_and_ports(built: images.OCIImage) ->
 
 
 def test_layer_holds_agnhost_its_link_uploads_and_porters_files(built: images.OCIImage, tmp_path: Path) -> None:
-    _, members, read = _read(built.layout)
+    _, members, read = read_layout(built.layout)
     assert members["agnhost"].isfile() and members["agnhost"].mode == 0o755
     assert read("agnhost").startswith(b"\x7fELF agnhost")
     assert members["agnhost-2"].issym() and members["agnhost-2"].linkname == "agnhost"
@@ -88,7 +56,7 @@ def test_layer_holds_agnhost_its_link_uploads_and_porters_files(built: images.OC
 
 
 def test_layer_has_the_users_and_groups_upstreams_image_defines(built: images.OCIImage) -> None:
-    _, _, read = _read(built.layout)
+    _, _, read = read_layout(built.layout)
     passwd = {line.split(":")[0]: line.split(":") for line in read("etc/passwd").decode().splitlines()}
     group = {line.split(":")[0]: line.split(":") for line in read("etc/group").decode().splitlines()}
     assert passwd["root"][2:4] == ["0", "0"]
@@ -98,7 +66,7 @@ def test_layer_has_the_users_and_groups_upstreams_image_defines(built: images.OC
 
 
 def test_layer_has_busybox_bash_curl_and_their_libraries(built: images.OCIImage) -> None:
-    _, members, read = _read(built.layout)
+    _, members, read = read_layout(built.layout)
     assert read("bin/busybox") == BUSYBOX.read_bytes()
     for applet in images.BUSYBOX_REQUIRED_APPLETS:
         assert members[f"bin/{applet}"].linkname == "busybox", applet
@@ -118,7 +86,7 @@ def test_layer_has_busybox_bash_curl_and_their_libraries(built: images.OCIImage)
 
 
 def test_every_parent_is_a_directory_entry_and_entries_are_root_owned(built: images.OCIImage) -> None:
-    _, members, _ = _read(built.layout)
+    _, members, _ = read_layout(built.layout)
     for name in members:
         for parent in Path(name).parents:
             if str(parent) != ".":
@@ -144,7 +112,7 @@ def test_rebuilding_gives_the_same_digest_and_a_new_binary_a_new_one(
     (binary.parent / "localhost.crt").write_bytes(b"another certificate")
     new_certificate = images.build_agnhost_image(tmp_path / "one", binary, BUSYBOX)
     assert new_certificate.manifest_digest not in (first.manifest_digest, new_binary.manifest_digest)
-    assert _read(new_certificate.layout)[2]("localhost.crt") == b"another certificate"
+    assert read_layout(new_certificate.layout)[2]("localhost.crt") == b"another certificate"
 
 
 @pytest.mark.parametrize("remove", ["agnhost", "localhost.crt", "localhost.key"])

@@ -8,48 +8,17 @@ manifest → config → layer), not through images.load_image, so the module is 
 
 from __future__ import annotations
 
-import gzip
-import hashlib
-import io
-import json
 import shutil
 import tarfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from nodeagent.testbed import images
+from tests.unit.testbed.ocilayout import read_layout
 
 STAND_IN = images.BUSYBOX_BINARY
-
-
-def _blob(layout: Path, descriptor: dict[str, Any]) -> bytes:
-    data = (layout / "blobs" / "sha256" / str(descriptor["digest"]).removeprefix("sha256:")).read_bytes()
-    assert len(data) == descriptor["size"]
-    assert "sha256:" + hashlib.sha256(data).hexdigest() == descriptor["digest"]
-    return data
-
-
-def _read(layout: Path) -> tuple[dict[str, Any], dict[str, tarfile.TarInfo], Callable[[str], bytes]]:
-    """The image config, the layer's members by name, and a reader of a member's bytes."""
-    [entry] = json.loads((layout / "index.json").read_text())["manifests"]
-    manifest = json.loads(_blob(layout, entry))
-    config = json.loads(_blob(layout, manifest["config"]))
-    [layer] = manifest["layers"]
-    tar = gzip.decompress(_blob(layout, layer))
-    assert config["rootfs"]["diff_ids"] == ["sha256:" + hashlib.sha256(tar).hexdigest()]
-    with tarfile.open(fileobj=io.BytesIO(tar)) as archive:
-        members = {m.name: m for m in archive.getmembers()}
-
-    def read(name: str) -> bytes:
-        with tarfile.open(fileobj=io.BytesIO(tar)) as archive:
-            extracted = archive.extractfile(name)
-            assert extracted is not None
-            return extracted.read()
-
-    return config, members, read
 
 
 def _busybox(tmp: Path) -> Path:
@@ -79,14 +48,14 @@ def nonewprivs_image(tmp_path_factory: pytest.TempPathFactory) -> images.OCIImag
 
 
 def test_busybox_config_is_docker_librarys(busybox_image: images.OCIImage) -> None:
-    config, _, _ = _read(busybox_image.layout)
+    config, _, _ = read_layout(busybox_image.layout)
     assert config["os"] == "linux"
     assert config["architecture"] == images.host_architecture()
     assert config["config"] == {"Cmd": ["sh"], "Env": [images.DEFAULT_PATH]}
 
 
 def test_busybox_has_every_applet_in_bin_and_usr_bin_env(busybox_image: images.OCIImage) -> None:
-    _, members, read = _read(busybox_image.layout)
+    _, members, read = read_layout(busybox_image.layout)
     assert read("bin/busybox") == STAND_IN.read_bytes()
     assert members["bin/busybox"].mode == 0o755
     applets = images._busybox_applets(STAND_IN)
@@ -99,7 +68,7 @@ def test_busybox_has_every_applet_in_bin_and_usr_bin_env(busybox_image: images.O
 
 
 def test_busybox_users_are_buildroots_with_root_locked(busybox_image: images.OCIImage) -> None:
-    _, members, read = _read(busybox_image.layout)
+    _, members, read = read_layout(busybox_image.layout)
     passwd = {line.split(":")[0]: line.split(":") for line in read("etc/passwd").decode().splitlines()}
     group = {line.split(":")[0]: line.split(":") for line in read("etc/group").decode().splitlines()}
     shadow = {line.split(":")[0]: line.split(":") for line in read("etc/shadow").decode().splitlines()}
@@ -122,7 +91,7 @@ def test_busybox_users_are_buildroots_with_root_locked(busybox_image: images.OCI
 def test_busybox_directories_of_the_device_table_and_the_homes(
     busybox_image: images.OCIImage, path: str, mode: int
 ) -> None:
-    _, members, _ = _read(busybox_image.layout)
+    _, members, _ = read_layout(busybox_image.layout)
     assert members[path].isdir()
     assert members[path].mode == mode
 
@@ -130,7 +99,7 @@ def test_busybox_directories_of_the_device_table_and_the_homes(
 @pytest.mark.parametrize("fixture", ["busybox_image", "nonewprivs_image"])
 def test_every_parent_is_a_directory_and_entries_are_root_owned(fixture: str, request: pytest.FixtureRequest) -> None:
     image: images.OCIImage = request.getfixturevalue(fixture)
-    _, members, _ = _read(image.layout)
+    _, members, _ = read_layout(image.layout)
     for name in members:
         for parent in Path(name).parents:
             if str(parent) != ".":
@@ -139,7 +108,7 @@ def test_every_parent_is_a_directory_and_entries_are_root_owned(fixture: str, re
 
 
 def test_nonewprivs_is_nnp_setuid_root_as_its_command(nonewprivs_image: images.OCIImage) -> None:
-    config, members, read = _read(nonewprivs_image.layout)
+    config, members, read = read_layout(nonewprivs_image.layout)
     assert config["config"] == {"Cmd": ["nnp"], "Env": [images.DEFAULT_PATH]}
     nnp = members["usr/local/bin/nnp"]
     assert nnp.isfile() and (nnp.uid, nnp.gid) == (0, 0)
@@ -158,7 +127,7 @@ def test_rebuilds_are_identical_and_each_input_changes_the_digest(tmp_path: Path
     nnp.write_bytes(b"another nnp")
     new_nnp = images.build_nonewprivs_image(tmp_path / "one", nnp, busybox)
     assert new_nnp.manifest_digest != first.manifest_digest
-    assert _read(new_nnp.layout)[2]("usr/local/bin/nnp") == b"another nnp"
+    assert read_layout(new_nnp.layout)[2]("usr/local/bin/nnp") == b"another nnp"
     shell = images.build_e2e_busybox_image(tmp_path / "bb", busybox)
     with busybox.open("ab") as grown:
         grown.write(b"\0")  # still runs (`--list`), another digest

@@ -9,48 +9,15 @@ the real image in a pod. The layout is read from the files, not through images.l
 
 from __future__ import annotations
 
-import gzip
-import hashlib
-import io
-import json
 import shutil
-import tarfile
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from nodeagent.testbed import images, install, nginximage
+from tests.unit.testbed.ocilayout import read_layout
 
 STAND_IN_NGINX = Path("/bin/true")
-
-
-def _blob(layout: Path, descriptor: dict[str, Any]) -> bytes:
-    data = (layout / "blobs" / "sha256" / str(descriptor["digest"]).removeprefix("sha256:")).read_bytes()
-    assert len(data) == descriptor["size"]
-    assert "sha256:" + hashlib.sha256(data).hexdigest() == descriptor["digest"]
-    return data
-
-
-def _read(layout: Path) -> tuple[dict[str, Any], dict[str, tarfile.TarInfo], Callable[[str], bytes]]:
-    """The image config, the layer's members by name, and a reader of a member's bytes."""
-    [entry] = json.loads((layout / "index.json").read_text())["manifests"]
-    manifest = json.loads(_blob(layout, entry))
-    config = json.loads(_blob(layout, manifest["config"]))
-    [layer] = manifest["layers"]
-    tar = gzip.decompress(_blob(layout, layer))
-    assert config["rootfs"]["diff_ids"] == ["sha256:" + hashlib.sha256(tar).hexdigest()]
-    with tarfile.open(fileobj=io.BytesIO(tar)) as archive:
-        members = {m.name: m for m in archive.getmembers()}
-
-    def read(name: str) -> bytes:
-        with tarfile.open(fileobj=io.BytesIO(tar)) as archive:
-            extracted = archive.extractfile(name)
-            assert extracted is not None
-            return extracted.read()
-
-    return config, members, read
 
 
 def _inputs(tmp: Path) -> tuple[Path, Path]:
@@ -76,7 +43,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> images.OCIImage:
 
 
 def test_config_is_the_official_images_command_port_and_stop_signal(built: images.OCIImage) -> None:
-    config, _, _ = _read(built.layout)
+    config, _, _ = read_layout(built.layout)
     assert config["os"] == "linux"
     assert config["architecture"] == images.host_architecture()
     assert config["config"]["Cmd"] == ["nginx", "-g", "daemon off;"]
@@ -89,7 +56,7 @@ def test_config_is_the_official_images_command_port_and_stop_signal(built: image
 
 
 def test_layer_has_nginx_and_every_library_ldd_lists(built: images.OCIImage) -> None:
-    _, members, read = _read(built.layout)
+    _, members, read = read_layout(built.layout)
     assert read("usr/sbin/nginx") == STAND_IN_NGINX.read_bytes()
     assert members["usr/sbin/nginx"].mode == 0o755
     libraries = images.host_program_files({"x": STAND_IN_NGINX})
@@ -109,7 +76,7 @@ def test_layer_has_nginx_and_every_library_ldd_lists(built: images.OCIImage) -> 
     ],
 )
 def test_layer_has_the_configs_and_nginx_commons_files(built: images.OCIImage, path: str, expected: bytes) -> None:
-    _, members, read = _read(built.layout)
+    _, members, read = read_layout(built.layout)
     assert read(path) == expected
     assert members[path].mode == 0o644
 
@@ -131,7 +98,7 @@ def test_configs_serve_the_html_directory_on_port_80(directive: bytes) -> None:
 
 
 def test_logs_are_the_containers_and_nginxs_directories_exist(built: images.OCIImage) -> None:
-    _, members, _ = _read(built.layout)
+    _, members, _ = read_layout(built.layout)
     assert members["var/log/nginx/access.log"].issym()
     assert members["var/log/nginx/access.log"].linkname == "/dev/stdout"
     assert members["var/log/nginx/error.log"].linkname == "/dev/stderr"
@@ -140,7 +107,7 @@ def test_logs_are_the_containers_and_nginxs_directories_exist(built: images.OCII
 
 
 def test_rootfs_is_the_e2e_busybox_with_the_nginx_user_added(built: images.OCIImage) -> None:
-    _, members, read = _read(built.layout)
+    _, members, read = read_layout(built.layout)
     assert read("bin/busybox") == images.BUSYBOX_BINARY.read_bytes()
     for applet in ("sh", "sleep", "nc", "wget"):
         assert members[f"bin/{applet}"].linkname == "busybox", applet
@@ -149,7 +116,7 @@ def test_rootfs_is_the_e2e_busybox_with_the_nginx_user_added(built: images.OCIIm
 
 
 def test_every_parent_is_a_directory_and_entries_are_root_owned(built: images.OCIImage) -> None:
-    _, members, _ = _read(built.layout)
+    _, members, _ = read_layout(built.layout)
     for name, member in members.items():
         assert (member.uid, member.gid) == (0, 0), name
         parent = str(Path(name).parent)
@@ -169,7 +136,7 @@ def test_rebuilds_are_identical_and_each_input_changes_the_digest(tmp_path: Path
         rebuilt = nginximage.build_nginx_image(tmp_path / "one", root, busybox)
         assert rebuilt.manifest_digest not in digests, path
         digests.add(rebuilt.manifest_digest)
-        assert _read(rebuilt.layout)[2](path) == (root / path).read_bytes()
+        assert read_layout(rebuilt.layout)[2](path) == (root / path).read_bytes()
 
 
 @pytest.mark.parametrize(
