@@ -30,10 +30,11 @@ It owns no decisions of its own: admission is `nodeagent.admission.admit`, what 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -44,13 +45,13 @@ from nodeagent.kube import paths
 from nodeagent.kube.client import KubeClient
 from nodeagent.kube.errors import Conflict, NotFound
 from nodeagent.kuberuntime import actions as acts
-from nodeagent.kuberuntime.manager import RuntimeManager, SyncResult
+from nodeagent.kuberuntime.manager import RuntimeManager, SyncResult, Waiting
 from nodeagent.kuberuntime.termination_message import cap_message, pod_message_budget
 from nodeagent.podconfig import PodConfig
 from nodeagent.podworkers import PodStatusSource, PodWorkers, UpdatePodOptions, UpdateType, WorkState
 from nodeagent.prober import ContainerProbeStatus, FailedProbes, ProbeManager
 from nodeagent.staticpods import MirrorPods, StaticPodGate, full_name, is_mirror_pod, is_static_pod
-from nodeagent.status import generate_pod_status
+from nodeagent.status import failed_pod_status, generate_pod_status
 from nodeagent.status.conditions import need_to_reconcile_pod_readiness
 from nodeagent.status.container_status import ContainerInput, RuntimeState, TerminatedRun
 from nodeagent.status.terminate import terminated_pod_status
@@ -85,6 +86,11 @@ def _uid(pod: Pod) -> str:
 
 def _ref(pod: Pod) -> str:
     return f"{_meta(pod).get('namespace', '')}/{_meta(pod).get('name', '')}"
+
+
+def _reason_view(reasons: Mapping[str, Waiting]) -> dict[str, tuple[str, str]]:
+    # What the status shows of the reasons (retry_after only schedules the next sync).
+    return {name: (w.reason, w.message) for name, w in reasons.items()}
 
 
 def _time(ns: int) -> datetime.datetime | None:
@@ -129,15 +135,16 @@ class PodEviction:
 def container_inputs(
     spec_containers: Sequence[dict[str, Any]],
     status: acts.RuntimePodStatus,
-    result: SyncResult | None,
+    reasons: Mapping[str, Waiting] | None,
     probes: ProbeView | None = None,
     *,
     message_limit: int | None = None,
 ) -> list[ContainerInput]:
-    """What status generation needs per spec container: its newest instance, the run before it, and (from the
-    prober) whether it has started and is ready. Without a prober a running container is started and ready, as
-    upstream treats containers without probes. Terminated messages keep at most `message_limit` bytes (the pod's
-    share of 12 KiB, as upstream's normalizeStatus)."""
+    """What status generation needs per spec container: its newest instance, the run before it, why an earlier sync
+    could not start it (`reasons`, by container name), and (from the prober) whether it has started and is ready.
+    Without a prober a running container is started and ready, as upstream treats containers without probes.
+    Terminated messages keep at most `message_limit` bytes (the pod's share of 12 KiB, as upstream's
+    normalizeStatus)."""
 
     def message(text: str) -> str:
         return text if message_limit is None else cap_message(text, message_limit)
@@ -146,7 +153,7 @@ def container_inputs(
     for spec in spec_containers:
         name = str(spec.get("name", ""))
         instances = [c for c in status.containers if c.name == name]  # newest first
-        waiting = result.waiting.get(name) if result is not None else None
+        waiting = reasons.get(name) if reasons is not None else None
         if not instances:
             out.append(
                 ContainerInput(
@@ -236,6 +243,9 @@ class Kubelet:
     _static_gate: StaticPodGate = field(default_factory=StaticPodGate)
     # Pod UID -> the status an eviction gives the pod while it goes down (upstream's killPodNow status function).
     _evictions: dict[str, PodEviction] = field(default_factory=dict)
+    # Pod UID -> container name -> why the last attempt to start it failed (upstream's reasonCache): the status of
+    # the pod's NEXT sync shows it, as upstream's generateAPIPodStatus does.
+    _reasons: dict[str, dict[str, Waiting]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.workers = PodWorkers(self, pod_cache=self.pod_cache, now=lambda: self.wall().timestamp())
@@ -322,6 +332,8 @@ class Kubelet:
         self.status_manager.remove_orphans(known)
         for uid in [u for u in self._evictions if u not in known and self.workers.state(u) is None]:
             del self._evictions[uid]
+        for uid in [u for u in self._reasons if u not in known and self.workers.state(u) is None]:
+            del self._reasons[uid]
         if self.volumes is not None:
             # After the unknown runtime pods are gone: their directories go once nothing of theirs is mounted.
             await self.volumes.cleanup_orphaned_pod_dirs(
@@ -385,13 +397,23 @@ class Kubelet:
             if self.mirror_pods is not None:
                 await self.mirror_pods.sync(pod)
         runtime_status = self.runtime.runtime_status(status)
+        # As upstream's SyncPod, the status is generated and set FIRST, from what the sync decides on (the PLEG's
+        # status) and why earlier syncs could not start containers: what this sync does (a sandbox and its IP, a
+        # failed start) shows in the next sync's status, which the relist asked for below brings on at once.
+        generated = self._generate(
+            pod,
+            runtime_status,
+            self._waiting(pod, runtime_status),
+            sandbox_ready=self._sandbox_ready(runtime_status),
+        )
         if self._past_active_deadline(pod):
-            # As upstream's SyncPod: the status it generates is already Failed, so nothing starts; termination
-            # kills what runs.
-            generated = self._generate(pod, runtime_status, None, sandbox_ready=self._sandbox_ready(runtime_status))
+            # As upstream: the status is already Failed, so nothing starts; termination kills what runs.
             self._deadline_exceeded(pod, generated, record=True)
             self._publish(pod, generated)
             return True
+        self._publish(pod, generated)
+        if generated["phase"] in TERMINAL_PHASES:
+            return True  # as upstream: a terminal pod is not set up again; termination stops what is left
         if self.volumes is not None and not await self._volumes_ready(pod, runtime_status):
             return False
         failed = self.prober.failed_containers(uid) if self.prober is not None else FailedProbes()
@@ -402,13 +424,16 @@ class Kubelet:
             # Workers start with the containers in this status and stop with those that are gone; what this sync
             # started gets its workers at the next sync, which the relist asked for below brings on at once.
             self.prober.ensure_probes(pod, runtime_status, self._pod_ips(pod, runtime_status, result))
-        # As upstream, the API status comes from the status the sync decided on.
-        generated = self._generate(pod, runtime_status, result, sandbox_ready=self._sandbox_ready(runtime_status))
-        self._publish(pod, generated)
+        reasons_changed = self._remember_reasons(uid, result)
         self._schedule(uid, result, deadline_in=active_deadline.time_left(pod, generated, self.wall()))
         if result.changed:
             self.request_relist(uid)
-        return generated["phase"] in TERMINAL_PHASES
+        elif reasons_changed:
+            # Nothing changed in the runtime, so no relist brings the next sync: ask for it, so that the new
+            # reasons (a back-off after a failed start, say) show now rather than at the next resync.
+            self.request_relist(uid)
+            asyncio.get_running_loop().call_soon(self._resync, uid)
+        return False
 
     async def _volumes_ready(self, pod: Pod, runtime_status: acts.RuntimePodStatus) -> bool:
         """Upstream's WaitForAttachAndMount in SyncPod: no container starts before every volume is set up; while it
@@ -419,7 +444,8 @@ class Kubelet:
 
         def publish_waiting() -> None:
             sandbox_ready = self._sandbox_ready(runtime_status)
-            self._publish(pod, self._generate(pod, runtime_status, None, sandbox_ready=sandbox_ready))
+            reasons = self._waiting(pod, runtime_status)
+            self._publish(pod, self._generate(pod, runtime_status, reasons, sandbox_ready=sandbox_ready))
 
         try:
             await self.volumes.wait_for_attach_and_mount(
@@ -441,15 +467,29 @@ class Kubelet:
         if self.prober is not None:
             self.prober.stop_liveness_and_startup(uid)
         eviction = self._evictions.get(uid)
+        # As upstream's SyncTerminatingPod: the status of the pod as it is before the kill is set first (with an
+        # eviction's status function applied: Failed/Evicted), then the one after it.
+        runtime_before = self.runtime.runtime_status(status)
+        before = self._generate(
+            pod,
+            runtime_before,
+            self._waiting(pod, runtime_before),
+            sandbox_ready=self._sandbox_ready(runtime_before) if eviction is None else False,
+            terminal=False,
+        )
         if eviction is not None:
-            # As upstream's SyncTerminatingPod with a status function: the pod shows Failed/Evicted before the kill.
-            before = self._generate(pod, self.runtime.runtime_status(status), None, sandbox_ready=False, terminal=False)
-            self._publish(pod, eviction.apply(before, self.wall()))
+            before = eviction.apply(before, self.wall())
+        elif self._past_active_deadline(pod):
+            # As upstream's generateAPIPodStatus: the active deadline handler's verdict is part of every status.
+            self._deadline_exceeded(pod, before, record=False)
+        self._publish(pod, before)
         await self.runtime.kill_pod(pod, acts.from_pod_status(status), grace_period=grace_period)
         if self.prober is not None:
             self.prober.remove_pod(uid)
-        # Straight from the runtime, as upstream: nothing may still run once this returns.
+        # Straight from the runtime, as upstream: nothing may still run once this returns. The stopped sandbox no
+        # longer tells its IPs: the pod keeps those it had (upstream's preserveDataFromBeforeStopping).
         after = await self.runtime.get_pod_status(uid)
+        after = dataclasses.replace(after, ips=acts.from_pod_status(status).ips)
         generated = self._generate(pod, after, None, sandbox_ready=False, terminal=True)
         if eviction is not None:
             generated = eviction.apply(generated, self.wall())
@@ -471,6 +511,7 @@ class Kubelet:
         )
         self._static_gate.finished(pod)
         self._next_sync.pop(_uid(pod), None)
+        self._reasons.pop(_uid(pod), None)
         if self.volumes is not None:
             # As upstream's SyncTerminatedPod (WaitForUnmount): the containers are gone, so are the volumes.
             await self.volumes.unmount_pod(_uid(pod))
@@ -527,7 +568,7 @@ class Kubelet:
         self,
         pod: Pod,
         runtime_status: acts.RuntimePodStatus,
-        result: SyncResult | None,
+        reasons: Mapping[str, Waiting] | None,
         *,
         sandbox_ready: bool,
         terminal: bool = False,
@@ -540,7 +581,7 @@ class Kubelet:
         base = dict(pod)
         if current is not None:
             base["status"] = current.get("status") or {}
-        pod_ips = self._pod_ips(pod, runtime_status, result)
+        pod_ips = self._pod_ips(pod, runtime_status, None)
         limit = pod_message_budget(pod)
         prober = self.prober
         probes: ProbeView | None = None
@@ -553,14 +594,14 @@ class Kubelet:
             base,
             now=self.wall(),
             containers=container_inputs(
-                spec.get("containers") or [], runtime_status, result, probes, message_limit=limit
+                spec.get("containers") or [], runtime_status, reasons, probes, message_limit=limit
             ),
             init_containers=container_inputs(
-                spec.get("initContainers") or [], runtime_status, result, probes, message_limit=limit
+                spec.get("initContainers") or [], runtime_status, reasons, probes, message_limit=limit
             ),
             # Ephemeral containers have no probes.
             ephemeral_containers=container_inputs(
-                spec.get("ephemeralContainers") or [], runtime_status, result, None, message_limit=limit
+                spec.get("ephemeralContainers") or [], runtime_status, reasons, None, message_limit=limit
             ),
             sandbox_ready=sandbox_ready,
             pod_ips=pod_ips,
@@ -578,6 +619,33 @@ class Kubelet:
             pod_ips = runtime_status.ips
         return tuple(pod_ips)
 
+    def _waiting(self, pod: Pod, runtime_status: acts.RuntimePodStatus) -> dict[str, Waiting]:
+        """The remembered reasons that apply now: as upstream's convertToAPIContainerStatuses, only to a container
+        that would be started again (not running, not done for its restart policy, the pod not being deleted)."""
+        cached = self._reasons.get(_uid(pod))
+        if not cached:
+            return {}
+        spec = pod.get("spec") or {}
+        every = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+        every += spec.get("ephemeralContainers") or []
+        return {
+            name: cached[name]
+            for c in every
+            if (name := str(c.get("name", ""))) in cached and acts.should_container_be_restarted(c, pod, runtime_status)
+        }
+
+    def _remember_reasons(self, uid: str, result: SyncResult) -> bool:
+        """Upstream's reasonCache.Update after a sync: a failed start is remembered, a good one forgotten, the
+        containers the sync did not try to start keep theirs. Whether anything changed."""
+        before = self._reasons.get(uid, {})
+        after = {name: w for name, w in before.items() if name not in result.started}
+        after.update(result.waiting)
+        if after:
+            self._reasons[uid] = after
+        else:
+            self._reasons.pop(uid, None)
+        return _reason_view(after) != _reason_view(before)
+
     def _publish(self, pod: Pod, status: dict[str, Any]) -> None:
         self.status_manager.set_pod_status(pod, status)
 
@@ -585,8 +653,13 @@ class Kubelet:
         return active_deadline.past_active_deadline(pod, self.status_manager.get_pod_status(_uid(pod)), self.wall())
 
     def _deadline_exceeded(self, pod: Pod, status: dict[str, Any], *, record: bool) -> None:
-        """Upstream's active deadline handler (ShouldEvict): the pod fails with its reason and message."""
-        status.update(phase="Failed", reason=active_deadline.REASON, message=active_deadline.MESSAGE)
+        """Upstream's active deadline handler (ShouldEvict): the pod fails with its reason and message, and its
+        conditions say so (PodFailed) at once, as upstream decides the phase before generating them."""
+        status.update(
+            failed_pod_status(
+                pod, status, reason=active_deadline.REASON, message=active_deadline.MESSAGE, now=self.wall()
+            )
+        )
         if record:
             deadline = (pod.get("spec") or {}).get("activeDeadlineSeconds")
             log.info("pod past its active deadline pod=%s uid=%s deadline=%ss", _ref(pod), _uid(pod), deadline)
@@ -623,6 +696,11 @@ class Kubelet:
         self.workers.update_pod(
             UpdatePodOptions(UpdateType.KILL, pod, grace_period_override=grace_period, kill_reason=eviction.reason)
         )
+
+    def pod_cleaned_up(self, pod: Pod) -> bool:
+        """For the eviction manager's wait after an eviction (upstream's podResourcesAreReclaimed): the pod's worker
+        has finished terminating it (containers stopped, volumes torn down) or is gone."""
+        return self.workers.state(_uid(pod)) in (None, WorkState.TERMINATED)
 
     def _reject(self, pod: Pod, reason: str, message: str) -> None:
         uid = _uid(pod)

@@ -163,6 +163,12 @@ class PodWorkers:
         worker = self._workers.get(uid)
         return None if worker is None else worker.state
 
+    def could_have_running_containers(self, uid: str) -> bool:
+        """Whether the pod's containers may still run: its worker has not finished terminating it (upstream
+        podWorkers.CouldHaveRunningContainers). A pod no worker knows runs nothing."""
+        worker = self._workers.get(uid)
+        return worker is not None and worker.state in (WorkState.SYNCING, WorkState.TERMINATING)
+
     def known_uids(self) -> list[str]:
         return list(self._workers)
 

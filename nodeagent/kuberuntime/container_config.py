@@ -16,8 +16,9 @@ Choices, each as upstream unless said:
   oom_score_adj by QoS (Guaranteed -997, BestEffort 1000, Burstable 1000 - 1000*request/capacity clamped to 3..999).
   Critical-pod OOM handling is not covered.
 - Security: pod context overridden by the container's. Capabilities are normalised to `CAP_`-prefixed upper case
-  (`ALL` is kept). no_new_privs is set when allowPrivilegeEscalation is false. The image's user (passed in) fills
-  run_as_user or run_as_username only when the spec sets no runAsUser; runAsNonRoot is verified against them.
+  (`ALL` is kept). no_new_privs is set when allowPrivilegeEscalation is false. The image's user (passed in, as the CRI
+  image status reports it: `image_user_of`) fills run_as_user or run_as_username only when the spec sets no runAsUser;
+  runAsNonRoot is verified against the spec's runAsUser, else the image's user (none at all is root).
 - log_path is `<container>/<restartCount>.log`, relative to the sandbox's log directory (the CRI contract). Mounts,
   devices and the termination message file are not covered here.
 """
@@ -48,6 +49,7 @@ MAX_CPU_SHARES = 262_144
 MIN_QUOTA_PERIOD = 1000
 GUARANTEED_OOM_SCORE_ADJ = -997
 BEST_EFFORT_OOM_SCORE_ADJ = 1000
+MAX_USER_ID = 2**31 - 1  # upstream's validation.IsValidUserID bound (math.MaxInt32)
 
 
 def _no_objects(namespace: str, name: str) -> Mapping[str, str] | None:
@@ -287,37 +289,66 @@ def make_security_context(
         seccomp=seccomp,
     )
     run_as_user = pick("runAsUser")
+    uid, username = parse_image_user(image_user)
     if run_as_user is not None:
         out.run_as_user.value = int(run_as_user)
-    elif image_user:
-        user = image_user.split(":", 1)[0]
-        if user.isdigit():
-            out.run_as_user.value = int(user)
-        else:
-            out.run_as_username = user
+    elif uid is not None:
+        out.run_as_user.value = uid
+    elif username:
+        out.run_as_username = username
     if pick("runAsGroup") is not None:
         out.run_as_group.value = int(pick("runAsGroup"))
     if pick("runAsNonRoot"):
-        _verify_run_as_non_root(pod, container, out)
+        _verify_run_as_non_root(pod, container, run_as_user, uid, username)
     return out
 
 
+def parse_image_user(user: str) -> tuple[int | None, str]:
+    """The image's configured user ("uid", "uid:gid", "name", "name:group") as (uid, user name), as containerd's
+    getUserFromImage reports it in the image status: the group is dropped, a numeric user is a uid."""
+    name = user.split(":", 1)[0]
+    if not name:
+        return None, ""
+    try:
+        return int(name), ""
+    except ValueError:
+        return None, name
+
+
+def image_user_of(image: api_pb2.Image | None) -> str:
+    """The user the CRI image status reports (its uid, else its user name), as upstream's getImageUser reads it;
+    "" when it reports neither (the image runs as root)."""
+    if image is None:
+        return ""
+    if image.HasField("uid"):
+        return str(image.uid.value)
+    return str(image.username)
+
+
 def _verify_run_as_non_root(
-    pod: Mapping[str, Any], container: Mapping[str, Any], sc: api_pb2.LinuxContainerSecurityContext
+    pod: Mapping[str, Any], container: Mapping[str, Any], run_as_user: Any, uid: int | None, username: str
 ) -> None:
+    """Upstream's verifyRunAsNonRoot: the spec's runAsUser decides when set; else the image's user, where no user at
+    all means root and a user name cannot be verified."""
     meta: Mapping[str, Any] = pod.get("metadata") or {}
     pod_ref = f"{meta.get('name', '')}_{meta.get('namespace', '')}({meta.get('uid', '')})"
     where = f'(pod: "{pod_ref}", container: {container.get("name", "")})'
-    if sc.HasField("run_as_user"):
-        if sc.run_as_user.value == 0:
-            raise CreateContainerConfigError(f"container has runAsNonRoot and image will run as root {where}")
+    if run_as_user is not None:
+        if int(run_as_user) == 0:
+            raise CreateContainerConfigError(f"container's runAsUser breaks non-root policy {where}")
         return
-    if sc.run_as_username:
+    if uid is None and username:
         raise CreateContainerConfigError(
-            f"container has runAsNonRoot and image has non-numeric user ({sc.run_as_username}), "
-            f"cannot verify user is non-root {where}"
+            f"container has runAsNonRoot and image has non-numeric user ({username}), cannot verify user is non-root "
+            f"{where}"
         )
-    raise CreateContainerConfigError(f"container has runAsNonRoot and image will run as root {where}")
+    if uid is None or uid == 0:
+        raise CreateContainerConfigError(f"container has runAsNonRoot and image will run as root {where}")
+    if not 0 <= uid <= MAX_USER_ID:
+        raise CreateContainerConfigError(
+            f"container has runAsNonRoot and image has an invalid user id ({uid}). (Must be 1-({MAX_USER_ID})): "
+            f"must be between 0 and {MAX_USER_ID}, inclusive {where}"
+        )
 
 
 # --- the config ------------------------------------------------------------------------------------------------

@@ -28,8 +28,8 @@ from cri.v1 import api_pb2
 from nodeagent.kuberuntime import actions as acts
 from nodeagent.kuberuntime.backoff import Backoff, container_backoff_key
 from nodeagent.kuberuntime.cgroups import kill_cgroup_processes, remove_cgroup_tree
-from nodeagent.kuberuntime.container_config import make_container_config, make_environment
-from nodeagent.kuberuntime.errors import KubeRuntimeError
+from nodeagent.kuberuntime.container_config import image_user_of, make_container_config, make_environment
+from nodeagent.kuberuntime.errors import KubeRuntimeError, rpc_error_text
 from nodeagent.kuberuntime.etc_hosts import ETC_HOSTS_PATH, ensure_hosts_file, hosts_mount, wants_hosts_mount
 from nodeagent.kuberuntime.hooks import (
     FAILED_POST_START_HOOK,
@@ -49,6 +49,8 @@ from nodeagent.kuberuntime.runtime_handlers import DEFAULT_HANDLER, RuntimeHandl
 from nodeagent.kuberuntime.sandbox_config import (
     DNSSettings,
     make_sandbox_config,
+    missing_cluster_dns,
+    missing_cluster_dns_messages,
     pod_cgroup_parent,
     pod_log_directory,
 )
@@ -73,8 +75,16 @@ ContainerMounts = Callable[
 ]
 
 
+# (type, reason, message): events about the node itself.
+NodeEventSink = Callable[[EventType, str, str], None]
+
+
 def _no_events(pod: Pod, type_: EventType, reason: str, message: str, field_path: str) -> None:
     del pod, type_, reason, message, field_path
+
+
+def _no_node_events(type_: EventType, reason: str, message: str) -> None:
+    del type_, reason, message
 
 
 @dataclass(frozen=True)
@@ -114,6 +124,9 @@ class SyncResult:
     retry_after: float | None = None
     # The sync acted on the runtime (killed, created or started something): the pod is worth relisting at once.
     changed: bool = False
+    # The containers this sync started without a problem: their reason to wait from an earlier sync no longer holds
+    # (upstream's reason cache forgets a container whose StartContainer succeeded).
+    started: frozenset[str] = frozenset()
 
 
 def _meta(pod: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -190,6 +203,7 @@ class RuntimeManager:
         node: NodeContext,
         *,
         events: EventSink = _no_events,
+        node_events: NodeEventSink = _no_node_events,
         wall_clock: Callable[[], float] = time.time,
         crash_backoff: Backoff | None = None,
         image_backoff: Backoff | None = None,
@@ -202,6 +216,7 @@ class RuntimeManager:
         self._images = images
         self._node = node
         self._events = events
+        self._node_events = node_events
         self._now = wall_clock
         self.crash_backoff = crash_backoff or Backoff(clock=wall_clock)
         self.image_backoff = image_backoff or Backoff(clock=wall_clock)
@@ -215,6 +230,8 @@ class RuntimeManager:
         self.unremovable: set[str] = set()
         self._kept_sandboxes: set[str] = set()
         self._termination_messages = TerminationMessages()
+        # (pod UID, image) -> the last failed pull's error, for the back-off's message (upstream prevPullErrMsg).
+        self._pull_errors: dict[tuple[str, str], str] = {}
 
     # --- reading what runs ---------------------------------------------------------------------------------
 
@@ -314,6 +331,7 @@ class RuntimeManager:
             p.ip for p in sandbox_status.status.network.additional_ips
         )
         sandbox_config = self._sandbox_config(pod, sandbox_status.status.metadata.attempt)
+        started: set[str] = set()
         # As upstream's SyncPod: ephemeral containers first, so that a failing init container does not block them.
         for name in [*plan.ephemeral_containers_to_start, *plan.init_containers_to_start, *plan.containers_to_start]:
             if name in held:
@@ -329,11 +347,13 @@ class RuntimeManager:
             )
             if problem is not None:
                 waiting[name] = problem
+            else:
+                started.add(name)
         # An image pull back-off wakes the pod when it expires, as the crash-loop back-off does.
         retry_after = min(
             (t for t in (retry_after, *(w.retry_after for w in waiting.values())) if t is not None), default=None
         )
-        return SyncResult(waiting, ips, retry_after, changed)
+        return SyncResult(waiting, ips, retry_after, changed, frozenset(started))
 
     async def _remove_leftovers(self, pod: Pod, plan: acts.PodActions) -> frozenset[str]:
         """Remove what the plan found left over (never-started instances, old not-ready sandboxes); the ids of the
@@ -393,12 +413,22 @@ class RuntimeManager:
         )
 
     async def _create_sandbox(self, pod: Pod, attempt: int) -> str:
+        if missing_cluster_dns(pod, self._node.dns):
+            # As upstream's GetPodDNS, on the node and on the pod. Upstream records them each time it builds the
+            # sandbox config (every sync); once per sandbox here, so a sync does not cost two event writes.
+            node_message, pod_message = missing_cluster_dns_messages(pod)
+            self._node_events("Warning", "MissingClusterDNS", node_message)
+            self._events(pod, "Warning", "MissingClusterDNS", pod_message, "")
         config = self._sandbox_config(pod, attempt)
         sandbox_id = await self._runtime.run_pod_sandbox(config)
         log.info("sandbox created pod=%s uid=%s sandbox=%s attempt=%d", _ref(pod), _uid(pod), sandbox_id[:12], attempt)
         return sandbox_id
 
-    async def _ensure_image(self, pod: Pod, container: Mapping[str, Any], sandbox: api_pb2.PodSandboxConfig) -> str:
+    async def _ensure_image(
+        self, pod: Pod, container: Mapping[str, Any], sandbox: api_pb2.PodSandboxConfig
+    ) -> tuple[str, str]:
+        """The image's reference, pulled if need be (upstream EnsureImageExists), and its user as the image status
+        reports it (upstream getImageUser, for runAsNonRoot and the default user)."""
         image = str(container.get("image", ""))
         name = str(container.get("name", ""))
         field_path = _field_path(pod, name)
@@ -407,7 +437,7 @@ class RuntimeManager:
         present = await self._images.image_status(spec)
         if present.HasField("image") and present.image.id and policy != "Always":
             self._events(pod, "Normal", "Pulled", f'Container image "{image}" already present on machine', field_path)
-            return present.image.id
+            return present.image.id, image_user_of(present.image)
         if policy == "Never":
             message = f'Container image "{image}" is not present with pull policy of Never'
             self._events(pod, "Warning", "ErrImageNeverPull", message, field_path)
@@ -417,7 +447,12 @@ class RuntimeManager:
         if waiting:
             message = f'Back-off pulling image "{image}"'
             self._events(pod, "Normal", "BackOff", message, field_path)
-            raise ImagePullFailed("ImagePullBackOff", message, retry_after=remaining)
+            # As upstream's pullImage: the status's message carries the error of the pull that failed.
+            previous = self._pull_errors.get(key)
+            raise ImagePullFailed(
+                "ImagePullBackOff", f"{message}: {previous}" if previous else message, retry_after=remaining
+            )
+        self._pull_errors.pop(key, None)
         self._events(pod, "Normal", "Pulling", f'Pulling image "{image}"', field_path)
         started = time.monotonic()
         try:
@@ -426,10 +461,12 @@ class RuntimeManager:
         except CRIError as exc:
             delay = self.image_backoff.next(key)
             log.info("image pull failed pod=%s image=%s retry_in=%.0fs error=%s", _ref(pod), image, delay, exc.message)
-            message = f'Failed to pull image "{image}": {exc.message}'
-            self._events(pod, "Warning", "Failed", message, field_path)
-            self._events(pod, "Warning", "Failed", "Error: ErrImagePull", field_path)
-            raise ImagePullFailed("ErrImagePull", message, retry_after=delay) from exc
+            # As upstream: the message is the puller's error as gRPC prints it (evalCRIPullErr), kept for the
+            # back-off's message.
+            text = rpc_error_text(exc.code.name if exc.code is not None else None, exc.message)
+            self._events(pod, "Warning", "Failed", f'Failed to pull image "{image}": {text}', field_path)
+            self._pull_errors[key] = f"ErrImagePull: {text}"
+            raise ImagePullFailed("ErrImagePull", text, retry_after=delay) from exc
         self.image_backoff.reset(key)
         self._events(
             pod,
@@ -438,7 +475,8 @@ class RuntimeManager:
             f'Successfully pulled image "{image}" in {time.monotonic() - started:.3f}s',
             field_path,
         )
-        return ref
+        pulled = await self._images.image_status(spec)
+        return ref, image_user_of(pulled.image if pulled.HasField("image") else None)
 
     async def _start_container(
         self,
@@ -456,8 +494,10 @@ class RuntimeManager:
             return None
         field_path = _field_path(pod, name)
         try:
-            image_ref = await self._ensure_image(pod, container, sandbox_config)
+            image_ref, image_user = await self._ensure_image(pod, container, sandbox_config)
         except ImagePullFailed as exc:
+            # As upstream's startContainer: every image failure is also a Failed event naming its reason.
+            self._events(pod, "Warning", "Failed", f"Error: {exc.reason}", field_path)
             return Waiting(exc.reason, exc.message, exc.retry_after)
         # The newest instance that is still there (a removed one never ran).
         previous = next((c for c in status.containers if c.name == name and c.id not in removed), None)
@@ -514,6 +554,7 @@ class RuntimeManager:
                 node_allocatable=self._node.node_allocatable,
                 get_config_map=config_maps,
                 get_secret=secrets,
+                image_user=image_user,
                 volume_mounts=volume_mounts,
             )
             if self._node.root_dir and wants_hosts_mount(pod, container, ips):
@@ -694,6 +735,8 @@ class RuntimeManager:
             await asyncio.to_thread(shutil.rmtree, log_dir, True)
         # The termination message files, and the pod directory if nothing else is left in it.
         self._termination_messages.forget(status.uid)
+        for key in [k for k in self._pull_errors if k[0] == status.uid]:
+            del self._pull_errors[key]
         if self._node.root_dir and status.uid:
             await asyncio.to_thread(remove_pod_dirs, self._node.root_dir, status.uid)
 

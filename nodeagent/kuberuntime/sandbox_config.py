@@ -9,7 +9,8 @@ Choices, each as upstream unless said:
   namespace").
 - DNS: ClusterFirst (the default) uses the cluster DNS servers and the search list `<ns>.svc.<domain> svc.<domain>
   <domain>` followed by the host's, with `ndots:5`. A hostNetwork pod with ClusterFirst, or ClusterFirst without
-  clusterDNS configured, falls back to Default (the host's resolv.conf, passed in parsed). None starts empty.
+  clusterDNS configured, falls back to Default (the host's resolv.conf, passed in parsed); that fallback (not the
+  hostNetwork one) is upstream's MissingClusterDNS warning (`missing_cluster_dns`). None starts empty.
   `spec.dnsConfig` is then merged: servers and searches appended without duplicates, options overridden by name.
 - Port mappings: every container port, with its hostPort (0 when unset) and hostIP, as upstream; the CNI portmap
   plugin only acts on non-zero host ports.
@@ -158,6 +159,26 @@ def dns_policy(pod: Mapping[str, Any], dns: DNSSettings) -> str:
     if policy == "ClusterFirst" and not dns.cluster_dns:
         return "Default"
     return policy
+
+
+def missing_cluster_dns(pod: Mapping[str, Any], dns: DNSSettings) -> bool:
+    """Whether the pod asks for the cluster's DNS (ClusterFirst off the host network, or ClusterFirstWithHostNet)
+    while none is configured: upstream's GetPodDNS then falls back to Default and records MissingClusterDNS."""
+    spec = _spec(pod)
+    policy = str(spec.get("dnsPolicy") or "ClusterFirst")
+    wants_cluster = policy == "ClusterFirstWithHostNet" or (policy == "ClusterFirst" and not spec.get("hostNetwork"))
+    return wants_cluster and not dns.cluster_dns
+
+
+def missing_cluster_dns_messages(pod: Mapping[str, Any]) -> tuple[str, str]:
+    """Upstream's MissingClusterDNS messages: (the node's event, the pod's event)."""
+    meta = _meta(pod)
+    node = (
+        'kubelet does not have ClusterDNS IP configured and cannot create Pod using "ClusterFirst" policy. '
+        'Falling back to "Default" policy.'
+    )
+    pod_ref = f"{meta.get('name', '')}_{meta.get('namespace', '')}({meta.get('uid', '')})"
+    return node, f'pod: "{pod_ref}". {node}'
 
 
 def make_dns_config(pod: Mapping[str, Any], dns: DNSSettings) -> api_pb2.DNSConfig:

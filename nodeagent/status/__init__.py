@@ -26,7 +26,7 @@ from nodeagent.status.conditions import (
     stamp_transition_times,
 )
 from nodeagent.status.container_status import ContainerInput, RuntimeState, TerminatedRun, container_status
-from nodeagent.status.generate import generate_pod_status, qos_class
+from nodeagent.status.generate import failed_pod_status, generate_pod_status, qos_class
 from nodeagent.status.phase import FAILED, PENDING, RUNNING, SUCCEEDED, get_phase
 from nodeagent.status.terminate import has_pod_initialized, terminated_pod_status
 
@@ -46,6 +46,7 @@ __all__ = [
     "TerminatedRun",
     "container_status",
     "containers_ready_condition",
+    "failed_pod_status",
     "generate_pod_status",
     "get_phase",
     "has_pod_initialized",

@@ -16,6 +16,13 @@ def format_time(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def pod_generation(pod: Mapping[str, Any]) -> int:
+    """The pod's metadata.generation (0 when unset), which the kubelet reports back as observedGeneration."""
+    meta = pod.get("metadata")
+    value = meta.get("generation") if isinstance(meta, Mapping) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
 def find_status(statuses: Iterable[Mapping[str, Any]], name: str) -> Mapping[str, Any] | None:
     """The status named `name`, as podutil.GetContainerStatus finds it."""
     for status in statuses:

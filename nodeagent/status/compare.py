@@ -15,11 +15,18 @@ looked: a JSON merge patch would replace the whole list and put an old value bac
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
-from nodeagent.status._common import JSON
-from nodeagent.status.conditions import KUBELET_CONDITIONS
-from nodeagent.status.phase import TERMINAL_PHASES
+from nodeagent.status._common import JSON, format_time
+from nodeagent.status.conditions import (
+    CONTAINERS_READY,
+    KUBELET_CONDITIONS,
+    POD_COMPLETED,
+    POD_FAILED,
+    READY,
+)
+from nodeagent.status.phase import FAILED, TERMINAL_PHASES
 
 # The kubelet sets this one though it does not own it, and only when the pod reaches a terminal phase (upstream
 # PodConditionSharedByKubelet).
@@ -51,18 +58,62 @@ def needs_update(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
     return old is None or not status_equal_ignoring_time(old, new)
 
 
-def merge_pod_status(api: Mapping[str, Any], new: Mapping[str, Any]) -> JSON:
-    """`new` with the conditions the kubelet does not own as `api` (the apiserver's status) has them, and the
-    kubelet's own from `new`; DisruptionTarget from `new` only as the pod turns terminal (upstream mergePodStatus)."""
+def merge_pod_status(
+    api: Mapping[str, Any],
+    new: Mapping[str, Any],
+    *,
+    could_have_running_containers: bool = False,
+    now: datetime | None = None,
+) -> JSON:
+    """What the status manager sends: `new` merged over `api` (the apiserver's status) as upstream mergePodStatus.
+
+    - the conditions the kubelet does not own stay as `api` has them, the kubelet's own come from `new`;
+    - a pod turning terminal (Succeeded/Failed) while it `could_have_running_containers` (its worker has not
+      finished terminating it) keeps the phase, reason and message `api` shows: the apiserver hears of the end
+      only once nothing runs, as upstream, so nothing above the node releases what the pod still holds;
+    - DisruptionTarget from `new` goes only with the terminal phase itself;
+    - a terminal phase never goes out with Ready or ContainersReady True.
+    `now` stamps the transition times this changes (default: the current time).
+    """
+    moment = now if now is not None else datetime.now(UTC)
+    turning_terminal = api.get("phase") not in TERMINAL_PHASES and new.get("phase") in TERMINAL_PHASES
     conditions = [dict(c) for c in api.get("conditions") or () if c.get("type") not in KUBELET_CONDITIONS]
     conditions += [dict(c) for c in new.get("conditions") or () if c.get("type") in KUBELET_CONDITIONS]
-    turning_terminal = api.get("phase") not in TERMINAL_PHASES and new.get("phase") in TERMINAL_PHASES
     for shared in (c for c in new.get("conditions") or () if c.get("type") == DISRUPTION_TARGET):
-        if turning_terminal:
-            conditions = [c for c in conditions if c.get("type") != DISRUPTION_TARGET] + [dict(shared)]
+        if turning_terminal and not could_have_running_containers:
+            # Sent late: its transition time is the time it goes out, unless the apiserver has it already.
+            stamped = dict(shared)
+            before = next((c for c in api.get("conditions") or () if c.get("type") == DISRUPTION_TARGET), None)
+            same = before is not None and before.get("status") == shared.get("status")
+            stamped["lastTransitionTime"] = before.get("lastTransitionTime") if same and before else format_time(moment)
+            conditions = [c for c in conditions if c.get("type") != DISRUPTION_TARGET] + [stamped]
     out = dict(new)
     if conditions or "conditions" in new:
         out["conditions"] = conditions
+    if turning_terminal and could_have_running_containers:
+        for key in ("phase", "reason", "message"):
+            if key in api:
+                out[key] = api[key]
+            else:
+                out.pop(key, None)
+    phase = out.get("phase")
+    if phase in TERMINAL_PHASES and any(
+        c.get("type") in (READY, CONTAINERS_READY) and c.get("status") == "True" for c in out.get("conditions") or ()
+    ):
+        # As upstream (issues.k8s.io/108594): readiness may lag the phase; a terminal pod is never ready.
+        reason = POD_FAILED if phase == FAILED else POD_COMPLETED
+        out["conditions"] = [
+            _unready(c, reason, moment) if c.get("type") in (READY, CONTAINERS_READY) else c for c in out["conditions"]
+        ]
+    return out
+
+
+def _unready(condition: Mapping[str, Any], reason: str, now: datetime) -> JSON:
+    """The condition False with a terminal phase's reason, its transition time moved if its status changed."""
+    out = {k: v for k, v in condition.items() if k != "message"}
+    if out.get("status") != "False":
+        out["lastTransitionTime"] = format_time(now)
+    out.update(status="False", reason=reason)
     return out
 
 

@@ -64,8 +64,6 @@ def initialized_condition(
     `container_statuses` holds init and app container statuses together.
     """
     init_containers = pod_spec.get("initContainers") or ()
-    if not init_containers:
-        return _condition(INITIALIZED, TRUE)
     unknown: list[str] = []
     incomplete: list[str] = []
     for container in init_containers:
@@ -82,6 +80,7 @@ def initialized_condition(
         if terminated is None or terminated.get("exitCode", 0) != 0:
             incomplete.append(name)
 
+    # As upstream, also without init containers: a completed pod says so in every condition.
     if phase == SUCCEEDED and not unknown:
         return _condition(INITIALIZED, TRUE, POD_COMPLETED)
     # An app container that ran means initialization finished once, even if a sidecar is restarting now.
@@ -186,6 +185,21 @@ def stamp_transition_times(
                 out[key] = value
         stamped.append(out)
     return stamped
+
+
+def with_observed_generation(conditions: Iterable[Mapping[str, Any]], generation: int) -> list[JSON]:
+    """The conditions with observedGeneration set to the pod's metadata.generation, as the kubelet stamps every
+    condition it generates (CalculatePodConditionObservedGeneration with PodObservedGenerationTracking, on by
+    default since 1.34). A generation of 0 (a pod no apiserver numbered, e.g. from a file) leaves it unset."""
+    out: list[JSON] = []
+    for condition in conditions:
+        stamped = dict(condition)
+        if generation > 0:
+            stamped["observedGeneration"] = generation
+        else:
+            stamped.pop("observedGeneration", None)
+        out.append(stamped)
+    return out
 
 
 def need_to_reconcile_pod_readiness(pod: Mapping[str, Any]) -> bool:

@@ -14,15 +14,21 @@ the waiting reason the last sync left (ErrImagePull, ImagePullBackOff, CrashLoop
   ContainerStatusUnknown and upstream's "could not be located when the pod was terminated" message;
 - a container the last sync could not start waits with that reason, the run that ended (if any) in lastState;
 - volumeMounts: a status without a runtime container lists the spec's (`status.volume_mounts`); one built from a
-  runtime container keeps the previous status's list, which upstream treats as immutable.
+  runtime container keeps the previous status's list, which upstream treats as immutable;
+- resources and allocatedResources (InPlacePodVerticalScaling, on by default): a status built from a runtime
+  container, whatever its state, reports the container's allocated resources (its spec's; `{}` when it has none)
+  and allocatedResources its requests (absent without requests); a status without a runtime container has neither;
+- a runtime container that exited reports its startedAt/finishedAt as the runtime gave them, the Unix epoch when
+  the runtime says 0 (a container that failed to start), as upstream's time.Unix(0, n); only a run nobody saw end
+  (ContainerStatusUnknown) has null times.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
@@ -44,6 +50,9 @@ INIT_ASSUMED_COMPLETED = (
     "treat it as exited normally"
 )
 UNKNOWN_EXIT_CODE = 137
+
+# What Go's time.Unix(0, 0) marshals to: a runtime container that exited without ever starting has this startedAt.
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class RuntimeState(StrEnum):
@@ -167,23 +176,44 @@ def _base(container: ContainerInput, state: JSON, last_state: JSON, previous: Ma
     }
 
 
+def _runtime_run(run: TerminatedRun) -> TerminatedRun:
+    """A run the runtime reported: its times as upstream's time.Unix(0, n) makes them, the epoch for 0 (unset)."""
+    return replace(run, started_at=run.started_at or EPOCH, finished_at=run.finished_at or EPOCH)
+
+
+def status_resources(resources: Mapping[str, Any]) -> tuple[JSON, JSON | None]:
+    """`resources` and `allocatedResources` of a status built from a runtime container, from the spec container's
+    resources (upstream convertContainerStatusResources and allocatedContainer.Resources.Requests).
+
+    As upstream, the allocated resources are the spec's (nodeagent resizes nothing in place). Upstream overrides a
+    running container's cpu limit, memory limit and cpu request with what the runtime reports (CRI
+    ContainerStatus.resources); those are set from the same spec values, so they are the same quantities.
+    """
+    copied: JSON = copy.deepcopy(dict(resources))
+    requests = copied.get("requests")
+    return copied, (copy.deepcopy(dict(requests)) if isinstance(requests, Mapping) and requests else None)
+
+
 def _from_runtime_container(container: ContainerInput, previous: Mapping[str, Any] | None, runtime_type: str) -> JSON:
     """The newest runtime container's status, the run before it as lastState (upstream convertContainerStatus)."""
     last_state: JSON = {}
     if container.last_terminated is not None:
-        last_state = {"terminated": terminated_state(container.last_terminated, runtime_type=runtime_type)}
+        last_run = _runtime_run(container.last_terminated)
+        last_state = {"terminated": terminated_state(last_run, runtime_type=runtime_type)}
     restart_count = container.restart_count
     state: JSON
     if container.state is RuntimeState.RUNNING:
         state = {"running": {"startedAt": _time_or_none(container.started_at)}}
     elif container.state is RuntimeState.EXITED:
-        this_run = TerminatedRun(
-            exit_code=container.exit_code,
-            reason=container.reason,
-            message=container.message,
-            started_at=container.started_at,
-            finished_at=container.finished_at,
-            container_id=container.container_id,
+        this_run = _runtime_run(
+            TerminatedRun(
+                exit_code=container.exit_code,
+                reason=container.reason,
+                message=container.message,
+                started_at=container.started_at,
+                finished_at=container.finished_at,
+                container_id=container.container_id,
+            )
         )
         state = {"terminated": terminated_state(this_run, runtime_type=runtime_type)}
     elif container.state is RuntimeState.UNKNOWN and previous is not None and _was_running(previous):
@@ -223,6 +253,7 @@ def container_status(
     pod_deleted: bool = False,
     init_completed: bool = False,
     volume_mounts: Sequence[Mapping[str, Any]] = (),
+    resources: Mapping[str, Any] | None = None,
 ) -> JSON:
     """One v1.ContainerStatus as JSON.
 
@@ -231,7 +262,9 @@ def container_status(
     container's status in the last pod status (the status manager's); `pod_deleted` says the pod has a
     deletionTimestamp. `init_completed` says this is a regular init container of a pod whose regular containers
     exist in the runtime: without a runtime container of its own, it is reported as having exited 0.
-    `volume_mounts` is the spec's volumeMounts as the status shows them (`status.volume_mounts`).
+    `volume_mounts` is the spec's volumeMounts as the status shows them (`status.volume_mounts`). `resources` is
+    the spec container's resources: given (`{}` for none), a status built from a runtime container reports them
+    (`status_resources`); None leaves both fields out.
     """
     if container.state is RuntimeState.NONE:
         status = _without_runtime_container(
@@ -245,6 +278,10 @@ def container_status(
             return status
     else:
         status = _from_runtime_container(container, previous, runtime_type)
+        if resources is not None:
+            status["resources"], allocated = status_resources(resources)
+            if allocated is not None:
+                status["allocatedResources"] = allocated
     if container.waiting_reason:
         # The last sync could not start it (upstream's reason cache): it waits, the run that ended is the last state.
         if state_of(status).get("terminated") is not None:

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from nodeagent.kuberuntime.qos import compute_pod_qos
-from nodeagent.status._common import JSON, format_time, is_restartable_init_container, state_of
+from nodeagent.status._common import JSON, format_time, is_restartable_init_container, pod_generation, state_of
 from nodeagent.status.conditions import (
     KUBELET_CONDITIONS,
     containers_ready_condition,
@@ -22,6 +22,7 @@ from nodeagent.status.conditions import (
     pod_scheduled_condition,
     ready_condition,
     stamp_transition_times,
+    with_observed_generation,
 )
 from nodeagent.status.container_status import (
     CONTAINER_CREATING,
@@ -30,7 +31,7 @@ from nodeagent.status.container_status import (
     RuntimeState,
     container_status,
 )
-from nodeagent.status.phase import get_phase
+from nodeagent.status.phase import FAILED, get_phase
 from nodeagent.status.volume_mounts import volume_mount_statuses
 
 
@@ -109,6 +110,9 @@ def generate_pod_status(
         containers_ready_condition(spec, all_statuses, phase),
         pod_scheduled_condition(),
     ]
+    # As upstream: every condition the kubelet generates (PodScheduled too) carries the generation it saw; the
+    # status-wide observedGeneration is the status manager's (it sets it on every status it keeps).
+    owned = with_observed_generation(owned, pod_generation(pod))
     conditions = kept + stamp_transition_times(owned, old.get("conditions") or (), now=now)
 
     status: JSON = {"phase": phase, "conditions": conditions}
@@ -172,6 +176,7 @@ def _statuses(
             pod_deleted=context.pod_deleted,
             init_completed=regular_init and context.regular_created,
             volume_mounts=volume_mount_statuses(container, supports_rro=context.supports_rro),
+            resources=container.get("resources") or {},
         )
         if regular_init:
             # As the prober manager's UpdatePodStatus: a regular init container is ready once it exited 0, and
@@ -186,3 +191,33 @@ def _statuses(
     if kind is not _Kind.INIT:
         statuses.sort(key=lambda s: str(s.get("name", "")))
     return statuses
+
+
+def failed_pod_status(
+    pod: Mapping[str, Any], status: Mapping[str, Any], *, reason: str, message: str, now: datetime
+) -> JSON:
+    """`status` of a pod an internal module fails (upstream's PodSyncHandlers ShouldEvict: the active deadline):
+    phase Failed with that reason and message, and the kubelet's conditions generated again for that phase, as
+    generateAPIPodStatus decides the phase before it generates the conditions (Ready and ContainersReady False,
+    PodFailed, while the containers still run)."""
+    spec: Mapping[str, Any] = pod.get("spec") or {}
+    out: JSON = dict(status)
+    out.update(phase=FAILED, reason=reason, message=message)
+    statuses = [*(status.get("initContainerStatuses") or ()), *(status.get("containerStatuses") or ())]
+    conditions = list(status.get("conditions") or ())
+    others = [c for c in conditions if c.get("type") not in KUBELET_CONDITIONS]
+    regenerated = stamp_transition_times(
+        with_observed_generation(
+            [
+                initialized_condition(spec, statuses, FAILED),
+                ready_condition(spec, others, statuses, FAILED),
+                containers_ready_condition(spec, statuses, FAILED),
+            ],
+            pod_generation(pod),
+        ),
+        conditions,
+        now=now,
+    )
+    by_type = {c["type"]: c for c in regenerated}
+    out["conditions"] = [by_type.pop(str(c.get("type")), c) for c in conditions] + list(by_type.values())
+    return out

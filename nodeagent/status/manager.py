@@ -21,6 +21,12 @@ The errors, as the upstream syncPod treats them:
 
 One pod's failure never stops the others from being sent. With no client (standalone mode) statuses are only kept.
 
+Every status kept carries observedGeneration, the pod's metadata.generation (never lower than the one it had), as
+upstream's SetPodStatus. A terminal phase reaches the apiserver only once `could_have_running_containers` (the pod
+workers' view, upstream PodDeletionSafetyProvider) says nothing of the pod can run any more: until then the patch
+keeps the phase the apiserver shows, and the status stays unconfirmed so that it goes out in full when the worker
+has finished terminating the pod (the next status set for it wakes the sync task, even if it is the same one).
+
 A static pod's status goes to its mirror pod (upstream: TranslatePodUID). `pod_api_uid` names the API object that
 carries a pod's status: the pod itself, a static pod's current mirror, or none yet. The patch's UID precondition is
 that object's UID; a status waits while there is none; and when the object changes (a mirror deleted and created
@@ -41,7 +47,7 @@ from nodeagent.clock import Clock
 from nodeagent.kube import paths
 from nodeagent.kube.client import KubeClient
 from nodeagent.kube.errors import ApiError, ApiUnavailable, NotFound
-from nodeagent.status._common import JSON
+from nodeagent.status._common import JSON, pod_generation
 from nodeagent.status.compare import is_stale, merge_pod_status, needs_update, status_patch
 from nodeagent.status.probe_results import with_probe_result
 
@@ -78,6 +84,20 @@ def _metadata(pod: Mapping[str, Any]) -> Mapping[str, Any]:
     return meta if isinstance(meta, Mapping) else {}
 
 
+def with_observed_generation(status: Mapping[str, Any], pod: Mapping[str, Any], old: Mapping[str, Any]) -> JSON:
+    """`status` with observedGeneration the pod's generation, never below `old`'s (upstream SetPodStatus with
+    PodObservedGenerationTracking, then updateStatusInternal's "prevent sending unnecessary patches"); unset while
+    both are 0."""
+    out = dict(status)
+    old_value = old.get("observedGeneration")
+    generation = max(pod_generation(pod), old_value if isinstance(old_value, int) else 0)
+    if generation > 0:
+        out["observedGeneration"] = generation
+    else:
+        out.pop("observedGeneration", None)
+    return out
+
+
 def _status_of(pod: Mapping[str, Any]) -> JSON:
     status = pod.get("status")
     return copy.deepcopy(dict(status)) if isinstance(status, Mapping) else {}
@@ -93,11 +113,14 @@ class StatusManager:
         clock: Clock,
         sync_period: float = DEFAULT_SYNC_PERIOD,
         pod_api_uid: Callable[[str], str | None] | None = None,
+        could_have_running_containers: Callable[[str], bool] | None = None,
     ) -> None:
         self._client = client
         self._clock = clock
         self._sync_period = sync_period
         self._pod_api_uid = pod_api_uid
+        # By pod UID: whether its containers may still run (set once the pod workers exist); None: never.
+        self.could_have_running_containers = could_have_running_containers
         self._entries: dict[str, _Entry] = {}
         self._wake = asyncio.Event()
         self.patches_sent = 0  # status patches sent to the apiserver, whatever their outcome
@@ -113,6 +136,7 @@ class StatusManager:
             return
         entry = self._entries.get(uid)
         old = entry.status if entry is not None else _status_of(pod)
+        status = with_observed_generation(status, pod, old)
         spec = pod.get("spec")
         if is_stale(old, status, pod_spec=spec if isinstance(spec, Mapping) else None):
             # As upstream's checkContainerStateTransition and terminal-phase guard: keep the old status.
@@ -126,8 +150,10 @@ class StatusManager:
             )
             return
         if entry is not None and not needs_update(entry.status, status):
-            if self._pod_api_uid is not None and self._pod_api_uid(uid) != entry.api_uid:
-                self._wake.set()  # the same status, but a new API object to carry it (a recreated mirror pod)
+            if entry.dirty or (self._pod_api_uid is not None and self._pod_api_uid(uid) != entry.api_uid):
+                # The same status, but not all of it went out (a terminal phase held back) or a new API object
+                # must carry it (a recreated mirror pod): as upstream's forced update, send it again.
+                self._wake.set()
             return  # the same status again (times aside): nothing new to send
         new = copy.deepcopy(dict(status))
         if entry is None:
@@ -167,6 +193,7 @@ class StatusManager:
             now=self._clock.wall(),
             ready=ready,
             started=started,
+            generation=pod_generation(pod),
         )
         if new is not None:
             self.set_pod_status(pod, new)
@@ -236,9 +263,17 @@ class StatusManager:
             return
         version = entry.version
         # Conditions others own (readiness gates) stay as the apiserver has them: the kubelet never writes them.
-        status = merge_pod_status(entry.api_status, entry.status)
+        could_run = self.could_have_running_containers is not None and self.could_have_running_containers(entry.uid)
+        status = merge_pod_status(
+            entry.api_status, entry.status, could_have_running_containers=could_run, now=self._clock.wall()
+        )
+        # A terminal phase held back: the status is not all sent, so it stays unconfirmed.
+        held = status.get("phase") != entry.status.get("phase")
+        if held:
+            log.debug("pod terminal phase held back, containers may run pod=%s uid=%s", entry.ref, entry.uid)
         if not needs_update(entry.api_status, status):
-            entry.synced_version = version  # the apiserver already says this
+            if not held:
+                entry.synced_version = version  # the apiserver already says this
             return
         patch = status_patch(entry.api_status, status, uid=entry.api_uid)
         self.patches_sent += 1
@@ -260,7 +295,8 @@ class StatusManager:
             await self._refresh(client, entry)
             return
         entry.api_status = _status_of(answer)
-        entry.synced_version = version
+        if not held:
+            entry.synced_version = version
         log.debug(
             "pod status sent pod=%s uid=%s version=%d phase=%s", entry.ref, entry.uid, version, status.get("phase")
         )

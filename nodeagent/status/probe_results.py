@@ -21,6 +21,7 @@ from nodeagent.status.conditions import (
     containers_ready_condition,
     ready_condition,
     stamp_transition_times,
+    with_observed_generation,
 )
 
 
@@ -41,8 +42,11 @@ def with_probe_result(
     now: datetime,
     ready: bool | None = None,
     started: bool | None = None,
+    generation: int = 0,
 ) -> JSON | None:
-    """The status with the container's flag set, or None when the container is not in it or nothing changes."""
+    """The status with the container's flag set, or None when the container is not in it or nothing changes.
+
+    `generation` is the pod's metadata.generation, which the regenerated conditions carry as observedGeneration."""
     new: JSON = copy.deepcopy(dict(status))
     entry = _find(new, container_id)
     if entry is None:
@@ -65,10 +69,13 @@ def with_probe_result(
     old_conditions = list(new.get("conditions") or ())
     others = [c for c in old_conditions if c.get("type") not in (READY, CONTAINERS_READY)]
     regenerated = stamp_transition_times(
-        [
-            ready_condition(pod_spec, others, all_statuses, phase),
-            containers_ready_condition(pod_spec, all_statuses, phase),
-        ],
+        with_observed_generation(
+            [
+                ready_condition(pod_spec, others, all_statuses, phase),
+                containers_ready_condition(pod_spec, all_statuses, phase),
+            ],
+            generation,
+        ),
         old_conditions,
         now=now,
     )

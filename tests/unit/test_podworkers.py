@@ -136,6 +136,25 @@ async def test_deletion_goes_terminating_then_terminated_and_never_back() -> Non
     await workers.stop()
 
 
+async def test_containers_could_run_until_the_worker_finished_terminating() -> None:
+    syncer = RecordingSyncer()
+    workers = new_workers(syncer)
+    assert not workers.could_have_running_containers("a")  # no worker: nothing runs
+    workers.update_pod(UpdatePodOptions(UpdateType.CREATE, pod("a")))
+    await settle(workers)
+    assert workers.could_have_running_containers("a")
+    syncer.gate = asyncio.Event()
+    workers.update_pod(UpdatePodOptions(UpdateType.UPDATE, pod("a", deleted=True)))
+    await asyncio.sleep(0)  # terminating, held open by the gate
+    assert workers.state("a") is WorkState.TERMINATING
+    assert workers.could_have_running_containers("a")
+    syncer.gate.set()
+    await settle(workers)
+    assert workers.state("a") is WorkState.TERMINATED
+    assert not workers.could_have_running_containers("a")
+    await workers.stop()
+
+
 async def test_final_phase_starts_termination() -> None:
     syncer = RecordingSyncer()
     syncer.finish_after = {"job"}

@@ -9,11 +9,13 @@ import pytest
 from cri.v1 import api_pb2
 from nodeagent.kuberuntime import labels as kl
 from nodeagent.kuberuntime.container_config import (
+    image_user_of,
     make_container_config,
     make_environment,
     make_linux_resources,
     make_security_context,
     oom_score_adj,
+    parse_image_user,
 )
 from nodeagent.kuberuntime.errors import CreateContainerConfigError
 from nodeagent.kuberuntime.hashing import hash_container
@@ -265,7 +267,15 @@ def test_security_context() -> None:
         ({"runAsNonRoot": True}, "0", None, "", "image will run as root"),
         ({"runAsNonRoot": True}, "", None, "", "image will run as root"),
         ({"runAsNonRoot": True}, "nginx", None, "", "non-numeric user \\(nginx\\)"),
-        ({"runAsNonRoot": True, "runAsUser": 0}, "", None, "", "image will run as root"),
+        ({"runAsNonRoot": True}, "nginx:nginx", None, "", "non-numeric user \\(nginx\\)"),
+        # uid:gid, as the grpc health image's "65535:65535": the uid decides, the group is dropped.
+        ({"runAsNonRoot": True}, "65535:65535", 65535, "", None),
+        ({"runAsNonRoot": True}, "0:0", None, "", "image will run as root"),
+        ({"runAsNonRoot": True}, "4294967296", None, "", "invalid user id \\(4294967296\\)"),
+        ({"runAsNonRoot": True, "runAsUser": 0}, "", None, "", "container's runAsUser breaks non-root policy"),
+        ({"runAsNonRoot": True, "runAsUser": 0}, "1000", None, "", "container's runAsUser breaks non-root policy"),
+        ({"runAsNonRoot": True, "runAsUser": 1000}, "0", 1000, "", None),  # the spec's user wins over the image's
+        ({"runAsNonRoot": True, "runAsUser": 1000}, "nginx", 1000, "", None),
     ],
 )
 def test_image_user_and_run_as_non_root(
@@ -338,3 +348,32 @@ def test_make_container_config_bad_quantity() -> None:
             memory_capacity=GI,
             node_allocatable={},
         )
+
+
+@pytest.mark.parametrize(
+    ("image", "user"),
+    [
+        (None, ""),
+        (api_pb2.Image(id="sha256:1"), ""),  # neither: root
+        (api_pb2.Image(id="sha256:1", uid=api_pb2.Int64Value(value=65535)), "65535"),
+        (api_pb2.Image(id="sha256:1", uid=api_pb2.Int64Value(value=0)), "0"),
+        (api_pb2.Image(id="sha256:1", username="nginx"), "nginx"),
+    ],
+)
+def test_image_user_of_the_cri_image_status(image: api_pb2.Image | None, user: str) -> None:
+    assert image_user_of(image) == user
+
+
+@pytest.mark.parametrize(
+    ("user", "parsed"),
+    [
+        ("", (None, "")),
+        ("1000", (1000, "")),
+        ("1000:1000", (1000, "")),
+        ("app", (None, "app")),
+        ("app:staff", (None, "app")),
+        (":1000", (None, "")),
+    ],
+)
+def test_parse_image_user(user: str, parsed: tuple[int | None, str]) -> None:
+    assert parse_image_user(user) == parsed

@@ -90,3 +90,48 @@ async def test_the_kubelet_wakes_the_pod_when_the_back_off_expires(
     if wakeup is not None:
         assert wakeup.when() - asyncio.get_running_loop().time() == pytest.approx(delay, abs=0.1)
         wakeup.cancel()
+
+
+async def test_pull_failure_messages_and_events_are_upstreams(runtime: ScriptedRuntime, client: CRIClient) -> None:
+    """As upstream's image manager: ErrImagePull carries the pull's gRPC error as Go prints it, the back-off's message
+    adds the failed pull's, and each failure is also a Failed event "Error: <reason>"."""
+    runtime.script["PullImage"] = Fail(grpc.StatusCode.NOT_FOUND, "registry.test/missing:1: not found")
+    clock = FakeClock()
+    wall = lambda: clock.t  # noqa: E731
+    events: list[tuple[str, str, str]] = []
+    manager = RuntimeManager(
+        client.runtime,
+        client.image,
+        NodeContext(node_name="n1", host_ip="127.0.0.1"),
+        events=lambda pod, type_, reason, message, field_path: events.append((type_, reason, message)),
+        wall_clock=wall,
+        image_backoff=Backoff(clock=wall),
+    )
+    error = "rpc error: code = NotFound desc = registry.test/missing:1: not found"
+    image = '"registry.test/missing:1"'
+    steps = [
+        (
+            0,
+            Waiting("ErrImagePull", error),
+            [
+                ("Normal", "Pulling", f"Pulling image {image}"),
+                ("Warning", "Failed", f"Failed to pull image {image}: {error}"),
+                ("Warning", "Failed", "Error: ErrImagePull"),
+            ],
+        ),
+        (
+            4,
+            Waiting("ImagePullBackOff", f"Back-off pulling image {image}: ErrImagePull: {error}"),
+            [
+                ("Normal", "BackOff", f"Back-off pulling image {image}"),
+                ("Warning", "Failed", "Error: ImagePullBackOff"),
+            ],
+        ),
+    ]
+    for advance, waiting, recorded in steps:
+        await clock.advance(advance)
+        events.clear()
+        result = await manager.sync_pod(POD, STATUS)
+        assert (result.waiting["app"].reason, result.waiting["app"].message) == (waiting.reason, waiting.message)
+        assert result.started == frozenset()
+        assert events == recorded

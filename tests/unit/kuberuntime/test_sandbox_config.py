@@ -14,6 +14,8 @@ from nodeagent.kuberuntime.sandbox_config import (
     ResolvConf,
     make_dns_config,
     make_sandbox_config,
+    missing_cluster_dns,
+    missing_cluster_dns_messages,
     pod_cgroup_parent,
     sandbox_hostname,
 )
@@ -205,3 +207,29 @@ def test_sandbox_config_errors(mutate: Any, match: str) -> None:
     mutate(p)
     with pytest.raises(CreatePodSandboxConfigError, match=match):
         make_sandbox_config(p, attempt=0, cgroup_parent="/x", dns=DNS)
+
+
+@pytest.mark.parametrize(
+    ("spec", "cluster_dns", "missing"),
+    [
+        ({}, (), True),  # ClusterFirst by default
+        ({"dnsPolicy": "ClusterFirst"}, ("198.18.0.10",), False),
+        ({"dnsPolicy": "ClusterFirst", "hostNetwork": True}, (), False),  # falls back to Default quietly
+        ({"dnsPolicy": "ClusterFirstWithHostNet", "hostNetwork": True}, (), True),
+        ({"dnsPolicy": "ClusterFirstWithHostNet"}, (), True),
+        ({"dnsPolicy": "Default"}, (), False),
+        ({"dnsPolicy": "None"}, (), False),
+    ],
+)
+def test_missing_cluster_dns(spec: dict[str, Any], cluster_dns: tuple[str, ...], missing: bool) -> None:
+    pod = {"metadata": {"name": "p", "namespace": "ns", "uid": "u-1"}, "spec": spec}
+    assert missing_cluster_dns(pod, DNSSettings(cluster_dns=cluster_dns)) is missing
+
+
+def test_missing_cluster_dns_messages_are_upstreams() -> None:
+    node, for_pod = missing_cluster_dns_messages({"metadata": {"name": "p", "namespace": "ns", "uid": "u-1"}})
+    assert node == (
+        'kubelet does not have ClusterDNS IP configured and cannot create Pod using "ClusterFirst" policy. '
+        'Falling back to "Default" policy.'
+    )
+    assert for_pod == f'pod: "p_ns(u-1)". {node}'

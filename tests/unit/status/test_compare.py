@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -74,6 +75,8 @@ def test_status_patch(old: dict[str, Any], new: dict[str, Any], expected: dict[s
 
 
 GATE = "example.com/gate"
+NOW = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
+NOW_TEXT = "2024-05-01T12:00:00Z"
 
 
 @pytest.mark.parametrize(
@@ -94,8 +97,8 @@ GATE = "example.com/gate"
         pytest.param(
             {"phase": "Running", "conditions": []},
             {"phase": "Failed", "conditions": [cond("DisruptionTarget", reason="EvictionByEvictionAPI")]},
-            [cond("DisruptionTarget", reason="EvictionByEvictionAPI")],
-            id="DisruptionTarget sent as the pod turns terminal",
+            [cond("DisruptionTarget", reason="EvictionByEvictionAPI", lastTransitionTime=NOW_TEXT)],
+            id="DisruptionTarget sent as the pod turns terminal, stamped as it goes out",
         ),
         pytest.param(
             {"phase": "Running", "conditions": []},
@@ -108,6 +111,74 @@ GATE = "example.com/gate"
 def test_merge_pod_status_keeps_the_conditions_others_own(
     api: dict[str, Any], new: dict[str, Any], conditions: list[dict[str, Any]]
 ) -> None:
-    merged = merge_pod_status(api, new)
+    merged = merge_pod_status(api, new, now=NOW)
     assert merged["conditions"] == conditions
     assert {k: v for k, v in merged.items() if k != "conditions"} == {k: v for k, v in new.items() if k != "conditions"}
+
+
+RUNNING_API = {"phase": "Running", "conditions": [cond("Ready", "True", lastTransitionTime="t0")]}
+SUCCEEDED = {
+    "phase": "Succeeded",
+    "conditions": [cond("Ready", "False", reason="PodCompleted", lastTransitionTime="t1")],
+    "containerStatuses": [{"name": "a", "state": {"terminated": {"exitCode": 0}}}],
+}
+
+
+@pytest.mark.parametrize(
+    ("api", "new", "could_run", "expected"),
+    [
+        pytest.param(
+            RUNNING_API,
+            SUCCEEDED,
+            True,
+            {**SUCCEEDED, "phase": "Running"},
+            id="terminal phase held while containers may run; the rest goes out",
+        ),
+        pytest.param(RUNNING_API, SUCCEEDED, False, SUCCEEDED, id="terminal phase sent once nothing runs"),
+        pytest.param(
+            {"phase": "Running", "conditions": []},
+            {"phase": "Failed", "reason": "DeadlineExceeded", "message": "m", "conditions": []},
+            True,
+            {"phase": "Running", "conditions": []},
+            id="reason and message held with the phase",
+        ),
+        pytest.param(
+            {"phase": "Running", "reason": "R", "conditions": []},
+            {"phase": "Running", "reason": "R", "conditions": []},
+            True,
+            {"phase": "Running", "reason": "R", "conditions": []},
+            id="not turning terminal: nothing held",
+        ),
+        pytest.param(
+            {"phase": "Failed", "conditions": []},
+            {"phase": "Failed", "conditions": [cond("Ready", "True", lastTransitionTime="t0", message="x")]},
+            True,
+            {
+                "phase": "Failed",
+                "conditions": [cond("Ready", "False", lastTransitionTime=NOW_TEXT, reason="PodFailed")],
+            },
+            id="a terminal pod is never sent ready",
+        ),
+        pytest.param(
+            {"phase": "Running", "conditions": []},
+            {"phase": "Succeeded", "conditions": [cond("ContainersReady", "True")]},
+            False,
+            {
+                "phase": "Succeeded",
+                "conditions": [cond("ContainersReady", "False", lastTransitionTime=NOW_TEXT, reason="PodCompleted")],
+            },
+            id="containers ready forced False with the completed reason",
+        ),
+        pytest.param(
+            {"phase": "Running", "conditions": []},
+            {"phase": "Failed", "conditions": [cond("DisruptionTarget", reason="TerminationByKubelet")]},
+            True,
+            {"phase": "Running", "conditions": []},
+            id="DisruptionTarget waits for the terminal phase",
+        ),
+    ],
+)
+def test_merge_pod_status_holds_the_terminal_phase(
+    api: dict[str, Any], new: dict[str, Any], could_run: bool, expected: dict[str, Any]
+) -> None:
+    assert merge_pod_status(api, new, could_have_running_containers=could_run, now=NOW) == expected

@@ -373,3 +373,97 @@ def test_container_without_a_runtime_view(
     given: ContainerInput, previous: dict[str, Any] | None, options: dict[str, Any], expected: dict[str, Any]
 ) -> None:
     assert container_status(given, previous=previous, **options) == {"name": "app", **expected}
+
+
+GUARANTEED = {"limits": {"cpu": "100m", "memory": "32Mi"}, "requests": {"cpu": "100m", "memory": "32Mi"}}
+EXITED = ContainerInput(
+    **BASE, state=RuntimeState.EXITED, container_id="c1", exit_code=0, reason="Completed", started_at=T0, finished_at=T1
+)
+
+
+@pytest.mark.parametrize(
+    ("given", "resources", "expected"),
+    [
+        pytest.param(
+            ContainerInput(**BASE, state=RuntimeState.RUNNING, container_id="c1", started_at=T0),
+            GUARANTEED,
+            {"resources": GUARANTEED, "allocatedResources": GUARANTEED["requests"]},
+            id="running: the allocated resources, the requests as allocatedResources",
+        ),
+        pytest.param(
+            EXITED, GUARANTEED, {"resources": GUARANTEED, "allocatedResources": GUARANTEED["requests"]}, id="exited too"
+        ),
+        pytest.param(
+            ContainerInput(**BASE, state=RuntimeState.EXITED, container_id="c1", waiting_reason="CrashLoopBackOff"),
+            {"limits": {"memory": "24Mi"}},
+            {"resources": {"limits": {"memory": "24Mi"}}},
+            id="waiting over a runtime container: resources kept; no requests, no allocatedResources",
+        ),
+        pytest.param(
+            ContainerInput(**BASE, state=RuntimeState.RUNNING, container_id="c1", started_at=T0),
+            {},
+            {"resources": {}},
+            id="no resources: an empty object, as upstream's empty ResourceRequirements",
+        ),
+        pytest.param(ContainerInput(**BASE), GUARANTEED, {}, id="no runtime container: neither field"),
+        pytest.param(
+            ContainerInput(**BASE, state=RuntimeState.RUNNING, container_id="c1", started_at=T0),
+            None,
+            {},
+            id="resources not given: neither field",
+        ),
+    ],
+)
+def test_status_resources(given: ContainerInput, resources: dict[str, Any] | None, expected: dict[str, Any]) -> None:
+    status = container_status(given, resources=resources)
+    assert {k: status[k] for k in ("resources", "allocatedResources") if k in status} == expected
+
+
+def test_status_resources_are_a_copy() -> None:
+    spec = {"limits": {"cpu": "1"}, "requests": {"cpu": "1"}}
+    status = container_status(EXITED, resources=spec)
+    status["resources"]["limits"]["cpu"] = "2"
+    status["allocatedResources"]["cpu"] = "2"
+    assert spec == {"limits": {"cpu": "1"}, "requests": {"cpu": "1"}}
+
+
+@pytest.mark.parametrize(
+    ("given", "path", "expected"),
+    [
+        pytest.param(
+            ContainerInput(
+                **BASE,
+                state=RuntimeState.EXITED,
+                container_id="c1",
+                exit_code=128,
+                reason="StartError",
+                finished_at=T1,
+            ),
+            ("state", "terminated"),
+            {"startedAt": "1970-01-01T00:00:00Z", "finishedAt": "2024-05-01T12:01:00Z"},
+            id="a container that never started: startedAt the epoch (Go's time.Unix(0, 0)), not null",
+        ),
+        pytest.param(
+            ContainerInput(
+                **BASE,
+                state=RuntimeState.EXITED,
+                container_id="c2",
+                last_terminated=TerminatedRun(exit_code=128, reason="StartError", container_id="c1"),
+                waiting_reason="RunContainerError",
+            ),
+            ("lastState", "terminated"),
+            {"startedAt": "1970-01-01T00:00:00Z", "finishedAt": "1970-01-01T00:00:00Z"},
+            id="the run before, as the runtime reported it",
+        ),
+    ],
+)
+def test_exited_runtime_containers_have_times(given: ContainerInput, path: tuple[str, str], expected: Any) -> None:
+    terminated = container_status(given)[path[0]][path[1]]
+    assert {k: terminated[k] for k in expected} == expected
+
+
+def test_a_run_nobody_saw_end_has_null_times() -> None:
+    previous = {"name": "app", "state": {"running": {"startedAt": "2024-05-01T12:00:00Z"}}, "restartCount": 0}
+    given = ContainerInput(**BASE, state=RuntimeState.UNKNOWN, container_id="c1")
+    terminated = container_status(given, previous=previous)["state"]["terminated"]
+    assert terminated["startedAt"] is None and terminated["finishedAt"] is None

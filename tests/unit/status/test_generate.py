@@ -10,6 +10,7 @@ import pytest
 from nodeagent.status import (
     ContainerInput,
     RuntimeState,
+    failed_pod_status,
     generate_pod_status,
     is_stale,
     needs_update,
@@ -515,3 +516,84 @@ def test_the_old_status_not_the_apiservers_gives_container_history() -> None:
     )  # fmt: skip
     assert status["containerStatuses"][0]["restartCount"] == 1  # it ran (by the kubelet's own record) and vanished
     assert status["startTime"] == "2024-05-01T12:00:00Z"
+
+
+@pytest.mark.parametrize(("generation", "expected"), [(3, 3), (None, None)])
+def test_kubelet_conditions_carry_the_generation_they_saw(generation: int | None, expected: int | None) -> None:
+    gate = {"type": "example.com/gate", "status": "True"}
+    given = pod({"conditions": [gate]}, readinessGates=[{"conditionType": "example.com/gate"}])
+    if generation is not None:
+        given["metadata"]["generation"] = generation
+    status = generate_pod_status(given, now=T0, containers=[running("a")], sandbox_ready=True)
+    by_type = conditions_by_type(status)
+    assert by_type.pop("example.com/gate") == gate  # not the kubelet's: untouched
+    assert {kind: c.get("observedGeneration") for kind, c in by_type.items()} == dict.fromkeys(
+        ["PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled"], expected
+    )
+    assert "observedGeneration" not in status  # the status manager sets the pod-wide one
+
+
+@pytest.mark.parametrize(
+    ("restart_policy", "code", "phase", "initialized"),
+    [
+        ("Never", 0, "Succeeded", {"status": "True", "reason": "PodCompleted"}),
+        ("Never", 1, "Failed", {"status": "True"}),
+        ("Always", 0, "Running", {"status": "True"}),
+    ],
+)
+def test_initialized_says_pod_completed_without_init_containers(
+    restart_policy: str, code: int, phase: str, initialized: dict[str, str]
+) -> None:
+    status = generate_pod_status(
+        pod(restartPolicy=restart_policy), now=T0, containers=[exited("a", code)], sandbox_ready=False
+    )
+    assert status["phase"] == phase
+    condition = conditions_by_type(status)["Initialized"]
+    assert {k: condition[k] for k in ("status", "reason") if k in condition} == initialized
+
+
+def test_container_statuses_report_the_spec_resources() -> None:
+    resources = {"limits": {"cpu": "200m", "memory": "24Mi"}, "requests": {"cpu": "200m", "memory": "24Mi"}}
+    given = pod(
+        containers=[{"name": "a", "image": "img", "resources": resources}, {"name": "b", "image": "img"}],
+        initContainers=[{"name": "i", "image": "img"}],
+        ephemeralContainers=[{"name": "e", "image": "img"}],
+    )
+    status = generate_pod_status(
+        given,
+        now=T0,
+        containers=[running("a"), running("b")],
+        init_containers=[exited("i", 0)],
+        ephemeral_containers=[running("e")],
+        sandbox_ready=True,
+    )
+    a, b = status["containerStatuses"]
+    assert (a["resources"], a["allocatedResources"]) == (resources, resources["requests"])
+    assert (b["resources"], "allocatedResources" in b) == ({}, False)
+    assert status["initContainerStatuses"][0]["resources"] == {}
+    assert status["ephemeralContainerStatuses"][0]["resources"] == {}
+
+
+def test_a_pod_failed_by_the_kubelet_says_so_in_its_conditions_while_it_runs() -> None:
+    gate = {"type": "example.com/gate", "status": "True"}
+    given = pod({"conditions": [gate]}, readinessGates=[{"conditionType": "example.com/gate"}])
+    given["metadata"]["generation"] = 2
+    status = generate_pod_status(given, now=T0, containers=[running("a")], sandbox_ready=True)
+    assert status["phase"] == "Running"
+    failed = failed_pod_status(given, status, reason="DeadlineExceeded", message="too long", now=T1)
+    assert (failed["phase"], failed["reason"], failed["message"]) == ("Failed", "DeadlineExceeded", "too long")
+    by_type = conditions_by_type(failed)
+    assert [c["type"] for c in failed["conditions"]] == [c["type"] for c in status["conditions"]]
+    assert by_type["example.com/gate"] == gate
+    for kind in ("Ready", "ContainersReady"):
+        assert by_type[kind] == {
+            "type": kind,
+            "status": "False",
+            "reason": "PodFailed",
+            "lastProbeTime": None,
+            "lastTransitionTime": "2024-05-01T12:05:00Z",
+            "observedGeneration": 2,
+        }
+    # Unchanged conditions keep their times; the containers are untouched (still running).
+    assert by_type["Initialized"]["lastTransitionTime"] == "2024-05-01T12:00:00Z"
+    assert failed["containerStatuses"] == status["containerStatuses"]

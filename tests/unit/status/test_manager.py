@@ -412,3 +412,69 @@ async def test_a_change_to_a_foreign_condition_alone_sends_nothing(script: Scrip
     await manager.sync_once()
     assert manager.patches_sent == 1
     assert manager.get_pod_status("u1") == with_gate  # readers see it
+
+
+# --- observedGeneration, and the terminal phase held while containers may run ------------------------------------
+
+
+def generation_pod(generation: int | None, api_generation: int | None = None) -> dict[str, Any]:
+    out = pod()
+    if generation is not None:
+        out["metadata"]["generation"] = generation
+    if api_generation is not None:
+        out["status"]["observedGeneration"] = api_generation
+    return out
+
+
+@pytest.mark.parametrize(
+    ("generation", "cached", "expected"),
+    [
+        pytest.param(2, None, 2, id="the pod's generation"),
+        pytest.param(None, None, None, id="no generation: unset"),
+        pytest.param(2, 5, 5, id="never below the one already reported"),
+    ],
+)
+async def test_every_status_carries_the_observed_generation(
+    manager: StatusManager, generation: int | None, cached: int | None, expected: int | None
+) -> None:
+    manager.set_pod_status(generation_pod(generation, cached), pod_status())
+    kept = manager.get_pod_status("u1")
+    assert kept is not None and kept.get("observedGeneration") == expected
+
+
+async def test_a_new_generation_alone_is_sent(script: Script, manager: StatusManager) -> None:
+    stored = generation_pod(1)
+    script.add("PATCH", PATH, apiserver(stored))
+    script.add("PATCH", PATH, apiserver(stored))
+    manager.set_pod_status(generation_pod(1), pod_status())
+    await manager.sync_once()
+    manager.set_pod_status(generation_pod(2), pod_status())
+    await manager.sync_once()
+    assert [body(r)["status"] for r in script.requests][1] == {"observedGeneration": 2}
+
+
+async def test_the_terminal_phase_waits_until_nothing_runs(script: Script, client: KubeClient) -> None:
+    could_run = {"u1": True}
+    manager = StatusManager(client, clock=FakeClock(), could_have_running_containers=lambda uid: could_run[uid])
+    stored = pod()
+    for _ in range(3):
+        script.add("PATCH", PATH, apiserver(stored))
+    manager.set_pod_status(pod(), pod_status())
+    await manager.sync_once()
+    final = pod_status("Succeeded", ready="False")
+    manager.set_pod_status(pod(), final)
+    await manager.sync_once()
+    # The conditions went out, the phase did not.
+    assert stored["status"] == {**final, "phase": "Running"}
+    assert manager.get_pod_status("u1") == final
+    await manager.sync_once()
+    assert manager.patches_sent == 2  # held, but nothing new to send
+
+    could_run["u1"] = False  # the worker finished terminating the pod
+    manager.set_pod_status(pod(), final)  # the same status again (upstream's TerminatePod) wakes the sync
+    assert manager._wake.is_set()
+    await manager.sync_once()
+    assert stored["status"] == final
+    assert body(script.requests[-1])["status"] == {"phase": "Succeeded"}
+    await manager.sync_once()
+    assert manager.patches_sent == 3
