@@ -72,3 +72,13 @@ def node_reclaim_for(signal: Signal, layout: DiskLayout) -> tuple[NodeReclaim, .
     if signal in _IMAGEFS:
         return (NodeReclaim.IMAGES,)
     return (NodeReclaim.CONTAINERS,)
+
+
+def layout_from_devices(root: int | None, image: int | None, container: int | None = None) -> DiskLayout:
+    """What the filesystems' device numbers say (upstream compares the imagefs device with the root one, and, with
+    a runtime that reports a separate container filesystem, that one with the imagefs). Unknown devices: one disk."""
+    if root is None or image is None:
+        return DiskLayout()
+    dedicated = image != root
+    split = dedicated and container is not None and container != image
+    return DiskLayout(dedicated_image_fs=dedicated, split_container_image_fs=split)

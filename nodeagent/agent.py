@@ -23,6 +23,7 @@ import logging
 import os
 import signal
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector,
 from cri.client import CRIClient, connect
 from cri.errors import CRIError
 from cri.instrumented import instrument
+from eviction.injection import InjectionError
 from eviction.messages import REASON as EVICTED
 from eviction.thresholds import ThresholdError
 from nodeagent.admission import new_allowlist
@@ -41,7 +43,17 @@ from nodeagent.clock import SystemClock
 from nodeagent.config import KubeletConfiguration, load_config
 from nodeagent.config.quantity import parse_quantity
 from nodeagent.events import EventRecorder, ObjectRef
-from nodeagent.evictionmanager import EvictionInputs, EvictionManager, eviction_config
+from nodeagent.evictionmanager import EvictionInputs, EvictionManager, disk_layout, eviction_config
+from nodeagent.experiment.injectionfile import InjectionFile
+from nodeagent.gc import (
+    ContainerGCManager,
+    ImageGCManager,
+    ImageGCMetrics,
+    gc_periods,
+    image_policy,
+    pod_gc_state,
+    summary_image_fs,
+)
 from nodeagent.kube import paths
 from nodeagent.kube.client import KubeClient
 from nodeagent.kube.errors import KubeconfigError, NotFound
@@ -54,8 +66,11 @@ from nodeagent.kuberuntime.references import ObjectFetcher
 from nodeagent.kuberuntime.runtime_handlers import RuntimeState
 from nodeagent.kuberuntime.sandbox_config import DNSSettings, ResolvConf
 from nodeagent.localserver import LocalServer, running_pods
+from nodeagent.memorynotifier import enabled as memory_notifier_enabled
+from nodeagent.memorynotifier import memory_notifiers
 from nodeagent.nodestatus import NodeFacts, gather_node_facts
 from nodeagent.nodestatus.manager import NodeStatusManager
+from nodeagent.nodestatus.resources import allocatable as node_allocatable
 from nodeagent.podconfig import FAILED_VALIDATION, PodConfig
 from nodeagent.prober import Prober, ProberManager, ProberMetrics
 from nodeagent.server.host import AgentHost
@@ -97,6 +112,8 @@ class AgentOptions:
     node_ip: str | None = None
     standalone: bool = False
     root_dir: Path = Path("/var/lib/kubelet")
+    # Experiments only (hidden): a JSON file of injected eviction signals (nodeagent.experiment.injectionfile).
+    eviction_signal_injection: Path | None = None
 
 
 def read_resolv_conf(path: str) -> ResolvConf:
@@ -190,6 +207,11 @@ async def _start(options: AgentOptions, stop: asyncio.Event) -> None:
         eviction = EvictionManager(eviction_config(config), clock=clock)
     except ThresholdError as exc:
         raise AgentError(str(exc)) from exc
+    if options.eviction_signal_injection is not None:
+        try:
+            eviction.injector = InjectionFile(options.eviction_signal_injection)
+        except InjectionError as exc:
+            raise AgentError(f"--eviction-signal-injection: {exc}") from exc
     supervisor = Supervisor()
     kubelet_version = config.emulated_kubernetes_version
 
@@ -268,9 +290,18 @@ async def _run(
 ) -> None:
     recorder = EventRecorder(client, node_name) if client is not None else None
 
-    def pod_event(pod: Pod, type_: str, reason: str, message: str, field_path: str = "") -> None:
+    def pod_event(
+        pod: Pod,
+        type_: str,
+        reason: str,
+        message: str,
+        field_path: str = "",
+        *,
+        annotations: Mapping[str, str] | None = None,
+    ) -> None:
         if recorder is not None:
-            recorder.record(ObjectRef.for_pod(pod, field_path), type_, reason, message)  # type: ignore[arg-type]
+            ref = ObjectRef.for_pod(pod, field_path)
+            recorder.record(ref, type_, reason, message, annotations)  # type: ignore[arg-type]
 
     def node_event(type_: str, reason: str, message: str) -> None:
         if recorder is not None:
@@ -296,6 +327,7 @@ async def _run(
     ProcessCollector(registry=metrics_registry)
     PlatformCollector(registry=metrics_registry)
     GCCollector(registry=metrics_registry)
+    eviction.metrics.serve_on(metrics_registry)
     pod_cache = Cache()
     pleg = new_pleg(
         config.pleg.value,
@@ -313,6 +345,7 @@ async def _run(
     # status loop's health check refreshes them.
     runtime_state = RuntimeState()
     await until_stopped(stop, "reading the runtime's status", _runtime_health(cri, runtime_state))
+    eviction.use_disk_layout(await disk_layout(cri.image.image_fs_info, str(options.root_dir)))
     node_status = None
     if client is not None:
         node_status = NodeStatusManager(
@@ -333,6 +366,8 @@ async def _run(
 
     allocatable: dict[str, str] = {}
     node_obj = node_status.node() if node_status is not None else None
+    # A restart under pressure keeps the Node's pressure conditions until the eviction manager observes again.
+    eviction.restore_conditions(node_obj, clock.wall())
     if node_obj is not None:
         allocatable = dict((node_obj.get("status") or {}).get("allocatable") or {})
     # Service environment variables need the cluster's Services; without an apiserver there are none (upstream: no
@@ -366,6 +401,7 @@ async def _run(
             root_dir=str(options.root_dir),
         ),
         events=pod_event,
+        node_events=node_event,
         fetch_object=_object_fetcher(client),
         container_mounts=volumes.container_mounts,
         services=services,
@@ -419,6 +455,8 @@ async def _run(
             None if (refused := eviction.admit(pod)) is None else (refused.reason, refused.message)
         ),
     )
+    # As upstream's PodDeletionSafetyProvider: a terminal phase is sent once the pod's worker stopped everything.
+    status_manager.could_have_running_containers = kubelet.workers.could_have_running_containers
     # The summary provider that /stats/summary serves and the eviction manager observes through.
     stats = StatsProvider(
         runtime_service,
@@ -472,7 +510,46 @@ async def _run(
     supervisor.start("pleg", pleg.run())
     supervisor.start("volume-manager", volumes.run())
     supervisor.start("sync-loop", sync_loop.run())
-    allocatable_memory = parse_quantity(allocatable["memory"]) if "memory" in allocatable else None
+    # Node-level garbage collection (upstream's StartGarbageCollection): unused images every 5 min, dead containers
+    # and sandboxes every minute, and both on the eviction manager's demand under disk pressure.
+    image_gc = ImageGCManager(
+        image_service,
+        runtime_service,
+        image_fs=summary_image_fs(stats.summary),
+        policy=image_policy(config),
+        clock=clock,
+        metrics=ImageGCMetrics(metrics_registry),
+        record_node_event=node_event,
+    )
+    container_gc = ContainerGCManager(
+        runtime_service,
+        pod_state=lambda uid: pod_gc_state(
+            uid,
+            worker_state=kubelet.workers.state,
+            pod_by_uid=pod_config.pod_by_uid,
+            sources_ready=pod_config.sources_ready,
+        ),
+        sources_ready=pod_config.sources_ready,
+        clock=clock,
+        record_node_event=node_event,
+        unremovable=lambda container_id: container_id in runtime.unremovable,
+    )
+    image_gc_period, container_gc_period = gc_periods(os.environ)
+    supervisor.start("image-gc", image_gc.run(image_gc_period))
+    supervisor.start("container-gc", container_gc.run(container_gc_period))
+    # allocatableMemory.available is the kubepods cgroup against what upstream enforces on it
+    # (GetNodeAllocatableAbsolute): capacity minus kube/system reserved, not minus the hard eviction thresholds
+    # (those are the threshold itself; subtracting them too put a node with a high threshold under pressure at once).
+    capacity = dict(((node_obj or {}).get("status") or {}).get("capacity") or {})
+    enforced = node_allocatable(capacity, config.system_reserved, config.kube_reserved, {})
+    allocatable_memory = parse_quantity(enforced["memory"]) if "memory" in enforced else None
+    # Memory threshold notification (upstream's kernelMemcgNotification, here on by default): a crossed memory
+    # threshold wakes the manager at once. NODEAGENT_MEMORY_NOTIFIER=0 leaves it polling only (benchmarks/eviction).
+    notifiers = (
+        memory_notifiers(eviction_config(config).thresholds, cgroup_root=config.cgroup_root)
+        if memory_notifier_enabled(os.environ)
+        else []
+    )
     supervisor.start(
         "eviction-manager",
         eviction.run(
@@ -485,9 +562,15 @@ async def _run(
                     evicted.grace_period_seconds,
                 ),
                 record_node_event=node_event,
-                record_pod_event=pod_event,
+                record_pod_event=lambda pod, type_, reason, message, annotations: pod_event(
+                    pod, type_, reason, message, annotations=annotations
+                ),
                 allocatable_memory=lambda: int(allocatable_memory) if allocatable_memory is not None else None,
-            )
+                pod_cleaned_up=kubelet.pod_cleaned_up,
+                delete_all_unused_containers=container_gc.delete_all_unused_containers,
+                delete_unused_images=image_gc.delete_unused_images,
+            ),
+            notifiers,
         ),
     )
     if config.healthz_port:

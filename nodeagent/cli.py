@@ -18,6 +18,7 @@ from nodeagent.conformance import subset
 from nodeagent.conformance.errors import ConformanceError
 from nodeagent.conformance.harness import HarnessOptions, conformance
 from nodeagent.conformance.run import DEFAULT_FOCUS, DEFAULT_PROCS, DEFAULT_TIMEOUT, default_skip
+from nodeagent.experiment.errors import ExperimentError
 from nodeagent.localserver import LocalServerUnreachable, fetch_pods, format_pods
 from nodeagent.testbed import install as installer
 from nodeagent.testbed.layout import Layout
@@ -72,7 +73,7 @@ async def _up(args: argparse.Namespace) -> int:
 
 async def _testbed(args: argparse.Namespace) -> int:
     if args.action == "install":
-        installer.install()
+        installer.install(with_kubelet=args.with_kubelet)
         return 0
     bed = Testbed(args.dir)
     if args.action == "up":
@@ -92,9 +93,26 @@ async def _run(args: argparse.Namespace) -> int:
             node_ip=args.node_ip,
             standalone=args.standalone,
             root_dir=args.root_dir,
+            eviction_signal_injection=args.eviction_signal_injection,
         )
     )
     return 0
+
+
+async def _experiment(args: argparse.Namespace) -> int:
+    # Imported here: the runner is heavy and only this command needs it.
+    from nodeagent.experiment.runner import RunOptions, run_experiment  # noqa: PLC0415
+
+    return await run_experiment(
+        RunOptions(
+            scenario=args.scenario,
+            out=args.out,
+            kubeconfig=args.kubeconfig,
+            node=args.node,
+            injection_file=args.injection_file,
+            image=args.image,
+        )
+    )
 
 
 async def _conformance(args: argparse.Namespace) -> int:
@@ -168,6 +186,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=Path("/var/lib/kubelet"),
         help="where the agent keeps pod directories (pods/<uid>/...), as the kubelet's --root-dir",
     )
+    # Experiments only, so not in --help: eviction signals injected from a JSON file (nodeagent.experiment).
+    run.add_argument("--eviction-signal-injection", type=Path, default=None, help=argparse.SUPPRESS)
     run.set_defaults(handler=_run)
 
     pods = sub.add_parser("pods", help="list the pods a running agent runs, with their status (its local /pods)")
@@ -215,13 +235,39 @@ def build_parser() -> argparse.ArgumentParser:
 
     testbed = sub.add_parser("testbed", help="the hermetic set of real parts")
     actions = testbed.add_subparsers(dest="action", required=True)
-    actions.add_parser("install", help="install containerd, etcd, registry; build the control plane (idempotent)")
+    install = actions.add_parser(
+        "install", help="install containerd, etcd, registry; build the control plane (idempotent)"
+    )
+    install.add_argument(
+        "--with-kubelet",
+        action="store_true",
+        help="also build the upstream kubelet, which the testbed can run as its node instead of nodeagent",
+    )
     for name in ("up", "down"):
         action = actions.add_parser(name)
         action.add_argument("--dir", type=Path, required=True)
         if name == "up":
             action.add_argument("--node-name", default=None)
     testbed.set_defaults(handler=_testbed)
+
+    experiment = sub.add_parser("experiment", help="eviction experiments: a scenario run, its timeline and plot")
+    kinds = experiment.add_subparsers(dest="kind", required=True)
+    evict = kinds.add_parser(
+        "eviction",
+        help="run SCENARIO.yaml on a new testbed (or --kubeconfig's node); writes timeline.jsonl/.csv, a PNG plot",
+    )
+    evict.add_argument("scenario", type=Path, help="the scenario (see experiments/*.yaml)")
+    evict.add_argument("--out", type=Path, default=None, help="output directory (default ./eviction-NAME)")
+    evict.add_argument("--kubeconfig", type=Path, default=None, help="an existing cluster (admin) instead of a testbed")
+    evict.add_argument("--node", default=None, help="with --kubeconfig: the node whose agent is exercised")
+    evict.add_argument(
+        "--injection-file",
+        type=Path,
+        default=None,
+        help="with --kubeconfig: the file that node's agent reads (nodeagent run --eviction-signal-injection)",
+    )
+    evict.add_argument("--image", default=None, help="the pods' image (sh, dd, sleep); default the testbed's busybox")
+    evict.set_defaults(handler=_experiment)
     return parser
 
 
@@ -238,10 +284,22 @@ def main(argv: list[str] | None = None) -> int:
         ConfigError,
         LocalServerUnreachable,
         ConformanceError,
+        ExperimentError,
     ) as exc:
-        print(f"nodeagent: {exc}", file=sys.stderr)
+        print(_error_text(exc), file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # Ctrl-C: what was started is torn down already (the handlers' own cleanup)
+        print("nodeagent: interrupted", file=sys.stderr)
+        return 130
     return code
+
+
+def _error_text(exc: Exception) -> str:
+    """`nodeagent: <what>`; a configuration's problems each on their own `nodeagent: <field>: <problem>` line, so
+    that a bad threshold reads `nodeagent: evictionHard: memory.available: ...` as the eviction issue asks."""
+    if isinstance(exc, ConfigError) and exc.problems:
+        return "\n".join([f"nodeagent: {exc.summary}", *(f"nodeagent: {p}" for p in exc.problems)])
+    return f"nodeagent: {exc}"
 
 
 if __name__ == "__main__":

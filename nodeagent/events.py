@@ -12,8 +12,8 @@ import asyncio
 import datetime
 import logging
 from collections import OrderedDict
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from nodeagent.kube import paths
@@ -54,6 +54,7 @@ class _Pending:
     reason: str
     message: str
     at: datetime.datetime
+    annotations: Mapping[str, str] = field(default_factory=dict)
 
 
 def _timestamp(at: datetime.datetime) -> str:
@@ -78,9 +79,12 @@ class EventRecorder:
         self.dropped = 0
         self.sent = 0
 
-    def record(self, ref: ObjectRef, type_: EventType, reason: str, message: str) -> None:
+    def record(
+        self, ref: ObjectRef, type_: EventType, reason: str, message: str, annotations: Mapping[str, str] | None = None
+    ) -> None:
+        """Queue an event; `annotations` go on the Event object (upstream's AnnotatedEventf, used for evictions)."""
         try:
-            self._queue.put_nowait(_Pending(ref, type_, reason, message, self._now()))
+            self._queue.put_nowait(_Pending(ref, type_, reason, message, self._now(), dict(annotations or {})))
         except asyncio.QueueFull:
             self.dropped += 1
             log.warning(
@@ -132,10 +136,13 @@ class EventRecorder:
             involved["namespace"] = ref.namespace
         if ref.field_path:
             involved["fieldPath"] = ref.field_path
+        metadata: dict[str, Any] = {"name": name, "namespace": namespace}
+        if pending.annotations:
+            metadata["annotations"] = dict(pending.annotations)
         body = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"name": name, "namespace": namespace},
+            "metadata": metadata,
             "involvedObject": involved,
             "reason": pending.reason,
             "message": pending.message,

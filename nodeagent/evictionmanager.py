@@ -10,27 +10,39 @@ The decisions are `eviction`'s (pure); this module supplies their inputs and car
 - the conditions it returns feed the node status (`pressure_conditions`) and admission (`admit`);
 - a threshold met records upstream's `EvictionThresholdMet` node event, and at most one pod is evicted per cycle
   (as upstream): killed through `evict` with decide()'s grace period, its status Failed with reason `Evicted`
-  and the message, and an `Evicted` event on the pod.
+  and the message, and an `Evicted` event on the pod;
+- before a pod is evicted for disk pressure, node-level resources are reclaimed as upstream's
+  reclaimNodeLevelResources: each step decide() names (dead containers and sandboxes, then unused images, through
+  `EvictionInputs.delete_all_unused_containers` / `delete_unused_images`), then the node is observed again, and when
+  no threshold (with its minimum reclaim) is met any more no pod goes that cycle.
+- a memory threshold notifier (nodeagent.memorynotifier, given to `run`) wakes the loop when a memory threshold is
+  crossed, so the cycle runs at once rather than at the next tick; `run` re-arms it from the cycle's summary.
 
-Not here yet (issue 17): node-level reclaim (container and image GC; a cycle that would reclaim first evicts as if
-nothing were freed), the memcg threshold notifier, and the metrics.
+Not here yet (issue 17): the metrics.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import ROUND_CEILING
 from typing import Any
 
-from eviction.decide import Decision, EvictionConfig, History, decide
+from cri.v1 import api_pb2
+from eviction.decide import Decision, EvictionConfig, History, decide, reclaim_relieved
+from eviction.disks import DiskLayout, NodeReclaim, layout_from_devices
+from eviction.injection import Injector
 from eviction.messages import REASON, THRESHOLD_MET_EVENT_REASON, admit, threshold_met_event_message
+from eviction.notify import refresh_due
 from eviction.pods import ContainerInfo, ContainerUsage, FsUsage, PodInfo, PodUsage, QOSClass, Toleration
 from eviction.quantity import ZERO, Quantity
 from eviction.result import Eviction
 from eviction.signals import (
+    NodeCondition,
     Observation,
     Signal,
     fs_observations,
@@ -42,7 +54,9 @@ from nodeagent.clock import Clock
 from nodeagent.config import KubeletConfiguration
 from nodeagent.config.durations import parse_go_duration
 from nodeagent.config.quantity import parse_quantity
+from nodeagent.evictionmetrics import EvictionMetrics
 from nodeagent.kuberuntime.qos import pod_qos
+from nodeagent.memorynotifier import NotifierError, ThresholdNotifier
 from nodeagent.staticpods import is_mirror_pod, is_static_pod
 from nodeagent.stats.types import FsStats, PodStats, Summary
 
@@ -53,6 +67,13 @@ Pod = dict[str, Any]
 # As upstream's kubelet: the eviction manager's housekeeping (evictionMonitoringPeriod) is 10 s.
 MONITORING_PERIOD_SECONDS = 10.0
 PODS_CONTAINER = "pods"  # the summary's system container for the kubepods cgroup
+# Notified cycles start at least this far apart: usage hovering at a threshold makes the kernel signal every crossing,
+# and each cycle reads a whole summary.
+MIN_NOTIFIED_INTERVAL_SECONDS = 0.25
+# As upstream (podCleanupTimeout, podCleanupPollFreq): after an eviction the loop waits up to 30 s, checking every
+# second, for the evicted pods to be cleaned up, so the next cycle sees the memory or disk they freed.
+POD_CLEANUP_TIMEOUT_SECONDS = 30.0
+POD_CLEANUP_POLL_SECONDS = 1.0
 
 
 def eviction_config(config: KubeletConfiguration) -> EvictionConfig:
@@ -237,6 +258,42 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo:
     )
 
 
+# --- the disk layout ---------------------------------------------------------------------------------------------
+
+
+def _device(path: str) -> int | None:
+    try:
+        return os.stat(path).st_dev if path else None
+    except OSError:
+        return None
+
+
+async def disk_layout(image_fs_info: Callable[[], Awaitable[api_pb2.ImageFsInfoResponse]], root_dir: str) -> DiskLayout:
+    """Whether the runtime keeps images (and writable layers) on a filesystem of their own, from the devices of
+    ImageFsInfo's mountpoints and the root dir's, as upstream's HasDedicatedImageFs. A runtime that cannot say is
+    taken as one disk (logged)."""
+    try:
+        info = await image_fs_info()
+    except Exception as exc:  # the runtime's failure must not stop the agent; one disk is the common case
+        log.warning("eviction disk layout unknown, assuming one filesystem error=%s", exc)
+        return DiskLayout()
+    image = next((fs.fs_id.mountpoint for fs in info.image_filesystems), "")
+    container = next((fs.fs_id.mountpoint for fs in info.container_filesystems), "")
+    layout = layout_from_devices(_device(root_dir), _device(image), _device(container) if container else None)
+    log.info(
+        "eviction disk layout dedicated_image_fs=%s split_container_image_fs=%s imagefs=%s",
+        layout.dedicated_image_fs,
+        layout.split_container_image_fs,
+        image or "-",
+    )
+    return layout
+
+
+def _pod_ref(pod: Pod) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
 # --- the manager ---------------------------------------------------------------------------------------------
 
 
@@ -254,8 +311,8 @@ def _no_node_event(type_: str, reason: str, message: str) -> None:
     del type_, reason, message
 
 
-def _no_pod_event(pod: Pod, type_: str, reason: str, message: str) -> None:
-    del pod, type_, reason, message
+def _no_pod_event(pod: Pod, type_: str, reason: str, message: str, annotations: Mapping[str, str]) -> None:
+    del pod, type_, reason, message, annotations
 
 
 def _no_allocatable() -> int | None:
@@ -271,19 +328,67 @@ class EvictionInputs:
     active_pods: Callable[[], Sequence[Pod]]
     evict: EvictFn
     record_node_event: Callable[[str, str, str], None] = _no_node_event
-    record_pod_event: Callable[[Pod, str, str, str], None] = _no_pod_event
+    # (pod, type, reason, message, annotations): the Evicted event carries upstream's annotations.
+    record_pod_event: Callable[[Pod, str, str, str, Mapping[str, str]], None] = _no_pod_event
     allocatable_memory: Callable[[], int | None] = _no_allocatable
+    # Node-level reclaim (upstream's containerGC.DeleteAllUnusedContainers and imageGC.DeleteUnusedImages); None:
+    # not wired, that step is skipped. Each may raise: the error is logged and eviction goes on.
+    delete_all_unused_containers: Callable[[], Awaitable[None]] | None = None
+    delete_unused_images: Callable[[], Awaitable[None]] | None = None
+    # Upstream's podCleanedUpFunc (podResourcesAreReclaimed): the evicted pod's containers stopped and its
+    # resources released.
+    pod_cleaned_up: Callable[[Pod], bool] = lambda pod: True
 
 
 class EvictionManager:
     """Holds the history between cycles and the conditions last decided; `run()` is the monitoring loop."""
 
-    def __init__(self, config: EvictionConfig, *, clock: Clock, period: float = MONITORING_PERIOD_SECONDS) -> None:
+    # Set by `nodeagent run --eviction-signal-injection` (experiments): replaces observed signals before deciding.
+    injector: Injector | None = None
+
+    def __init__(
+        self,
+        config: EvictionConfig,
+        *,
+        clock: Clock,
+        period: float = MONITORING_PERIOD_SECONDS,
+        metrics: EvictionMetrics | None = None,
+    ) -> None:
         self._config = config
         self._clock = clock
         self._period = period
         self._history = History()
         self.last_decision: Decision | None = None
+        self.metrics = metrics if metrics is not None else EvictionMetrics()
+        self.evicted: list[Pod] = []  # the pods the last cycle evicted
+
+    def restore_conditions(self, node: Mapping[str, Any] | None, now: datetime) -> frozenset[str]:
+        """At start, before the first cycle: the pressure conditions the Node shows True (a restart under pressure)
+        are held as if observed now, so the node status does not flip them to False while the first observation is
+        pending, and they last at least the transition period, as if the agent had never stopped. Upstream starts
+        with none; the agent keeps no state of its own, so the Node is where this one is rebuilt from. Returns what
+        was restored."""
+        known = {str(c): c for c in NodeCondition}
+        found = [
+            known[str(c.get("type"))]
+            for c in ((node or {}).get("status") or {}).get("conditions") or ()
+            if str(c.get("type")) in known and c.get("status") == "True"
+        ]
+        if found:
+            self._history = replace(
+                self._history,
+                node_conditions=tuple(found),
+                node_conditions_last_observed_at={
+                    **self._history.node_conditions_last_observed_at,
+                    **dict.fromkeys(found, now),
+                },
+            )
+            log.info("eviction node conditions restored from the node conditions=%s", ",".join(sorted(found)))
+        return frozenset(str(c) for c in found)
+
+    def use_disk_layout(self, layout: DiskLayout) -> None:
+        """Set once the runtime is known: which usage counts for each disk signal and what the node frees first."""
+        self._config = replace(self._config, layout=layout)
 
     def pressure_conditions(self) -> frozenset[str]:
         """The node conditions under pressure now (held for the transition period), for the node status."""
@@ -296,8 +401,11 @@ class EvictionManager:
 
     async def synchronize(self, inputs: EvictionInputs) -> Decision:
         """One cycle: observe, decide, evict at most one pod (or every pod over a local storage limit)."""
+        self.evicted = []
         summary = await inputs.summary()
         observations = observations_from_summary(summary, inputs.allocatable_memory())
+        if self.injector is not None:
+            observations = self.injector.apply(observations, self._clock.wall())
         pods = {str((p.get("metadata") or {}).get("uid", "")): p for p in inputs.active_pods()}
         infos = [pod_info(p) for p in pods.values()]
         before = set(self._history.node_conditions)
@@ -327,6 +435,11 @@ class EvictionManager:
         )
         if resource is not None:
             inputs.record_node_event("Warning", THRESHOLD_MET_EVENT_REASON, threshold_met_event_message(resource))
+        if await self._reclaim_node_level_resources(inputs, decision):
+            log.info("eviction manager: able to reduce resource pressure without evicting pods resource=%s", resource)
+            return decision
+        if decision.node_reclaim:
+            log.info("eviction manager: must evict pod(s) to reclaim resource=%s", resource)
         if decision.victim is None:
             # As upstream: with no active pod there is nothing to rank; otherwise every ranked pod was critical.
             if not pods:
@@ -334,32 +447,154 @@ class EvictionManager:
             else:
                 log.error("eviction manager unable to evict any pods from the node")
             return decision
+        # As upstream: the age of the stats behind each threshold acted on (kubelet_eviction_stats_age_seconds).
+        now = self._clock.wall()
+        for threshold in decision.starved:
+            observed = decision.history.last_observations.get(threshold.signal)
+            self.metrics.stats_observed(str(threshold.signal), observed.time if observed is not None else None, now)
         self._carry_out(inputs, pods, decision.victim)
         return decision
+
+    async def _reclaim_node_level_resources(self, inputs: EvictionInputs, decision: Decision) -> bool:
+        """Upstream's reclaimNodeLevelResources: every reclaim step for the signal, then one fresh observation;
+        True when it meets no threshold any more (minimum reclaim included, grace periods ignored)."""
+        steps = {
+            NodeReclaim.CONTAINERS: inputs.delete_all_unused_containers,
+            NodeReclaim.IMAGES: inputs.delete_unused_images,
+        }
+        wired = [(step, fn) for step in decision.node_reclaim if (fn := steps.get(step)) is not None]
+        if not wired:
+            return False
+        for step, reclaim in wired:
+            try:
+                await reclaim()
+            except Exception as exc:  # as upstream: logged, the next step and the re-observation still happen
+                log.info(
+                    "eviction manager: unexpected error when attempting to reduce resource pressure resource=%s "
+                    "step=%s error=%s",
+                    decision.resource_to_reclaim,
+                    step,
+                    exc,
+                )
+        try:
+            summary = await inputs.summary()
+        except Exception as exc:
+            log.error("eviction manager: failed to get summary stats after resource reclaim error=%s", exc)
+            return False
+        observations = observations_from_summary(summary, inputs.allocatable_memory())
+        if self.injector is not None:
+            observations = self.injector.apply(observations, self._clock.wall())
+        if reclaim_relieved(self._config, observations):
+            return True
+        threshold = decision.threshold_to_reclaim
+        observed = observations.get(threshold.signal) if threshold is not None else None
+        # Upstream logs these at V(3) ("observations after resource reclaim"); here they say why a pod still goes.
+        log.info(
+            "eviction manager: thresholds still met after resource reclaim signal=%s available=%s",
+            threshold.signal if threshold is not None else "",
+            observed.available if observed is not None else "unknown",
+        )
+        return False
 
     def _carry_out(self, inputs: EvictionInputs, pods: Mapping[str, Pod], eviction: Eviction) -> None:
         pod = pods.get(eviction.pod.uid)
         if pod is None:
             return
         log.info(
-            "eviction manager evicting pod pod=%s uid=%s signal=%s grace=%d message=%s",
+            "eviction manager evicting pod pod=%s uid=%s signal=%s rank=%s grace=%d message=%s",
             eviction.pod.ref,
             eviction.pod.uid,
             eviction.signal,
+            "-" if eviction.rank is None else eviction.rank,
             eviction.grace_period_seconds,
             eviction.message,
         )
-        # As upstream's evictPod: the event first, then the kill with the status Failed/Evicted.
-        inputs.record_pod_event(pod, "Warning", REASON, eviction.message)
+        # As upstream's evictPod: the event first (annotated with the offending containers, their usage and the
+        # starved resource), then the kill with the status Failed/Evicted; kubelet_evictions counts it.
+        inputs.record_pod_event(pod, "Warning", REASON, eviction.message, eviction.annotations)
         inputs.evict(pod, eviction)
+        self.metrics.evicted(eviction.signal)
+        self.evicted.append(pod)
 
-    async def run(self, inputs: EvictionInputs) -> None:
-        while True:
-            try:
-                await self.synchronize(inputs)
-            except Exception as exc:  # a failed observation must not end eviction: the next cycle tries again
-                log.warning("eviction manager synchronize failed error=%s", exc)
-            await self._clock.sleep(self._period)
+    async def run(self, inputs: EvictionInputs, notifiers: Sequence[ThresholdNotifier] = ()) -> None:
+        """A cycle every period, or at once when a memory threshold notifier fires (upstream's thresholdHandler,
+        which synchronizes from the notifier; here the loop is woken, so two cycles never overlap). After a cycle
+        the notifiers are re-armed from its summary: every 10 s as upstream, and also after a notified cycle. The
+        kernel watches usage, not the working set, so a notification can come from the inactive file cache moving;
+        the kernel, then above its old threshold, would stay silent at the real crossing until the next re-arm."""
+        wake = asyncio.Event()
+
+        def notified(message: str) -> None:
+            log.info("eviction manager memory notification message=%s", message)
+            wake.set()
+
+        last: list[Summary] = []
+
+        async def summary() -> Summary:
+            read = await inputs.summary()
+            last[:] = [read]
+            return read
+
+        watched = replace(inputs, summary=summary)
+        updated: float | None = None
+        for notifier in notifiers:
+            notifier.start(notified)
+        try:
+            while True:
+                notified_cycle = wake.is_set()
+                wake.clear()  # a notification during the cycle below calls for one more cycle
+                started = self._clock.monotonic()
+                last.clear()
+                try:
+                    await self.synchronize(watched)
+                except Exception as exc:  # a failed observation must not end eviction: the next cycle tries again
+                    log.warning("eviction manager synchronize failed error=%s", exc)
+                if self.evicted:
+                    # As upstream: no next cycle (nor notified one) until the evicted pods are cleaned up.
+                    await self._wait_for_cleanup(inputs, self.evicted)
+                    wake.clear()
+                    continue
+                if notifiers and last and (notified_cycle or refresh_due(updated, self._clock.monotonic())):
+                    updated = self._clock.monotonic()
+                    for notifier in notifiers:
+                        try:
+                            notifier.update(last[0], inputs.allocatable_memory())
+                        except NotifierError as exc:  # as upstream (at info): polling still runs; retried later
+                            log.info(
+                                "eviction manager failed to update notifier notifier=%s error=%s",
+                                notifier.description,
+                                exc,
+                            )
+                await self._next_cycle(wake)
+                if wake.is_set():
+                    gap = MIN_NOTIFIED_INTERVAL_SECONDS - (self._clock.monotonic() - started)
+                    if gap > 0:
+                        await self._clock.sleep(gap)
+        finally:
+            for notifier in notifiers:
+                notifier.stop()
+
+    async def _wait_for_cleanup(self, inputs: EvictionInputs, pods: Sequence[Pod]) -> None:
+        names = ",".join(f"{_pod_ref(p)}" for p in pods)
+        log.info("eviction manager pods evicted, waiting for pod to be cleaned up pods=%s", names)
+        deadline = self._clock.monotonic() + POD_CLEANUP_TIMEOUT_SECONDS
+        while self._clock.monotonic() < deadline:
+            await self._clock.sleep(POD_CLEANUP_POLL_SECONDS)
+            if all(inputs.pod_cleaned_up(p) for p in pods):
+                log.info("eviction manager pods successfully cleaned up pods=%s", names)
+                return
+        log.info("eviction manager timed out waiting for pods to be cleaned up pods=%s", names)
+
+    async def _next_cycle(self, wake: asyncio.Event) -> None:
+        """The period on the injected clock, or a notification, whichever comes first."""
+        sleeping = asyncio.ensure_future(self._clock.sleep(self._period))
+        woken = asyncio.ensure_future(wake.wait())
+        try:
+            await asyncio.wait((sleeping, woken), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (sleeping, woken):
+                task.cancel()
+            await asyncio.gather(sleeping, woken, return_exceptions=True)
 
 
 __all__ = [

@@ -15,6 +15,7 @@ class ConfigError(Exception):
 
     def __init__(self, message: str, problems: Sequence[str] = ()) -> None:
         self.problems: tuple[str, ...] = tuple(problems)
+        self.summary = message
         if self.problems:
             message = message + "\n" + "\n".join(f"  - {p}" for p in self.problems)
         super().__init__(message)

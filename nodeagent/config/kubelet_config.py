@@ -204,6 +204,8 @@ class KubeletConfiguration:
     registry_burst: int = 10
     image_gc_high_threshold_percent: int = 85
     image_gc_low_threshold_percent: int = 80
+    image_minimum_gc_age: timedelta = timedelta(minutes=2)
+    image_maximum_gc_age: timedelta = timedelta(0)  # 0: images are not collected for their age
 
     # Eviction (maps of signal name to threshold, grace period or minimum reclaim, in upstream string form).
     eviction_hard: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_EVICTION_HARD))

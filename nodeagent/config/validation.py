@@ -1,7 +1,8 @@
 """Semantic checks on a decoded, defaulted `KubeletConfiguration`, as upstream's config validation does.
 
 Every problem is reported, each as `<field path>: <what is wrong>, got <value>`, with map keys and list indexes in
-the field path the way Kubernetes spells them (`evictionHard[memory.available]`, `clusterDNS[0]`). The wording
+the field path the way Kubernetes spells them (`clusterDNS[0]`), except the eviction maps: their problems read
+`evictionHard: <signal>: <problem>`, the wording the eviction issue asks for (and the eviction package's). The wording
 follows upstream's (pkg/kubelet/apis/config/validation, the eviction manager's threshold parsing) where it reads well.
 
 Beyond upstream's validation, values the upstream kubelet only rejects later, at start-up (an unparsable address,
@@ -275,6 +276,16 @@ def _check_images(config: KubeletConfiguration, found: Findings) -> None:
         found.problem(
             "imageGCLowThresholdPercent", f"must be less than imageGCHighThresholdPercent ({high}), got {low}"
         )
+    # As upstream's validation: both ages non-negative, and a maximum age (0 is off) above the minimum.
+    minimum, maximum = config.image_minimum_gc_age, config.image_maximum_gc_age
+    _not_negative(found, "imageMinimumGCAge", minimum)
+    _not_negative(found, "imageMaximumGCAge", maximum)
+    if maximum > timedelta(0) and maximum <= minimum:
+        found.problem(
+            "imageMaximumGCAge",
+            f"must be greater than imageMinimumGCAge ({format_go_duration(minimum)}), "
+            f"got {show(format_go_duration(maximum))}",
+        )
 
 
 def _known_signal(found: Findings, path: str, signal: str) -> bool:
@@ -312,7 +323,7 @@ def _threshold_enabled(found: Findings, path: str, value: str) -> bool:
 def _check_thresholds(found: Findings, name: str, thresholds: Mapping[str, str]) -> set[str]:
     enabled: set[str] = set()
     for signal, value in thresholds.items():
-        path = f"{name}[{signal}]"
+        path = f"{name}: {signal}"
         if not _known_signal(found, path, signal):
             continue
         if _threshold_enabled(found, path, value):
@@ -326,7 +337,7 @@ def _check_eviction(config: KubeletConfiguration, found: Findings) -> None:
     _check_thresholds(found, "evictionHard", config.eviction_hard)
     soft = _check_thresholds(found, "evictionSoft", config.eviction_soft)
     for signal, period in config.eviction_soft_grace_period.items():
-        path = f"evictionSoftGracePeriod[{signal}]"
+        path = f"evictionSoftGracePeriod: {signal}"
         if not _known_signal(found, path, signal):
             continue
         try:
@@ -338,12 +349,12 @@ def _check_eviction(config: KubeletConfiguration, found: Findings) -> None:
     for signal in EVICTION_SIGNALS:  # a stable order for the messages
         if signal in soft and signal not in config.eviction_soft_grace_period:
             found.problem(
-                f"evictionSoftGracePeriod[{signal}]",
+                f"evictionSoftGracePeriod: {signal}",
                 f"grace period must be specified for the soft eviction threshold {signal}",
             )
     _not_negative(found, "evictionPressureTransitionPeriod", config.eviction_pressure_transition_period)
     for signal, value in config.eviction_minimum_reclaim.items():
-        path = f"evictionMinimumReclaim[{signal}]"
+        path = f"evictionMinimumReclaim: {signal}"
         if not _known_signal(found, path, signal):
             continue
         try:

@@ -33,6 +33,7 @@ from nodeagent.kube.errors import NotFound
 from nodeagent.testbed import configs
 from nodeagent.testbed.layout import Settings
 from nodeagent.testbed.testbed import Testbed
+from nodeagent.testbed.versions import kubernetes_bin_dir
 from tests.integration.agentproc import NS, Agent, agent_config, clean_up, eventually, start_agent, stop_agent
 
 Obj = dict[str, Any]
@@ -207,7 +208,7 @@ async def test_a_best_effort_pod_is_refused_under_memory_pressure(
 
 
 async def test_a_best_effort_pod_running_before_is_evicted(
-    agent: Agent, admin: KubeClient, settings: Settings, cri_client: CRIClient, threshold_mi: int
+    agent: Agent, admin: KubeClient, settings: Settings, cri_client: CRIClient, threshold_mi: int, testbed: Testbed
 ) -> None:
     await _under_pressure(admin, settings, agent)
     # It ran before the pressure; it tolerates the taint, so the restarted agent admits it again (as upstream) and
@@ -231,6 +232,28 @@ async def test_a_best_effort_pod_running_before_is_evicted(
             status["message"],
         )
         assert ("Warning", "Evicted", status["message"]) in await _events(admin, uid)
+        # Upstream's AnnotatedEventf: the Evicted event names the starved resource and the offending container.
+        items = (await admin.list(paths.events(NS), field_selector=f"involvedObject.uid={uid}"))["items"]
+        [evicted] = [e for e in items if e["reason"] == "Evicted"]
+        annotations = evicted["metadata"].get("annotations") or {}
+        assert (annotations.get("starved_resource"), annotations.get("offending_containers")) == ("memory", "main")
+        # kubelet_evictions on the agent's /metrics, read through the apiserver's node proxy.
+        metrics = await asyncio.to_thread(
+            subprocess.run,
+            [
+                str(kubernetes_bin_dir() / "kubectl"),
+                "--kubeconfig",
+                str(testbed.layout.admin_kubeconfig),
+                "get",
+                "--raw",
+                f"/api/v1/nodes/{settings.node_name}/proxy/metrics",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        assert 'kubelet_evictions_total{eviction_signal="memory.available"} 1.0' in metrics.stdout.splitlines()
 
         async def stopped() -> bool:
             selector = api_pb2.ContainerFilter(label_selector={"io.kubernetes.pod.uid": uid})
@@ -254,4 +277,4 @@ def test_a_bad_threshold_stops_start_up(testbed: Testbed, tmp_path: Path) -> Non
     )
     assert done.returncode != 0
     assert done.stderr.startswith("nodeagent: ")
-    assert 'evictionHard[memory.available]: invalid quantity "lots"' in done.stderr, done.stderr
+    assert '\nnodeagent: evictionHard: memory.available: invalid quantity "lots"' in done.stderr, done.stderr

@@ -33,3 +33,21 @@ def test_run_needs_exactly_one_of_kubeconfig_and_standalone(
 def test_pods_says_when_the_config_turns_the_endpoint_off(config: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["pods", "--config", str(config)]) == 1
     assert "healthzPort is 0" in capsys.readouterr().err
+
+
+def test_a_bad_eviction_threshold_names_the_field_and_signal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
+        "evictionHard:\n  memory.available: lots\n  nodefs.available: '120%'\n"
+    )
+    assert main(["run", "--config", str(path), "--standalone"]) == 1
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == f"nodeagent: {path}: invalid KubeletConfiguration"
+    assert lines[1].startswith('nodeagent: evictionHard: memory.available: invalid quantity "lots"')
+    assert (
+        lines[2]
+        == 'nodeagent: evictionHard: nodefs.available: eviction percentage threshold must be <= 100%, got "120%"'
+    )

@@ -12,6 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
+from cri.v1 import api_pb2
+from eviction.disks import DiskLayout
 from eviction.pods import QOSClass
 from eviction.result import Eviction
 from eviction.signals import Observation, Signal
@@ -20,6 +22,7 @@ from nodeagent.config import KubeletConfiguration
 from nodeagent.evictionmanager import (
     EvictionInputs,
     EvictionManager,
+    disk_layout,
     eviction_config,
     observations_from_summary,
     pod_info,
@@ -150,6 +153,7 @@ class Harness:
         self.evicted: list[tuple[str, Eviction]] = []
         self.node_events: list[tuple[str, str, str]] = []
         self.pod_events: list[tuple[str, str, str, str]] = []
+        self.annotations: list[dict[str, str]] = []
 
     async def read(self) -> Summary:
         return self.summary
@@ -160,8 +164,12 @@ class Harness:
             active_pods=lambda: self.pods,
             evict=lambda p, e: self.evicted.append((p["metadata"]["name"], e)),
             record_node_event=lambda t, r, m: self.node_events.append((t, r, m)),
-            record_pod_event=lambda p, t, r, m: self.pod_events.append((p["metadata"]["name"], t, r, m)),
+            record_pod_event=self.pod_event,
         )
+
+    def pod_event(self, pod: dict[str, Any], type_: str, reason: str, message: str, annotations: Any) -> None:
+        self.pod_events.append((pod["metadata"]["name"], type_, reason, message))
+        self.annotations.append(dict(annotations))
 
 
 async def test_one_cycle_under_memory_pressure_evicts_one_pod() -> None:
@@ -188,6 +196,15 @@ async def test_one_cycle_under_memory_pressure_evicts_one_pod() -> None:
         True,
     )
     assert harness.pod_events == [("hog", "Warning", "Evicted", message)]
+    # Upstream's AnnotatedEventf: the offending containers, their usage and the starved resource.
+    assert harness.annotations == [
+        {"offending_containers": "main", "offending_containers_usage": "512Mi", "starved_resource": "memory"}
+    ]
+    # kubelet_evictions counts it, and the age of the memory stats it acted on is observed once.
+    registry = manager.metrics.registry
+    assert registry.get_sample_value("kubelet_evictions_total", {"eviction_signal": "memory.available"}) == 1
+    labels = {"eviction_signal": "memory.available"}
+    assert registry.get_sample_value("kubelet_eviction_stats_age_seconds_count", labels) == 1
     # Admission under MemoryPressure: BestEffort refused unless it tolerates the taint; Burstable admitted.
     refused = manager.admit(pod("u9", "new"))
     assert refused is not None
@@ -304,3 +321,113 @@ async def test_the_node_status_shows_the_managers_conditions(
 
 def _refuse(request: httpx.Request) -> httpx.Response:
     raise AssertionError(f"no API call expected: {request.method} {request.url}")
+
+
+async def test_a_restart_under_pressure_keeps_the_nodes_condition_for_the_transition_period() -> None:
+    clock = FakeClock()
+    manager = EvictionManager(eviction_config(config(**{"memory.available": "100Mi"})), clock=clock)
+    node_obj = {
+        "status": {
+            "conditions": [
+                {"type": "Ready", "status": "True"},
+                {"type": "MemoryPressure", "status": "True"},
+                {"type": "DiskPressure", "status": "False"},
+                {"type": "PIDPressure", "status": "True"},
+            ]
+        }
+    }
+    assert manager.restore_conditions(node_obj, clock.wall()) == {"MemoryPressure", "PIDPressure"}
+    assert manager.pressure_conditions() == {"MemoryPressure", "PIDPressure"}
+    # The first cycle sees no pressure: the restored conditions are held for the transition period (5m), then go.
+    harness = Harness(Summary(node=node(available=3 * GI, working_set=1 * GI)), [])
+    await manager.synchronize(harness.inputs())
+    assert manager.pressure_conditions() == {"MemoryPressure", "PIDPressure"}
+    await clock.advance(301)
+    await manager.synchronize(harness.inputs())
+    assert manager.pressure_conditions() == frozenset()
+    assert manager.restore_conditions(None, clock.wall()) == frozenset()  # standalone: no Node
+
+
+async def test_the_disk_layout_comes_from_the_image_filesystems_device(tmp_path: Any) -> None:
+    def info(image: str, container: str = "") -> Any:
+        async def call() -> api_pb2.ImageFsInfoResponse:
+            response = api_pb2.ImageFsInfoResponse()
+            response.image_filesystems.add().fs_id.mountpoint = image
+            if container:
+                response.container_filesystems.add().fs_id.mountpoint = container
+            return response
+
+        return call
+
+    (tmp_path / "images").mkdir()
+    assert await disk_layout(info(str(tmp_path / "images")), str(tmp_path)) == DiskLayout()
+    # /proc is another filesystem than the root dir's: a dedicated imagefs; containers back on the root's: split.
+    assert await disk_layout(info("/proc"), str(tmp_path)) == DiskLayout(dedicated_image_fs=True)
+    split = DiskLayout(dedicated_image_fs=True, split_container_image_fs=True)
+    assert await disk_layout(info("/proc", str(tmp_path)), str(tmp_path)) == split
+
+    async def broken() -> api_pb2.ImageFsInfoResponse:
+        raise RuntimeError("runtime down")
+
+    assert await disk_layout(broken, str(tmp_path)) == DiskLayout()
+
+
+async def test_after_an_eviction_the_next_cycle_waits_for_the_pod_to_be_cleaned_up() -> None:
+    clock = FakeClock()
+    summary = Summary(node=node(available=42 * MI, working_set=4 * GI), pods=(pod_stats("u1", "hog", 512 * MI),))
+    harness = Harness(summary, [pod("u1", "hog")])
+    reads = 0
+    cleaned = False
+
+    async def read() -> Summary:
+        nonlocal reads
+        reads += 1
+        return harness.summary
+
+    def evict(p: dict[str, Any], e: Eviction) -> None:
+        harness.evicted.append((p["metadata"]["name"], e))
+        harness.pods = []  # no longer active
+
+    inputs = replace(harness.inputs(), summary=read, evict=evict, pod_cleaned_up=lambda p: cleaned)
+    manager = EvictionManager(eviction_config(config(**{"memory.available": "100Mi"})), clock=clock)
+    task = asyncio.create_task(manager.run(inputs))
+    try:
+        await clock.advance(0)
+        assert (reads, len(harness.evicted)) == (1, 1)
+        await clock.advance(3)  # polled every second; not cleaned up yet: no cycle
+        assert reads == 1
+        cleaned = True
+        await clock.advance(1)  # cleaned up: the next cycle at once, not at the 10 s tick
+        assert reads == 2
+        await clock.advance(9)
+        assert reads == 2  # no eviction in that cycle: the period again
+        await clock.advance(1)
+        assert reads == 3
+    finally:
+        task.cancel()
+
+
+async def test_the_cleanup_wait_ends_after_thirty_seconds() -> None:
+    clock = FakeClock()
+    summary = Summary(node=node(available=42 * MI, working_set=4 * GI), pods=(pod_stats("u1", "hog", 512 * MI),))
+    harness = Harness(summary, [pod("u1", "hog")])
+    reads = 0
+
+    async def read() -> Summary:
+        nonlocal reads
+        reads += 1
+        return harness.summary
+
+    inputs = replace(harness.inputs(), summary=read, pod_cleaned_up=lambda p: False)
+    manager = EvictionManager(eviction_config(config(**{"memory.available": "100Mi"})), clock=clock)
+    task = asyncio.create_task(manager.run(inputs))
+    try:
+        await clock.advance(0)
+        assert reads == 1
+        for _ in range(29):
+            await clock.advance(1)
+        assert reads == 1
+        await clock.advance(1)
+        assert reads == 2  # timed out: the loop goes on
+    finally:
+        task.cancel()

@@ -105,6 +105,8 @@ UPSTREAM_DEFAULTS: dict[str, object] = {
     "registry_burst": 10,
     "image_gc_high_threshold_percent": 85,
     "image_gc_low_threshold_percent": 80,
+    "image_minimum_gc_age": timedelta(minutes=2),
+    "image_maximum_gc_age": timedelta(0),
     "eviction_hard": {
         "memory.available": "100Mi",
         "nodefs.available": "10%",
@@ -237,6 +239,8 @@ ROUND_TRIP: list[tuple[str, str, object, object]] = [
     ("registryBurst", "registry_burst", 20, 20),
     ("imageGCHighThresholdPercent", "image_gc_high_threshold_percent", 90, 90),
     ("imageGCLowThresholdPercent", "image_gc_low_threshold_percent", 70, 70),
+    ("imageMinimumGCAge", "image_minimum_gc_age", "30s", timedelta(seconds=30)),
+    ("imageMaximumGCAge", "image_maximum_gc_age", "1h", timedelta(hours=1)),
     ("evictionHard", "eviction_hard", {"memory.available": "200Mi"}, {"memory.available": "200Mi"}),
     ("evictionSoft", "eviction_soft", {"memory.available": "500Mi"}, {"memory.available": "500Mi"}),
     (
@@ -454,7 +458,7 @@ def test_negative_pod_pids_limit_means_no_limit(raw: int, expected: int) -> None
         ),
         ({"tlsCipherSuites": ["x"]}, 'field "tlsCipherSuites" is not supported by nodeagent and is ignored'),
         ({"logging": {"format": "json"}}, 'field "logging" is not supported by nodeagent and is ignored'),
-        ({"evictionHard": {"containerfs.available": "10%"}}, "evictionHard[containerfs.available]: ignored"),
+        ({"evictionHard": {"containerfs.available": "10%"}}, "evictionHard: containerfs.available: ignored"),
     ],
 )
 def test_unknown_and_ignored_fields_warn(fields: dict[str, Any], warning: str) -> None:
@@ -550,6 +554,12 @@ def test_wrong_types_raise(fields: dict[str, Any], fragment: str) -> None:
             {"imageGCLowThresholdPercent": 70, "imageGCHighThresholdPercent": 70},
             "imageGCLowThresholdPercent: must be less than imageGCHighThresholdPercent (70), got 70",
         ),
+        ({"imageMinimumGCAge": "-1s"}, 'imageMinimumGCAge: must not be negative, got "-1s"'),
+        ({"imageMaximumGCAge": "-5m"}, 'imageMaximumGCAge: must not be negative, got "-5m0s"'),
+        (
+            {"imageMaximumGCAge": "1m", "imageMinimumGCAge": "2m"},
+            'imageMaximumGCAge: must be greater than imageMinimumGCAge (2m0s), got "1m0s"',
+        ),
         ({"containerLogMaxFiles": 1}, "containerLogMaxFiles: must be greater than 1, got 1"),
         ({"containerLogMaxSize": "10MB"}, 'containerLogMaxSize: invalid quantity "10MB"'),
         ({"containerLogMaxSize": "-1Mi"}, 'containerLogMaxSize: must not be negative, got "-1Mi"'),
@@ -615,34 +625,34 @@ def test_wrong_types_raise(fields: dict[str, Any], fragment: str) -> None:
         ({"cgroupsPerQOS": False}, 'enforceNodeAllocatable[0]: "pods" needs cgroupsPerQOS to be true'),
         (
             {"evictionHard": {"memory.free": "1Gi"}},
-            'evictionHard[memory.free]: unsupported eviction signal "memory.free"; known signals: memory.available',
+            'evictionHard: memory.free: unsupported eviction signal "memory.free"; known signals: memory.available',
         ),
-        ({"evictionSoft": {"disk.available": "1Gi"}}, "evictionSoft[disk.available]: unsupported eviction signal"),
-        ({"evictionSoftGracePeriod": {"x": "1m"}}, 'evictionSoftGracePeriod[x]: unsupported eviction signal "x"'),
-        ({"evictionMinimumReclaim": {"y": "1Gi"}}, 'evictionMinimumReclaim[y]: unsupported eviction signal "y"'),
+        ({"evictionSoft": {"disk.available": "1Gi"}}, "evictionSoft: disk.available: unsupported eviction signal"),
+        ({"evictionSoftGracePeriod": {"x": "1m"}}, 'evictionSoftGracePeriod: x: unsupported eviction signal "x"'),
+        ({"evictionMinimumReclaim": {"y": "1Gi"}}, 'evictionMinimumReclaim: y: unsupported eviction signal "y"'),
         (
             {"evictionHard": {"memory.available": "0"}},
-            'evictionHard[memory.available]: eviction threshold must be positive, got "0"',
+            'evictionHard: memory.available: eviction threshold must be positive, got "0"',
         ),
         (
             {"evictionHard": {"memory.available": "-1Mi"}},
-            "evictionHard[memory.available]: eviction threshold must be positive",
+            "evictionHard: memory.available: eviction threshold must be positive",
         ),
-        ({"evictionHard": {"memory.available": "100MB"}}, 'evictionHard[memory.available]: invalid quantity "100MB"'),
+        ({"evictionHard": {"memory.available": "100MB"}}, 'evictionHard: memory.available: invalid quantity "100MB"'),
         ({"evictionHard": {"nodefs.available": "101%"}}, 'eviction percentage threshold must be <= 100%, got "101%"'),
         ({"evictionHard": {"nodefs.available": "-1%"}}, 'eviction percentage threshold must be >= 0%, got "-1%"'),
-        ({"evictionHard": {"nodefs.available": "x%"}}, 'evictionHard[nodefs.available]: invalid percentage "x%"'),
+        ({"evictionHard": {"nodefs.available": "x%"}}, 'evictionHard: nodefs.available: invalid percentage "x%"'),
         (
             {"evictionSoft": {"memory.available": "1Gi"}},
-            "evictionSoftGracePeriod[memory.available]: grace period must be specified for the soft eviction threshold",
+            "evictionSoftGracePeriod: memory.available: grace period must be specified for the soft eviction threshold",
         ),
         (
             {"evictionSoft": {"memory.available": "1Gi"}, "evictionSoftGracePeriod": {"memory.available": "1x"}},
-            'evictionSoftGracePeriod[memory.available]: unknown unit "x"',
+            'evictionSoftGracePeriod: memory.available: unknown unit "x"',
         ),
         (
             {"evictionSoft": {"memory.available": "1Gi"}, "evictionSoftGracePeriod": {"memory.available": "-1s"}},
-            'evictionSoftGracePeriod[memory.available]: must not be negative, got "-1s"',
+            'evictionSoftGracePeriod: memory.available: must not be negative, got "-1s"',
         ),
         (
             {"evictionMinimumReclaim": {"memory.available": "0%"}},
