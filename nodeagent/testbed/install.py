@@ -8,6 +8,8 @@ registries only (Debian, the Go module proxy), because these machines reach noth
 - runc, iproute2, busybox-static and the reference CNI plugins from bookworm;
 - kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy and kubectl built from one pinned release of the
   `k8s.io/kubernetes` Go module, and crictl from `sigs.k8s.io/cri-tools`, into a versioned cache outside the repo;
+- with `--with-kubelet` only, the upstream kubelet of the same release (the testbed's node instead of nodeagent,
+  testbed/upstreamkubelet.py), built and stamped as the control plane is;
 - the testbed's gRPC health server (`grpchealth/main.go`, on a pinned `google.golang.org/grpc`), built static, which
   the testbed packs into the image that grpc probes are tested against;
 - metrics-server from `sigs.k8s.io/metrics-server`, with exactly the dependencies of its own go.mod (as its release
@@ -59,6 +61,7 @@ from nodeagent.testbed.versions import (
     cache_root,
     crictl_path,
     grpc_health_path,
+    kubelet_path,
     kubernetes_bin_dir,
     metrics_server_path,
     nginx_root,
@@ -92,6 +95,10 @@ TRIXIE_PACKAGES: dict[str, str] = {
     "docker-registry": "2.8.",
 }
 KUBERNETES_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy", "kubectl")
+# Built only when asked (`nodeagent testbed install --with-kubelet`): the upstream kubelet, which the testbed can run
+# as its node instead of nodeagent (testbed/upstreamkubelet.py), for the differential corpus and benchmarks/versus.
+OPTIONAL_KUBERNETES_COMMANDS = ("kubelet",)
+KUBELET_PACKAGE = "k8s.io/kubernetes/cmd/kubelet"
 
 
 class InstallError(RuntimeError):
@@ -262,6 +269,23 @@ def fresh_module_copy(module: Path, work: Path) -> Path:
     return work
 
 
+def kubernetes_version_ldflags() -> str:
+    """The `-X` flags that stamp KUBERNETES_VERSION into a command of the release (what `--version` prints and what
+    a node reports as kubeletVersion), as upstream's hack/lib/version.sh does."""
+    major, minor = KUBERNETES_VERSION.removeprefix("v").split(".")[:2]
+    return " ".join(
+        f"-X {pkg}.{key}={value}"
+        for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version")
+        for key, value in (
+            ("gitVersion", KUBERNETES_VERSION),
+            ("gitMajor", major),
+            ("gitMinor", minor),
+            ("gitTreeState", "clean"),
+            ("buildDate", "1970-01-01T00:00:00Z"),
+        )
+    )
+
+
 def build_kubernetes(progress: Progress) -> Path:
     """Build the control plane binaries and kubectl of KUBERNETES_VERSION into the versioned cache."""
     bin_dir = kubernetes_bin_dir()
@@ -287,22 +311,12 @@ def build_kubernetes(progress: Progress) -> Path:
     progress.step("kubernetes: resolving modules (go get)")
     # A package path without @version would mean @upgrade, i.e. the newest Kubernetes, not the pinned one.
     _run([go, "get", *(f"{p}@{KUBERNETES_VERSION}" for p in packages)], env=env, cwd=work, step="go get kubernetes")
-    major, minor = KUBERNETES_VERSION.removeprefix("v").split(".")[:2]
-    ldflags = " ".join(
-        f"-X {pkg}.{key}={value}"
-        for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version")
-        for key, value in (
-            ("gitVersion", KUBERNETES_VERSION),
-            ("gitMajor", major),
-            ("gitMinor", minor),
-            ("gitTreeState", "clean"),
-            ("buildDate", "1970-01-01T00:00:00Z"),
-        )
-    )
+    ldflags = kubernetes_version_ldflags()
     tmp_bin = bin_dir.with_name(bin_dir.name + ".tmp")
     tmp_bin.mkdir(parents=True, exist_ok=True)
-    # A cache from before a command joined the list keeps what it has: only the new command is built.
-    for command in KUBERNETES_COMMANDS:
+    # A cache from before a command joined the list keeps what it has: only the new command is built. The optional
+    # commands (the upstream kubelet) are kept too, or a rebuild of the control plane would drop them.
+    for command in (*KUBERNETES_COMMANDS, *OPTIONAL_KUBERNETES_COMMANDS):
         if (bin_dir / command).exists() and not (tmp_bin / command).exists():
             shutil.copy2(bin_dir / command, tmp_bin / command)
     for command in KUBERNETES_COMMANDS:
@@ -331,6 +345,39 @@ def build_kubernetes(progress: Progress) -> Path:
     tmp_bin.rename(bin_dir)
     stamp.write_text(KUBERNETES_VERSION + "\n")
     return bin_dir
+
+
+def build_kubelet(progress: Progress) -> Path:
+    """The upstream kubelet of KUBERNETES_VERSION, stamped as the control plane is, into the versioned cache.
+
+    Built in a copy of the control plane's build module (as agnhost is): the two share the module and build caches
+    (under a minute with them warm) but never write the same go.mod.
+    """
+    binary = kubelet_path()
+    if binary.exists():
+        progress.step(f"kubelet {KUBERNETES_VERSION}: cached")
+        return binary
+    module = control_plane_module("kubelet")
+    source = kubernetes_source()
+    go, env = source.go, source.env
+    work = fresh_module_copy(module, binary.parent.parent / "build-kubelet")
+    progress.step(f"kubelet {KUBERNETES_VERSION}: go build (several minutes on a cold cache)")
+    started = time.monotonic()
+    # A package path without @version would mean @upgrade, i.e. the newest Kubernetes, not the pinned one.
+    _run([go, "get", f"{KUBELET_PACKAGE}@{KUBERNETES_VERSION}"], env=env, cwd=work, step="go get kubelet")
+    partial = work / "kubelet"
+    _run(
+        [go, "build", "-trimpath", "-ldflags", f"-s -w {kubernetes_version_ldflags()}", "-o", str(partial),
+         KUBELET_PACKAGE],
+        env=env,
+        cwd=work,
+        step="go build kubelet",
+    )  # fmt: skip
+    binary.parent.mkdir(parents=True, exist_ok=True)
+    partial.replace(binary)  # whole or not at all: its presence is the cache check
+    shutil.rmtree(work, ignore_errors=True)
+    progress.step(f"kubelet: built in {time.monotonic() - started:.0f}s")
+    return binary
 
 
 def build_crictl(progress: Progress) -> Path:
@@ -684,18 +731,30 @@ def fetch_nginx(progress: Progress) -> Path:
     return root
 
 
-def install(progress: Progress | None = None) -> None:
+def install_steps(*, with_kubelet: bool = False) -> list[Callable[[Progress], object]]:
+    """The steps of an install, in order; the upstream kubelet only when asked for (`--with-kubelet`), after the
+    control plane, whose build module it is built in."""
+    steps: list[Callable[[Progress], object]] = [
+        install_debian_packages,
+        build_kubernetes,
+        build_crictl,
+        build_grpc_health,
+        build_metrics_server,
+        build_agnhost,
+        build_busybox,
+        build_nonewprivs,
+        fetch_nginx,
+    ]
+    if with_kubelet:
+        steps.insert(steps.index(build_kubernetes) + 1, build_kubelet)
+    return steps
+
+
+def install(progress: Progress | None = None, *, with_kubelet: bool = False) -> None:
     progress = progress or Progress(write=lambda line: print(line, file=sys.stderr, flush=True))
     if os.geteuid() != 0:
         raise InstallError("nodeagent testbed install must run as root (it installs Debian packages)")
     started = time.monotonic()
-    install_debian_packages(progress)
-    build_kubernetes(progress)
-    build_crictl(progress)
-    build_grpc_health(progress)
-    build_metrics_server(progress)
-    build_agnhost(progress)
-    build_busybox(progress)
-    build_nonewprivs(progress)
-    fetch_nginx(progress)
+    for step in install_steps(with_kubelet=with_kubelet):
+        step(progress)
     progress.step(f"done in {time.monotonic() - started:.0f}s")

@@ -65,9 +65,12 @@ log = logging.getLogger(__name__)
 
 # Stopped in this order by `down`: clients of the apiserver first, containerd after its sandboxes are gone.
 AGENT = "nodeagent"
+# The upstream kubelet when it runs as the node instead (testbed/upstreamkubelet.py): DIR/pids/kubelet.json.
+UPSTREAM_KUBELET = "kubelet"
 METRICS_SERVER = metricsserver.NAME
 COMPONENTS = (
     AGENT,
+    UPSTREAM_KUBELET,
     METRICS_SERVER,
     kubeproxy.NAME,
     "kube-controller-manager",
@@ -686,7 +689,11 @@ class Testbed:
 
     async def start_agent(self, *, config: Path | None = None) -> processes.Process:
         """`nodeagent run` against this testbed (with its nodeagent.yaml, or `config`), detached like the other
-        components (`down` stops it first)."""
+        components (`down` stops it first). Refused while the upstream kubelet (or another agent) runs as the node."""
+        # Imported here: upstreamkubelet builds on this module.
+        from nodeagent.testbed.upstreamkubelet import refuse_if_held  # noqa: PLC0415
+
+        refuse_if_held(self.layout, "nodeagent")
         settings = self.settings
         proc = self._start(
             AGENT,
@@ -705,9 +712,10 @@ class Testbed:
     async def down(self) -> None:
         lay = self.layout
         settings = Settings.load(lay.settings_file) if lay.settings_file.exists() else None
-        agent = processes.load(lay.pids, AGENT)
-        if agent is not None:  # first: a running agent would recreate the sandboxes removed below
-            processes.stop(agent, pid_dir=lay.pids, grace=20)
+        for name in (AGENT, UPSTREAM_KUBELET):  # first: a running agent would recreate the sandboxes removed below
+            agent = processes.load(lay.pids, name)
+            if agent is not None:
+                processes.stop(agent, pid_dir=lay.pids, grace=20)
         containerd = processes.load(lay.pids, "containerd")
         if containerd is not None and containerd.alive():
             try:

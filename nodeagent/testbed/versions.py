@@ -98,3 +98,9 @@ def nginx_root() -> Path:
 def nonewprivs_path() -> Path:
     """nnp, built from k8s.io/kubernetes/test/images/nonewprivs of KUBERNETES_VERSION."""
     return cache_root() / f"kubernetes-{KUBERNETES_VERSION}" / f"nonewprivs-{NONEWPRIVS_VERSION}" / "nnp"
+
+
+def kubelet_path() -> Path:
+    """The upstream kubelet of KUBERNETES_VERSION (`nodeagent testbed install --with-kubelet`), beside the control
+    plane's binaries."""
+    return kubernetes_bin_dir() / "kubelet"

@@ -1,0 +1,123 @@
+"""Two recordings of one scenario compared: sequences of distinct states per pod, the set of event lines, and the
+outcome of each action. Known differences (globs over state paths and event lines, `*` the only wildcard) are
+dropped from both sides first. Pure functions."""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import re
+from dataclasses import dataclass, field
+
+from tests.differential.normalise import State
+from tests.differential.scenario import KnownDifference
+
+
+@functools.cache
+def _pattern(glob: str) -> re.Pattern[str]:
+    """A known difference's glob: `*` matches anything, every other character itself (paths hold brackets)."""
+    return re.compile(".*".join(re.escape(part) for part in glob.split("*")), re.DOTALL)
+
+
+def fnmatchcase(text: str, glob: str) -> bool:
+    return _pattern(glob).fullmatch(text) is not None
+
+
+@dataclass
+class Recording:
+    """What one agent did with one scenario."""
+
+    agent: str
+    states: dict[str, list[State]] = field(default_factory=dict)  # pod name -> states in watch order
+    events: list[str] = field(default_factory=list)
+    outcomes: list[str] = field(default_factory=list)  # one line per action played
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class Comparison:
+    scenario: str
+    same: bool
+    diff: str
+    kept: tuple[str, ...]  # the reasons of known differences that matched something
+
+
+def drop_known(state: State, known: tuple[KnownDifference, ...]) -> State:
+    return {k: v for k, v in state.items() if not any(d.path and fnmatchcase(k, d.path) for d in known)}
+
+
+def distinct(states: list[State], known: tuple[KnownDifference, ...] = ()) -> list[State]:
+    """The states with known paths dropped and consecutive repeats removed."""
+    out: list[State] = []
+    for state in states:
+        kept = drop_known(state, known)
+        if not out or out[-1] != kept:
+            out.append(kept)
+    return out
+
+
+def render(states: list[State]) -> list[str]:
+    """The first state in full, then each next one as what changed (+ set, - gone)."""
+    lines: list[str] = []
+    previous: State = {}
+    for i, state in enumerate(states, 1):
+        lines.append(f"state {i}:")
+        for key in sorted(set(state) | set(previous)):
+            if key not in state:
+                lines.append(f"  - {key}")
+            elif previous.get(key) != state[key]:
+                lines.append(f"  {'+' if i > 1 else ' '} {key} = {state[key]}")
+        previous = state
+    return lines
+
+
+def _matches_event(line: str, known: tuple[KnownDifference, ...]) -> bool:
+    return any(d.event and fnmatchcase(line, d.event) for d in known)
+
+
+def _used(a: Recording, b: Recording, known: tuple[KnownDifference, ...]) -> tuple[str, ...]:
+    reasons = []
+    for d in known:
+        hit = False
+        if d.path:
+            hit = any(fnmatchcase(k, d.path) for r in (a, b) for ss in r.states.values() for s in ss for k in s)
+        if d.event:
+            hit = hit or any(fnmatchcase(e, d.event) for r in (a, b) for e in r.events)
+        if hit:
+            reasons.append(d.reason)
+    return tuple(dict.fromkeys(reasons))
+
+
+def compare(scenario: str, a: Recording, b: Recording, known: tuple[KnownDifference, ...]) -> Comparison:
+    parts: list[str] = []
+    if a.error or b.error:
+        parts.append(f"error: {a.agent}={a.error or '-'} {b.agent}={b.error or '-'}")
+    if a.outcomes != b.outcomes:
+        parts.extend(
+            difflib.unified_diff(a.outcomes, b.outcomes, f"{a.agent} actions", f"{b.agent} actions", lineterm="")
+        )
+    for pod in sorted(set(a.states) | set(b.states)):
+        left = render(distinct(a.states.get(pod, []), known))
+        right = render(distinct(b.states.get(pod, []), known))
+        if left != right:
+            parts.extend(
+                difflib.unified_diff(left, right, f"{a.agent} pod {pod}", f"{b.agent} pod {pod}", lineterm="", n=2)
+            )
+    left_events = sorted({e for e in a.events if not _matches_event(e, known)})
+    right_events = sorted({e for e in b.events if not _matches_event(e, known)})
+    if left_events != right_events:
+        parts.extend(
+            difflib.unified_diff(left_events, right_events, f"{a.agent} events", f"{b.agent} events", lineterm="")
+        )
+    return Comparison(scenario=scenario, same=not parts, diff="\n".join(parts), kept=_used(a, b, known))
+
+
+def table(comparisons: list[Comparison]) -> str:
+    width = max([len(c.scenario) for c in comparisons] + [8])
+    lines = [f"{'scenario':<{width}}  result", f"{'-' * width}  ------"]
+    for c in comparisons:
+        note = f"  (kept: {len(c.kept)})" if c.kept else ""
+        lines.append(f"{c.scenario:<{width}}  {'same' if c.same else 'DIFFERS'}{note}")
+    same = sum(c.same for c in comparisons)
+    lines.append(f"{same}/{len(comparisons)} same")
+    return "\n".join(lines)
