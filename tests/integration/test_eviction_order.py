@@ -29,6 +29,7 @@ from tests.integration.agentproc import (
     clean_up,
     eventually,
     node_ready,
+    one_container_pod,
     start_agent,
     stop_agent,
 )
@@ -45,21 +46,17 @@ HOG = (
 
 
 def pod(name: str, settings: Settings, script: str, resources: Obj | None = None) -> Obj:
-    container: Obj = {"name": "main", "image": configs.busybox_image(settings), "command": ["sh", "-c", script]}
+    container: Obj = {"image": configs.busybox_image(settings), "command": ["sh", "-c", script]}
     if resources is not None:
         container["resources"] = resources
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {
-            "nodeName": settings.node_name,
-            "automountServiceAccountToken": False,
-            "terminationGracePeriodSeconds": 30,
-            "tolerations": [{"key": TAINT, "operator": "Exists", "effect": "NoSchedule"}],
-            "containers": [container],
-        },
-    }
+    return one_container_pod(
+        name,
+        container,
+        {},
+        nodeName=settings.node_name,
+        terminationGracePeriodSeconds=30,
+        tolerations=[{"key": TAINT, "operator": "Exists", "effect": "NoSchedule"}],
+    )
 
 
 async def _status(admin: KubeClient, name: str) -> Obj:

@@ -31,6 +31,7 @@ from tests.integration.agentproc import (
     clean_up,
     eventually,
     node_ready,
+    one_container_pod,
     start_agent,
     stop_agent,
 )
@@ -50,18 +51,15 @@ def pid_available_now(proc: Path = Path("/proc")) -> int:
 
 
 def pod(name: str, settings: Settings, script: str) -> Obj:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {
-            "nodeName": settings.node_name,
-            "automountServiceAccountToken": False,
-            "terminationGracePeriodSeconds": 30,
-            "tolerations": [{"key": TAINT, "operator": "Exists", "effect": "NoSchedule"}],
-            "containers": [{"name": "main", "image": configs.busybox_image(settings), "command": ["sh", "-c", script]}],
-        },
-    }
+    container: Obj = {"image": configs.busybox_image(settings), "command": ["sh", "-c", script]}
+    return one_container_pod(
+        name,
+        container,
+        {},
+        nodeName=settings.node_name,
+        terminationGracePeriodSeconds=30,
+        tolerations=[{"key": TAINT, "operator": "Exists", "effect": "NoSchedule"}],
+    )
 
 
 async def _phase(admin: KubeClient, name: str) -> str:
