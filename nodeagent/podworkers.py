@@ -97,6 +97,10 @@ def grace_period(pod: Pod, override: int | None) -> int:
     return 30 if spec_grace is None else max(int(spec_grace), 0)
 
 
+def _deleting(pod: Pod) -> bool:
+    return bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+
+
 def _wants_termination(options: UpdatePodOptions) -> bool:
     if options.update_type is UpdateType.KILL:
         return True
@@ -222,7 +226,22 @@ class PodWorkers:
             async with self._changed:
                 self._changed.notify_all()
             if worker.finished:
+                await self._late_deletion(worker)
                 return
+
+    async def _late_deletion(self, worker: _Worker) -> None:
+        """A delete (deletionTimestamp) that reached the worker while it was terminating the pod, after the
+        terminated sync had read the pod without it: that sync runs again with the deleted pod, so its API object is
+        removed (upstream's worker always finishes with the latest pod). Without this a pod whose container ended on
+        its own and that was deleted meanwhile stayed Terminating for ever."""
+        late, worker.pending = worker.pending, None
+        if late is None or not _deleting(late.pod) or _deleting(worker.pod):
+            return
+        worker.pod = late.pod
+        try:
+            await self._syncer.sync_terminated_pod(worker.pod, await self._fresh_status(worker))
+        except Exception:
+            log.exception("pod worker sync failed pod=%s uid=%s state=terminated", _pod_ref(worker.pod), worker.uid)
 
     async def _fresh_status(self, worker: _Worker) -> PodStatus:
         return await self._cache.get_newer_than(worker.uid, worker.last_sync_time)

@@ -294,3 +294,32 @@ async def test_termination_reads_a_fresh_status_before_each_step() -> None:
         ("terminated", "after-kill"),
     ]
     await workers.stop()
+
+
+async def test_a_delete_that_arrives_while_the_pod_terminates_on_its_own_is_not_lost() -> None:
+    """The pod finished by itself (sync_pod said so) and was deleted while the worker was killing what was left:
+    the terminated sync runs again with the deleted pod, so the agent removes the API object."""
+    syncer = RecordingSyncer()
+    syncer.finish_after.add("a")
+    workers = new_workers(syncer)
+    seen: list[bool] = []
+    terminated = syncer.sync_terminated_pod
+
+    async def record(p: Pod, status: PodStatus) -> None:
+        seen.append("deletionTimestamp" in p["metadata"])
+        await terminated(p, status)
+
+    syncer.sync_terminated_pod = record  # type: ignore[method-assign,assignment]
+    syncer.gate = asyncio.Event()
+    workers.update_pod(UpdatePodOptions(UpdateType.CREATE, pod("a")))
+    await asyncio.sleep(0)
+    syncer.gate.set()
+    syncer.gate = asyncio.Event()  # the terminating sync is now held open
+    for _ in range(5):
+        await asyncio.sleep(0)
+    workers.update_pod(UpdatePodOptions(UpdateType.UPDATE, pod("a", deleted=True)))
+    syncer.gate.set()
+    await settle(workers)
+    assert seen == [False, True]
+    assert workers.state("a") is WorkState.TERMINATED
+    await workers.stop()
