@@ -550,10 +550,13 @@ class EvictionManager:
                 except Exception as exc:  # a failed observation must not end eviction: the next cycle tries again
                     log.warning("eviction manager synchronize failed error=%s", exc)
                 if self.evicted:
-                    # As upstream: no next cycle (nor notified one) until the evicted pods are cleaned up.
+                    # As upstream: no next cycle (nor a notified one) until the evicted pods are cleaned up. Upstream
+                    # then synchronizes at once, but on stats its summary provider refreshes about every 10 s, so
+                    # it acts again only on the next stats; ours are read fresh, so the period is waited after the
+                    # cleanup (a notification still wakes it), which keeps upstream's cadence under a lasting
+                    # pressure: one pod per period, not one per cleanup.
                     await self._wait_for_cleanup(inputs, self.evicted)
                     wake.clear()
-                    continue
                 if notifiers and last and (notified_cycle or refresh_due(updated, self._clock.monotonic())):
                     updated = self._clock.monotonic()
                     for notifier in notifiers:

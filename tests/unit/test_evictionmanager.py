@@ -397,12 +397,12 @@ async def test_after_an_eviction_the_next_cycle_waits_for_the_pod_to_be_cleaned_
         await clock.advance(3)  # polled every second; not cleaned up yet: no cycle
         assert reads == 1
         cleaned = True
-        await clock.advance(1)  # cleaned up: the next cycle at once, not at the 10 s tick
-        assert reads == 2
+        await clock.advance(1)  # cleaned up at t=4: the period starts then (upstream's cadence on fresh stats)
+        assert reads == 1
         await clock.advance(9)
-        assert reads == 2  # no eviction in that cycle: the period again
+        assert reads == 1
         await clock.advance(1)
-        assert reads == 3
+        assert reads == 2  # t=14, not t=10
     finally:
         task.cancel()
 
@@ -424,10 +424,12 @@ async def test_the_cleanup_wait_ends_after_thirty_seconds() -> None:
     try:
         await clock.advance(0)
         assert reads == 1
-        for _ in range(29):
+        for _ in range(30):
             await clock.advance(1)
+        assert reads == 1  # timed out at t=30: the period follows
+        await clock.advance(9)
         assert reads == 1
         await clock.advance(1)
-        assert reads == 2  # timed out: the loop goes on
+        assert reads == 2
     finally:
         task.cancel()
