@@ -104,9 +104,11 @@ async def test_a_pod_fails_at_its_active_deadline(
         print(f"seen Failed {seen_failed - started:.2f}s after startTime (deadline 5 s)")
         status = pod["status"]
         assert (status["reason"], status["message"]) == ("DeadlineExceeded", MESSAGE)
-        # Acted on at the deadline, not at the next resync (a minute): startTime is whole seconds, so up to 1 s
-        # early, plus the status patch and this poll.
-        assert seen_failed - started < 5 + 3, f"failed {seen_failed - started:.1f}s after its start"
+        # Acted on at the deadline, not at the next resync (a minute). startTime is whole seconds, so up to 1 s
+        # early; as upstream, the Failed phase is published only once the worker has stopped the containers (the
+        # 1 s grace of a sleep that ignores SIGTERM) and the sandbox, and then comes the status patch and this poll.
+        # On a loaded CI machine that took 8.1 s once; the resync this guards against is 60 s away.
+        assert seen_failed - started < 5 + 15, f"failed {seen_failed - started:.1f}s after its start"
         assert seen_failed - started >= 4
 
         async def stopped() -> bool:
