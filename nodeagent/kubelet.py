@@ -248,7 +248,12 @@ class Kubelet:
     _reasons: dict[str, dict[str, Waiting]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.workers = PodWorkers(self, pod_cache=self.pod_cache, now=lambda: self.wall().timestamp())
+        self.workers = PodWorkers(
+            self,
+            pod_cache=self.pod_cache,
+            now=lambda: self.wall().timestamp(),
+            request_relist=self.request_relist,
+        )
 
     # --- SyncHandler -------------------------------------------------------------------------------------------
 

@@ -51,6 +51,10 @@ class PodStatusCache(Protocol):
         """The status once the cache knows one newer than `min_time`; raises PodStatusUnavailable for an error."""
         ...
 
+    def has_newer_than(self, uid: str, min_time: float) -> bool:
+        """Whether `get_newer_than(uid, min_time)` would answer at once. Never waits."""
+        ...
+
     def delete(self, uid: str) -> None: ...
 
     def update_time(self, timestamp: float) -> None:
@@ -113,6 +117,9 @@ class Cache:
         if entry.error is not None:
             raise PodStatusUnavailable(uid, entry.error) from entry.error
         return entry.status
+
+    def has_newer_than(self, uid: str, min_time: float) -> bool:
+        return self._if_newer(uid, min_time) is not None
 
     def delete(self, uid: str) -> None:
         self._pods.pop(uid, None)

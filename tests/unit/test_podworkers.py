@@ -243,6 +243,29 @@ async def test_a_sync_waits_for_a_status_newer_than_the_last_sync() -> None:
     await workers.stop()
 
 
+async def test_a_worker_that_needs_a_newer_status_asks_for_a_relist_of_its_pod() -> None:
+    """Without the request the worker waits for the next relist or cache tick (seconds with the evented PLEG): a
+    delete right after a sync was killed 3.3 s late. With it, a stale cache brings one request, a fresh one none."""
+    syncer = RecordingSyncer()
+    cache, clock = Cache(), Clock()
+    cache.update_time(50.0)
+    asked: list[str] = []
+    workers = PodWorkers(syncer, pod_cache=cache, now=clock, request_relist=asked.append)
+    workers.update_pod(UpdatePodOptions(UpdateType.CREATE, pod("a")))
+    await settle(workers)
+    assert asked == []  # the cache was newer than the (never) last sync: nothing to ask for
+    workers.update_pod(UpdatePodOptions(UpdateType.KILL, pod("a", deleted=True)))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert asked == ["a"] and cache.waiting() == 1
+    assert [c[0] for c in syncer.calls] == ["sync"]
+    cache.set_observed_time("a", 100.2)  # what the requested relist does for an unchanged pod
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert [c[0] for c in syncer.calls] == ["sync", "terminating"]
+    await workers.stop()
+
+
 async def test_a_relist_that_finished_after_the_sync_answers_for_an_unchanged_pod() -> None:
     syncer = RecordingSyncer()
     cache, clock = Cache(), Clock()
