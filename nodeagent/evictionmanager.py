@@ -57,6 +57,7 @@ from nodeagent.config.quantity import parse_quantity
 from nodeagent.evictionmetrics import EvictionMetrics
 from nodeagent.kuberuntime.qos import pod_qos
 from nodeagent.memorynotifier import NotifierError, ThresholdNotifier
+from nodeagent.podconfig.storage import pod_ref as _pod_ref
 from nodeagent.staticpods import is_mirror_pod, is_static_pod
 from nodeagent.stats.types import FsStats, PodStats, Summary
 
@@ -287,11 +288,6 @@ async def disk_layout(image_fs_info: Callable[[], Awaitable[api_pb2.ImageFsInfoR
         image or "-",
     )
     return layout
-
-
-def _pod_ref(pod: Pod) -> str:
-    meta = pod.get("metadata") or {}
-    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
 # --- the manager ---------------------------------------------------------------------------------------------

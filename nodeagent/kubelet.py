@@ -48,6 +48,7 @@ from nodeagent.kuberuntime import actions as acts
 from nodeagent.kuberuntime.manager import RuntimeManager, SyncResult, Waiting
 from nodeagent.kuberuntime.termination_message import cap_message, pod_message_budget
 from nodeagent.podconfig import PodConfig
+from nodeagent.podconfig.storage import pod_ref as _ref
 from nodeagent.podworkers import PodStatusSource, PodWorkers, UpdatePodOptions, UpdateType, WorkState
 from nodeagent.prober import ContainerProbeStatus, FailedProbes, ProbeManager
 from nodeagent.staticpods import MirrorPods, StaticPodGate, full_name, is_mirror_pod, is_static_pod
@@ -82,10 +83,6 @@ def _meta(pod: Pod) -> dict[str, Any]:
 
 def _uid(pod: Pod) -> str:
     return str(_meta(pod).get("uid", ""))
-
-
-def _ref(pod: Pod) -> str:
-    return f"{_meta(pod).get('namespace', '')}/{_meta(pod).get('name', '')}"
 
 
 def _reason_view(reasons: Mapping[str, Waiting]) -> dict[str, tuple[str, str]]:

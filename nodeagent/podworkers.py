@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from nodeagent.podconfig.storage import pod_ref as _pod_ref
 from pleg.status import PodStatus
 
 log = logging.getLogger(__name__)
@@ -81,11 +82,6 @@ class PodStatusSource(Protocol):
 
 def pod_uid(pod: Pod) -> str:
     return str(pod["metadata"]["uid"])
-
-
-def _pod_ref(pod: Pod) -> str:
-    meta = pod.get("metadata", {})
-    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
 def grace_period(pod: Pod, override: int | None) -> int:

@@ -35,6 +35,7 @@ from nodeagent.kube import paths
 from nodeagent.kube.client import KubeClient
 from nodeagent.kube.errors import AlreadyExists, ApiError, ApiUnavailable, Conflict, NotFound
 from nodeagent.podconfig.storage import CONFIG_MIRROR_ANNOTATION, CONFIG_SOURCE_ANNOTATION, pod_full_name
+from nodeagent.podconfig.storage import pod_ref as _ref
 
 log = logging.getLogger(__name__)
 
@@ -55,10 +56,6 @@ def _annotations(pod: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def _uid(pod: Mapping[str, Any]) -> str:
     return str(_meta(pod).get("uid", ""))
-
-
-def _ref(pod: Mapping[str, Any]) -> str:
-    return f"{_meta(pod).get('namespace', '')}/{_meta(pod).get('name', '')}"
 
 
 def is_mirror_pod(pod: Mapping[str, Any]) -> bool:

@@ -40,6 +40,7 @@ import httpx
 from cri.errors import CRIError
 from cri.service import RuntimeService
 from nodeagent import __version__
+from nodeagent.podconfig.storage import format_pod
 
 log = logging.getLogger(__name__)
 
@@ -72,12 +73,6 @@ class HookError(Exception):
 def _quote(text: str) -> str:
     # Close to Go's %q for what these messages carry (names, command output).
     return json.dumps(text, ensure_ascii=False)
-
-
-def pod_ref(pod: Mapping[str, Any]) -> str:
-    """Upstream format.Pod: name_namespace(uid)."""
-    meta: Mapping[str, Any] = pod.get("metadata") or {}
-    return f"{meta.get('name', '')}_{meta.get('namespace', '')}({meta.get('uid', '')})"
 
 
 def go_list(items: Sequence[str]) -> str:
@@ -174,7 +169,7 @@ async def run_handler(
 
     `timeout` bounds an exec command and an HTTP request in seconds (0: unbounded, as postStart's).
     """
-    name, ref = _quote(str(container.get("name", ""))), _quote(pod_ref(pod))
+    name, ref = _quote(str(container.get("name", ""))), _quote(format_pod(pod))
     if handler.get("exec") is not None:
         command = [str(c) for c in (handler["exec"] or {}).get("command") or ()]
         failure = await _run_exec(runtime, command, container_id, timeout)

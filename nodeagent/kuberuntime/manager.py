@@ -56,6 +56,7 @@ from nodeagent.kuberuntime.sandbox_config import (
 )
 from nodeagent.kuberuntime.service_env import service_env
 from nodeagent.kuberuntime.termination_message import TerminationMessages, create_message_file, remove_pod_dirs
+from nodeagent.podconfig.storage import pod_ref as _ref
 from nodeagent.podworkers import grace_period
 from nodeagent.volume.layout import PodDirs
 from pleg import inspect as pleg_inspect
@@ -757,7 +758,3 @@ def _sandbox_ips(status: acts.RuntimePodStatus) -> tuple[str, ...]:
         if sandbox.ip:
             return (sandbox.ip, *sandbox.additional_ips)
     return ()
-
-
-def _ref(pod: Mapping[str, Any]) -> str:
-    return f"{_meta(pod).get('namespace', '')}/{_meta(pod).get('name', '')}"

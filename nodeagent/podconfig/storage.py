@@ -60,17 +60,23 @@ class PodUpdate:
     pods: tuple[Pod, ...]
 
 
-def pod_uid(pod: Pod) -> str:
+def pod_uid(pod: Mapping[str, Any]) -> str:
     return str(pod.get("metadata", {}).get("uid", ""))
 
 
-def pod_full_name(pod: Pod) -> str:
+def pod_full_name(pod: Mapping[str, Any]) -> str:
     """Upstream's GetPodFullName: name_namespace, unique among the pods of a node."""
     meta = pod.get("metadata", {})
     return f"{meta.get('name', '')}_{meta.get('namespace', '')}"
 
 
-def format_pod(pod: Pod) -> str:
+def pod_ref(pod: Mapping[str, Any]) -> str:
+    """namespace/name, how log lines name a pod (upstream's klog.KObj)."""
+    meta: Mapping[str, Any] = pod.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def format_pod(pod: Mapping[str, Any]) -> str:
     """Upstream's format.Pod: name_namespace(uid), how the kubelet names a pod in its messages."""
     return f"{pod_full_name(pod)}({pod_uid(pod)})"
 

@@ -21,13 +21,13 @@ from nodeagent.kuberuntime.hooks import (
     HookError,
     go_list,
     http_request,
-    pod_ref,
     resolve_port,
     run_handler,
     run_post_start,
     run_pre_stop_within_grace,
 )
 from nodeagent.kuberuntime.manager import NodeContext, RuntimeManager, Waiting
+from nodeagent.podconfig.storage import format_pod
 from tests.unit.cri.scripted import Fail, ScriptedRuntime
 
 POD: dict[str, Any] = {"metadata": {"name": "web", "namespace": "ns1", "uid": "u-1"}}
@@ -35,8 +35,8 @@ CONTAINER: dict[str, Any] = {"name": "app", "ports": [{"name": "http", "containe
 REF = '"web_ns1(u-1)"'
 
 
-def test_pod_ref_and_go_list() -> None:
-    assert pod_ref(POD) == "web_ns1(u-1)"
+def test_format_pod_and_go_list() -> None:
+    assert format_pod(POD) == "web_ns1(u-1)"
     assert go_list(["sh", "-c", "exit 1"]) == "[sh -c exit 1]"
     assert go_list([]) == "[]"
 
