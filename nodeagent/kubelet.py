@@ -420,7 +420,11 @@ class Kubelet:
             return False
         failed = self.prober.failed_containers(uid) if self.prober is not None else FailedProbes()
         result = await self.runtime.sync_pod(
-            pod, runtime_status, liveness_failed=failed.liveness, startup_failed=failed.startup
+            pod,
+            runtime_status,
+            liveness_failed=failed.liveness,
+            startup_failed=failed.startup,
+            startup_passed=self.prober.startup_passed(uid) if self.prober is not None else None,
         )
         if self.prober is not None:
             # Workers start with the containers in this status and stop with those that are gone; what this sync

@@ -373,6 +373,7 @@ def _init_actions(
     *,
     liveness_failed: frozenset[str],
     startup_failed: frozenset[str],
+    startup_passed: frozenset[str] | None = None,
 ) -> bool:
     """Fill the plan's init part; True when every init container is done (sidecars started)."""
     spec = _spec(pod)
@@ -403,6 +404,10 @@ def _init_actions(
             if kill is not None:
                 plan.to_kill.append(kill)
                 plan.init_to_start.append(name)
+            elif not initialized and not _sidecar_started(container, st.id, startup_passed):
+                # As upstream's computeInitContainerActions: a running sidecar with a startup probe holds the next
+                # init container (and the regular ones) until that probe succeeds.
+                return False
             continue
         if initialized:
             continue
@@ -430,6 +435,14 @@ def _init_actions(
         plan.init_to_start.append(name)
         return False
     return True
+
+
+def _sidecar_started(container: Mapping[str, Any], container_id: str, startup_passed: frozenset[str] | None) -> bool:
+    """A running sidecar counts as started without a startup probe, or once it succeeded (None: no prober, so
+    every running container counts as started, as without probes)."""
+    if startup_passed is None or container.get("startupProbe") is None:
+        return True
+    return container_id in startup_passed
 
 
 def _unknown_message(what: str) -> str:
@@ -510,9 +523,11 @@ def compute_pod_actions(
     backoff: BackoffView,
     liveness_failed: frozenset[str] = frozenset(),
     startup_failed: frozenset[str] = frozenset(),
+    startup_passed: frozenset[str] | None = None,
 ) -> PodActions:
     """The actions that bring what runs to the pod's spec. `now` is in seconds on the clock of container finish
-    times (wall clock); `liveness_failed`/`startup_failed` are ids of containers whose probe reported failure."""
+    times (wall clock); `liveness_failed`/`startup_failed` are ids of containers whose probe reported failure,
+    `startup_passed` those whose startup probe succeeded (None: no prober)."""
     spec = _spec(pod)
     meta: Mapping[str, Any] = pod.get("metadata") or {}
     phase = (pod.get("status") or {}).get("phase")
@@ -542,7 +557,14 @@ def compute_pod_actions(
     else:
         # Ephemeral containers may start before initialization completes (upstream starts them first).
         plan.ephemeral_to_start = _ephemeral_to_start(pod, status)
-        initialized = _init_actions(pod, status, plan, liveness_failed=liveness_failed, startup_failed=startup_failed)
+        initialized = _init_actions(
+            pod,
+            status,
+            plan,
+            liveness_failed=liveness_failed,
+            startup_failed=startup_failed,
+            startup_passed=startup_passed,
+        )
         if initialized and not plan.kill_pod:
             keep = 0
             restart_on_failure = policy != "Never"

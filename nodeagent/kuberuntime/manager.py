@@ -267,6 +267,7 @@ class RuntimeManager:
         *,
         liveness_failed: frozenset[str] = frozenset(),
         startup_failed: frozenset[str] = frozenset(),
+        startup_passed: frozenset[str] | None = None,
     ) -> SyncResult:
         """Make the runtime match the pod, deciding from `status` (the cache's, newer than the last sync), as
         upstream's SyncPod. The runtime is not read again afterwards: the PLEG reports what the actions did."""
@@ -280,6 +281,7 @@ class RuntimeManager:
             backoff=self.crash_backoff,
             liveness_failed=liveness_failed,
             startup_failed=startup_failed,
+            startup_passed=startup_passed,
         )
         waiting: dict[str, Waiting] = {w.name: Waiting(w.reason, w.message) for w in plan.backoff}
         retry_after = min((w.remaining for w in plan.backoff), default=None)

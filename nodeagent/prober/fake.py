@@ -62,6 +62,10 @@ class FakeProbeManager:
             startup=frozenset(c for c in ids if self.results.get((ProbeType.STARTUP, c)) is Result.FAILURE),
         )
 
+    def startup_passed(self, uid: str) -> frozenset[str]:
+        ids = [cid for (pod_uid, _), cid in self.containers.items() if pod_uid == uid]
+        return frozenset(c for c in ids if self.results.get((ProbeType.STARTUP, c)) is Result.SUCCESS)
+
     def stop_liveness_and_startup(self, uid: str) -> None:
         self.calls.append(("stop_liveness_and_startup", uid))
         self.terminating.add(uid)

@@ -71,6 +71,10 @@ class ProbeManager(Protocol):
 
     def failed_containers(self, uid: str) -> FailedProbes: ...
 
+    def startup_passed(self, uid: str) -> frozenset[str]:
+        """Ids of the pod's containers whose startup probe succeeded (a sidecar holds the next container until)."""
+        ...
+
     def stop_liveness_and_startup(self, uid: str) -> None: ...
 
     def remove_pod(self, uid: str) -> None: ...
@@ -218,6 +222,14 @@ class ProberManager:
         return FailedProbes(
             liveness=frozenset(cid for cid in ids if liveness.get(cid) is Result.FAILURE),
             startup=frozenset(cid for cid in ids if startup.get(cid) is Result.FAILURE),
+        )
+
+    def startup_passed(self, uid: str) -> frozenset[str]:
+        startup = self._results[ProbeType.STARTUP]
+        return frozenset(
+            cid
+            for (pod_uid, _), cid in self._containers.items()
+            if pod_uid == uid and startup.get(cid) is Result.SUCCESS
         )
 
     def results_for(self, kind: ProbeType) -> ResultsManager:

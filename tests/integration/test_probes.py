@@ -353,7 +353,7 @@ async def test_exec_probe_that_hangs_past_its_timeout_fails(
         return await events(admin, pod, "Unhealthy")
 
     [event] = await eventually(timed_out, timeout=90, what="timeout reported", agent=agent)
-    assert event["message"] == 'Readiness probe failed: command "sleep 30" timed out'
+    assert event["message"] == 'Readiness probe failed: command timed out: "sleep 30" timed out after 1s'
     pod = await get_pod(admin, name)
     assert cstatus(pod, "hang")["ready"] is False
     assert condition(pod, "Ready")["status"] == "False"

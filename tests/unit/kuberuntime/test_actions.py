@@ -358,6 +358,37 @@ def test_probe_kill_carries_the_probe_grace(
     assert actions.containers_to_start == ("app",)
 
 
+@pytest.mark.parametrize(
+    ("passed", "expected"),
+    [
+        (None, PodActions(sandbox_id="s1", init_containers_to_start=("init1",))),  # no prober: started when running
+        (frozenset(), PodActions(sandbox_id="s1")),  # its startup probe has not succeeded: init1 waits
+        (frozenset({"id-side"}), PodActions(sandbox_id="s1", init_containers_to_start=("init1",))),
+    ],
+    ids=["no prober", "startup pending", "startup passed"],
+)
+def test_a_sidecar_with_a_startup_probe_holds_the_next_container(
+    passed: frozenset[str] | None, expected: PodActions
+) -> None:
+    """As upstream's computeInitContainerActions (found by the differential corpus: the main container started while
+    the sidecar's startup probe still failed)."""
+    side = {**SIDE, "startupProbe": {"exec": {"command": ["true"]}}}
+    running = ctr("side", R, hash_=hash_container(side))
+    actions = compute_pod_actions(
+        pod(init=[side, INIT1]), status(running), now=NOW, backoff=Backoff(), startup_passed=passed
+    )
+    assert actions == expected
+    # Once the pod initialized (a regular container ran in this sandbox), a pending startup probe holds nothing.
+    done = compute_pod_actions(
+        pod(init=[side, INIT1]),
+        status(running, ctr("init1", E, 0), ctr("app", R)),
+        now=NOW,
+        backoff=Backoff(),
+        startup_passed=frozenset(),
+    )
+    assert done == PodActions(sandbox_id="s1")
+
+
 def test_crash_loop_backoff_defers_start() -> None:
     backoff = Backoff(clock=lambda: NOW)
     runtime = status(ctr("app", E, 1, finished=NOW - 5))

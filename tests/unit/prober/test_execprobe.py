@@ -31,7 +31,7 @@ from tests.unit.cri.scripted import Fail, ScriptedRuntime
         # containerd answers DEADLINE_EXCEEDED when it killed the command at its timeout: a failure, not an error.
         (
             Fail(grpc.StatusCode.DEADLINE_EXCEEDED, "timeout 1s exceeded: context deadline exceeded"),
-            ProbeOutcome(Outcome.FAILURE, 'command "cat /tmp/ready" timed out'),
+            ProbeOutcome(Outcome.FAILURE, 'command timed out: "cat /tmp/ready" timed out after 3s'),
         ),
     ],
     ids=["exit-0", "exit-1", "stdout-then-stderr", "output-truncated", "timeout"],
@@ -49,11 +49,14 @@ async def test_exec_outcomes(runtime: ScriptedRuntime, client: CRIClient, answer
     ("command", "message"),
     [
         # Go's %q: inner quotes and backslashes escaped (a plain f'"{cmd}"' would leave them bare).
-        (["sh", "-c", 'echo "hi" && sleep 9'], 'command "sh -c echo \\"hi\\" && sleep 9" timed out'),
-        (["sh", "-c", "printf 'a\\tb'"], "command \"sh -c printf 'a\\\\tb'\" timed out"),
+        (
+            ["sh", "-c", 'echo "hi" && sleep 9'],
+            'command timed out: "sh -c echo \\"hi\\" && sleep 9" timed out after 1s',
+        ),
+        (["sh", "-c", "printf 'a\\tb'"], "command timed out: \"sh -c printf 'a\\\\tb'\" timed out after 1s"),
         # Control characters take Go's escapes, where json.dumps would write \u0009; printable non-ASCII stays.
-        (["sh", "-c", "sleep\t9\n"], 'command "sh -c sleep\\t9\\n" timed out'),
-        (["echo", "h\u00e9\u00a0\x1b"], 'command "echo h\u00e9\\u00a0\\x1b" timed out'),
+        (["sh", "-c", "sleep\t9\n"], 'command timed out: "sh -c sleep\\t9\\n" timed out after 1s'),
+        (["echo", "h\u00e9\u00a0\x1b"], 'command timed out: "echo h\u00e9\\u00a0\\x1b" timed out after 1s'),
     ],
     ids=["double-quotes", "backslash", "control-characters", "non-ascii"],
 )

@@ -114,6 +114,7 @@ class FakeRuntime:
         *,
         liveness_failed: frozenset[str],
         startup_failed: frozenset[str],
+        startup_passed: frozenset[str] | None,
     ) -> SyncResult:
         assert status == self.status  # the cached status, converted, is what the sync decides from
         self.calls.append(("sync_pod", (liveness_failed, startup_failed)))

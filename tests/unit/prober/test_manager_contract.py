@@ -195,3 +195,19 @@ async def test_contract(
     for name, cid, running, expected in checks:
         assert manager.container_probe_status(pod_, name, cid, running=running) == expected, (name, cid)
     assert manager.failed_containers("u1") == failed
+
+
+@pytest.mark.parametrize(
+    ("result", "passed"),
+    [(None, frozenset()), (S, frozenset({"c1"})), (F, frozenset())],
+    ids=["not yet probed", "succeeded", "failed"],
+)
+async def test_startup_passed(driven: Driven, result: Any, passed: frozenset[str]) -> None:
+    """What holds a sidecar's next container: only a startup probe that succeeded lets it go on."""
+    pod_ = pod(startup=EXEC)
+    driven.manager.ensure_probes(pod_, runtime("u1", ("c1", "app", R, T)), ["198.18.0.9"])
+    if result is not None:
+        driven.set(pod_, ST, "c1", result)
+    await settle()
+    assert driven.manager.startup_passed("u1") == passed
+    assert driven.manager.startup_passed("other") == frozenset()
