@@ -24,6 +24,8 @@ _IPV4 = re.compile(r"\b(?:\d{1,3}\.){3}\d{1,3}\b")
 # constant and stays.
 _DURATION = re.compile(r"\b\d+\.\d+(?:ns|µs|us|ms|s|m)\b|\b\d+(?:ns|µs|us|ms)\b")
 _CONTAINER_ID = re.compile(r"\b[a-z]+://[0-9a-f]{64}\b")
+# The ServiceAccount admission plugin names the projected token volume with a random suffix.
+_TOKEN_VOLUME = re.compile(r"\bkube-api-access-[a-z0-9]{5}\b")
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,7 @@ class Context:
 def scrub(text: str, ctx: Context) -> str:
     """A message with the run's names, IDs, addresses and measured durations replaced."""
     text = _CONTAINER_ID.sub("<cid>", text)
+    text = _TOKEN_VOLUME.sub("kube-api-access-<rand>", text)
     for name, uid in ctx.uids.items():
         text = text.replace(uid, f"<uid:{name}>")
     text = _UUID.sub("<uid>", text)
@@ -54,7 +57,7 @@ def _key(item: Any, index: int) -> str:
     if isinstance(item, dict):
         for field in ("name", "type", "mountPath"):
             if isinstance(item.get(field), str):
-                return str(item[field])
+                return _TOKEN_VOLUME.sub("kube-api-access-<rand>", str(item[field]))
     return str(index)
 
 

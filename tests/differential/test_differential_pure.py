@@ -24,6 +24,7 @@ CTX = Context(namespace="d-na-x-abcde", uids={"p": UID}, node="node1")
         ("back-off 10s restarting", "back-off 10s restarting"),
         ("Get http://198.18.0.5:80/nope: 404", "Get http://<ip>:80/nope: 404"),
         ("on node1", "on <node>"),
+        ('volume "kube-api-access-x7k2q" mounted', 'volume "kube-api-access-<rand>" mounted'),
     ],
 )
 def test_scrub(text: str, want: str) -> None:
@@ -38,7 +39,13 @@ def test_pod_state_flattens_by_name_and_hides_what_differs() -> None:
             "podIP": "198.18.0.4",
             "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2025-01-01T00:00:00Z"}],
             "containerStatuses": [
-                {"name": "main", "containerID": "containerd://" + "b" * 64, "restartCount": 1, "state": {}},
+                {
+                    "name": "main",
+                    "containerID": "containerd://" + "b" * 64,
+                    "restartCount": 1,
+                    "state": {},
+                    "volumeMounts": [{"name": "kube-api-access-cn4k7", "mountPath": "/var/run/secrets"}],
+                },
             ],
         },
     }
@@ -52,6 +59,9 @@ def test_pod_state_flattens_by_name_and_hides_what_differs() -> None:
         "containerStatuses[main].containerID": "<cid>",
         "containerStatuses[main].restartCount": "1",
         "containerStatuses[main].state": "{}",
+        # the ServiceAccount admission's random suffix, in the key and in the value
+        "containerStatuses[main].volumeMounts[kube-api-access-<rand>].name": '"kube-api-access-<rand>"',
+        "containerStatuses[main].volumeMounts[kube-api-access-<rand>].mountPath": '"/var/run/secrets"',
         "metadata.deletionTimestamp": "<time>",
     }
 
