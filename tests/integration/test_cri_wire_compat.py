@@ -10,12 +10,6 @@ import a proto that neither the module nor grpc_tools provides, the first test s
 
 from __future__ import annotations
 
-import json
-import re
-import shutil
-import subprocess
-import sys
-from importlib import resources
 from pathlib import Path
 
 import pytest
@@ -23,77 +17,32 @@ from google.protobuf import descriptor_pb2
 
 from cri import wire_compat
 from nodeagent.testbed.versions import CRI_API_VERSION
+from tests.protooracle import compile_proto, download_module, unresolved_imports
 
 REPO = Path(__file__).resolve().parents[2]
 UPSTREAM_MODULE = "k8s.io/cri-api"
 UPSTREAM_PROTO = "pkg/apis/runtime/v1/api.proto"
 OUR_PROTO = "cri/v1/api.proto"
 SERVICES = ("RuntimeService", "ImageService")
-WELL_KNOWN = Path(str(resources.files("grpc_tools") / "_proto"))
 
 
 @pytest.fixture(scope="module")
 def upstream_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    go = shutil.which("go") or "/usr/local/go/bin/go"
-    if not Path(go).exists():
-        pytest.fail("`go` is needed to fetch the upstream CRI proto (nodeagent testbed install provides it)")
-    work = tmp_path_factory.mktemp("cri-api-oracle")
-    subprocess.run([go, "mod", "init", "nodeagent.local/cri-api-oracle"], cwd=work, check=True, capture_output=True)
-    fetched = subprocess.run(
-        [go, "mod", "download", "-json", f"{UPSTREAM_MODULE}@{CRI_API_VERSION}"],
-        cwd=work,
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    if fetched.returncode != 0:
-        pytest.fail(f"go mod download {UPSTREAM_MODULE}@{CRI_API_VERSION} failed:\n{fetched.stdout}{fetched.stderr}")
-    return Path(json.loads(fetched.stdout)["Dir"])
-
-
-def _imports(proto: Path) -> list[str]:
-    return re.findall(r'^\s*import\s+(?:public\s+|weak\s+)?"([^"]+)"\s*;', proto.read_text(), re.MULTILINE)
-
-
-def _compile(include: Path, proto: str, out: Path) -> descriptor_pb2.FileDescriptorProto:
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "grpc_tools.protoc",
-            f"-I{include}",
-            f"-I{WELL_KNOWN}",
-            f"--descriptor_set_out={out}",
-            "--include_imports",
-            proto,
-        ],
-        check=False,
-        capture_output=True,
-        text=True,
-    )
-    assert result.returncode == 0, f"protoc failed on {include / proto}:\n{result.stderr}"
-    files = descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes()).file
-    (compiled,) = [file for file in files if file.name == proto]
-    return compiled
+    return download_module(UPSTREAM_MODULE, CRI_API_VERSION, tmp_path_factory.mktemp("cri-api-oracle"))
 
 
 @pytest.fixture(scope="module")
 def upstream(upstream_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> descriptor_pb2.FileDescriptorProto:
-    return _compile(upstream_dir, UPSTREAM_PROTO, tmp_path_factory.mktemp("upstream") / "api.pb")
+    return compile_proto(upstream_dir, UPSTREAM_PROTO, tmp_path_factory.mktemp("upstream") / "api.pb")
 
 
 @pytest.fixture(scope="module")
 def ours(tmp_path_factory: pytest.TempPathFactory) -> descriptor_pb2.FileDescriptorProto:
-    return _compile(REPO, OUR_PROTO, tmp_path_factory.mktemp("ours") / "api.pb")
+    return compile_proto(REPO, OUR_PROTO, tmp_path_factory.mktemp("ours") / "api.pb")
 
 
 def test_upstream_imports_are_resolvable(upstream_dir: Path) -> None:
-    unresolved = [
-        name
-        for name in _imports(upstream_dir / UPSTREAM_PROTO)
-        if not (upstream_dir / name).exists() and not (WELL_KNOWN / name).exists()
-    ]
+    unresolved = unresolved_imports(upstream_dir, UPSTREAM_PROTO)
     assert not unresolved, (
         f"upstream {UPSTREAM_PROTO} at {CRI_API_VERSION} imports protos this test cannot resolve: {unresolved}; "
         "add their include path (or strip their options) before comparing"
