@@ -73,7 +73,7 @@ async def _up(args: argparse.Namespace) -> int:
 
 async def _testbed(args: argparse.Namespace) -> int:
     if args.action == "install":
-        installer.install(with_kubelet=args.with_kubelet)
+        installer.install(with_kubelet=args.with_kubelet, with_csi=args.with_csi)
         return 0
     bed = Testbed(args.dir)
     if args.action == "up":
@@ -242,6 +242,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--with-kubelet",
         action="store_true",
         help="also build the upstream kubelet, which the testbed can run as its node instead of nodeagent",
+    )
+    install.add_argument(
+        "--with-csi",
+        action="store_true",
+        help="also build the CSI stack (mock driver, registration sidecar, external-attacher; testbed/csistack.py)",
     )
     for name in ("up", "down"):
         action = actions.add_parser(name)

@@ -11,8 +11,8 @@ step() { printf '\n== %s ==\n' "$*"; }
 step "python packages"
 python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore -e '.[dev]'
 
-step "testbed install (Debian packages, control plane and upstream kubelet build; cached after the first run)"
-python3 -m nodeagent testbed install --with-kubelet
+step "testbed install (Debian packages, control plane, upstream kubelet and CSI stack builds; cached after the first run)"
+python3 -m nodeagent testbed install --with-kubelet --with-csi
 
 step "ruff check";        python3 -m ruff check .
 step "ruff format";       python3 -m ruff format --check .

@@ -21,7 +21,9 @@ registries only (Debian, the Go module proxy), because these machines reach noth
   and alpine (whose busybox is close to the vanilla one, not to Debian's);
 - nnp, the nonewprivs image's program, from `k8s.io/kubernetes/test/images/nonewprivs` of the release, static;
 - Debian bookworm's nginx and nginx-common (`apt-get download`, `dpkg-deb -x` into the cache, never installed, which
-  would start a daemon), the program of the testbed's e2e nginx images.
+  would start a daemon), the program of the testbed's e2e nginx images;
+- with `--with-csi` only, the testbed's CSI stack (testbed/csistack.py): the e2e suite's CSI mock driver and our
+  registration sidecar, built on packages of the release, and the external-attacher from its own module.
 """
 
 from __future__ import annotations
@@ -48,7 +50,10 @@ from nodeagent.testbed.versions import (
     BUSYBOX_SOURCE_URL,
     BUSYBOX_VERSION,
     CRI_TOOLS_VERSION,
+    CSI_MOCK_SOURCE,
+    CSI_REGISTRAR_SOURCE,
     E2E_BUSYBOX_TAG,
+    EXTERNAL_ATTACHER_VERSION,
     GRPC_GO_VERSION,
     GRPC_HEALTH_SOURCE,
     KUBERNETES_VERSION,
@@ -60,6 +65,9 @@ from nodeagent.testbed.versions import (
     busybox_path,
     cache_root,
     crictl_path,
+    csi_attacher_path,
+    csi_mock_path,
+    csi_registrar_path,
     grpc_health_path,
     kubelet_path,
     kubernetes_bin_dir,
@@ -286,6 +294,51 @@ def kubernetes_version_ldflags() -> str:
     )
 
 
+def build_in_release_module(
+    source: KubernetesSource,
+    module: Path,
+    binary: Path,
+    *,
+    package: str,
+    work: Path,
+    ldflags: str = "",
+    get: Sequence[str] | None = None,
+    main_source: Path | None = None,
+    beside: dict[str, Path] | None = None,
+) -> float:
+    """Build one program in `work`, a fresh copy of the control plane's build `module` (so the builds share its module
+    and build caches but never write the same go.mod, even when two run at once), and put it at `binary`.
+
+    `go get` each package of `get` (default: `package`) at KUBERNETES_VERSION first: a package path without @version
+    would mean @upgrade, i.e. the newest Kubernetes, not the pinned one. With `main_source`, `package` is ignored and
+    that one file is built as the main package (our own programs on the release's packages). Files of `beside` are
+    copied next to the binary, which is put in place last, whole or not at all: its presence is the cache check.
+    Returns the seconds the build took."""
+    started = time.monotonic()
+    work = fresh_module_copy(module, work)
+    gets = [package] if get is None else list(get)
+    if gets:
+        argv = [source.go, "get", *(f"{p}@{KUBERNETES_VERSION}" for p in gets)]
+        _run(argv, env=source.env, cwd=work, step=f"go get for {binary.name}")
+    if main_source is not None:
+        (work / "cmd").mkdir()
+        shutil.copyfile(main_source, work / "cmd" / "main.go")
+        package = "./cmd"
+    partial = work / binary.name
+    _run(
+        [source.go, "build", "-trimpath", "-ldflags", f"-s -w {ldflags}".rstrip(), "-o", str(partial), package],
+        env=source.env,
+        cwd=work,
+        step=f"go build {binary.name}",
+    )
+    binary.parent.mkdir(parents=True, exist_ok=True)
+    for name, path in (beside or {}).items():
+        shutil.copyfile(path, binary.parent / name)
+    partial.replace(binary)
+    shutil.rmtree(work, ignore_errors=True)
+    return time.monotonic() - started
+
+
 def build_kubernetes(progress: Progress) -> Path:
     """Build the control plane binaries and kubectl of KUBERNETES_VERSION into the versioned cache."""
     bin_dir = kubernetes_bin_dir()
@@ -359,24 +412,16 @@ def build_kubelet(progress: Progress) -> Path:
         return binary
     module = control_plane_module("kubelet")
     source = kubernetes_source()
-    go, env = source.go, source.env
-    work = fresh_module_copy(module, binary.parent.parent / "build-kubelet")
     progress.step(f"kubelet {KUBERNETES_VERSION}: go build (several minutes on a cold cache)")
-    started = time.monotonic()
-    # A package path without @version would mean @upgrade, i.e. the newest Kubernetes, not the pinned one.
-    _run([go, "get", f"{KUBELET_PACKAGE}@{KUBERNETES_VERSION}"], env=env, cwd=work, step="go get kubelet")
-    partial = work / "kubelet"
-    _run(
-        [go, "build", "-trimpath", "-ldflags", f"-s -w {kubernetes_version_ldflags()}", "-o", str(partial),
-         KUBELET_PACKAGE],
-        env=env,
-        cwd=work,
-        step="go build kubelet",
-    )  # fmt: skip
-    binary.parent.mkdir(parents=True, exist_ok=True)
-    partial.replace(binary)  # whole or not at all: its presence is the cache check
-    shutil.rmtree(work, ignore_errors=True)
-    progress.step(f"kubelet: built in {time.monotonic() - started:.0f}s")
+    took = build_in_release_module(
+        source,
+        module,
+        binary,
+        package=KUBELET_PACKAGE,
+        work=binary.parent.parent / "build-kubelet",
+        ldflags=kubernetes_version_ldflags(),
+    )
+    progress.step(f"kubelet: built in {took:.0f}s")
     return binary
 
 
@@ -525,7 +570,6 @@ def build_agnhost(progress: Progress) -> Path:
         return binary
     module = control_plane_module("agnhost")
     source = kubernetes_source()
-    go, env = source.go, source.env
     version = (source.dir / "test/images/agnhost/VERSION").read_text().strip()
     tag = manifest_image_tag(source.manifest_go(), "agnhost")
     if version != AGNHOST_VERSION or tag != AGNHOST_VERSION:
@@ -534,26 +578,18 @@ def build_agnhost(progress: Progress) -> Path:
             f"kubernetes {KUBERNETES_VERSION} has agnhost {version} (manifest.go tag {tag}), "
             f"the testbed expects {AGNHOST_VERSION}: update AGNHOST_VERSION"
         )
-    work = fresh_module_copy(module, binary.parent.with_name(binary.parent.name + ".build"))
     progress.step(f"agnhost {AGNHOST_VERSION}: go build (a few minutes on a cold cache)")
-    started = time.monotonic()
-    # A package path without @version would mean @upgrade, i.e. the newest Kubernetes, not the pinned one.
-    _run([go, "get", f"{AGNHOST_PACKAGE}@{KUBERNETES_VERSION}"], env=env, cwd=work, step="go get agnhost")
-    partial = work / "agnhost"
-    _run(
+    took = build_in_release_module(
+        source,
+        module,
+        binary,
+        package=AGNHOST_PACKAGE,
+        work=binary.parent.with_name(binary.parent.name + ".build"),
         # As upstream's image-util.sh builds it (CGO off, the VERSION file stamped into main.Version), trimmed.
-        [go, "build", "-trimpath", "-ldflags", f"-s -w -X main.Version={AGNHOST_VERSION}", "-o", str(partial),
-         AGNHOST_PACKAGE],
-        env=env,
-        cwd=work,
-        step="go build agnhost",
-    )  # fmt: skip
-    binary.parent.mkdir(parents=True, exist_ok=True)
-    for name in AGNHOST_PORTER_FILES:
-        shutil.copyfile(source.dir / "test/images/agnhost/porter" / name, binary.parent / name)
-    partial.replace(binary)  # last, whole or not at all: its presence is the cache check
-    shutil.rmtree(work, ignore_errors=True)
-    progress.step(f"agnhost: built in {time.monotonic() - started:.0f}s")
+        ldflags=f"-X main.Version={AGNHOST_VERSION}",
+        beside={name: source.dir / "test/images/agnhost/porter" / name for name in AGNHOST_PORTER_FILES},
+    )
+    progress.step(f"agnhost: built in {took:.0f}s")
     return binary
 
 
@@ -675,22 +711,10 @@ def build_nonewprivs(progress: Progress) -> Path:
         return binary
     module = control_plane_module("nnp")
     source = kubernetes_source()
-    go, env = source.go, source.env
     check_manifest_tags(source.manifest_go(), {"nonewprivs": NONEWPRIVS_VERSION, "busybox": E2E_BUSYBOX_TAG})
-    work = fresh_module_copy(module, binary.parent.with_name(binary.parent.name + ".build"))
     progress.step(f"nonewprivs {NONEWPRIVS_VERSION}: go build")
-    # A package path without @version would mean @upgrade, i.e. the newest Kubernetes, not the pinned one.
-    _run([go, "get", f"{NONEWPRIVS_PACKAGE}@{KUBERNETES_VERSION}"], env=env, cwd=work, step="go get nonewprivs")
-    partial = work / "nnp"
-    _run(
-        [go, "build", "-trimpath", "-ldflags", "-s -w", "-o", str(partial), NONEWPRIVS_PACKAGE],
-        env=env,
-        cwd=work,
-        step="go build nonewprivs",
-    )
-    binary.parent.mkdir(parents=True, exist_ok=True)
-    partial.replace(binary)  # whole or not at all: its presence is the cache check
-    shutil.rmtree(work, ignore_errors=True)
+    work = binary.parent.with_name(binary.parent.name + ".build")
+    build_in_release_module(source, module, binary, package=NONEWPRIVS_PACKAGE, work=work)
     return binary
 
 
@@ -731,9 +755,93 @@ def fetch_nginx(progress: Progress) -> Path:
     return root
 
 
-def install_steps(*, with_kubelet: bool = False) -> list[Callable[[Progress], object]]:
+# The packages of KUBERNETES_VERSION that csimock/main.go serves: the e2e suite's CSI mock driver.
+CSI_MOCK_PACKAGES = (
+    "k8s.io/kubernetes/test/e2e/storage/drivers/csi-test/driver",
+    "k8s.io/kubernetes/test/e2e/storage/drivers/csi-test/mock/service",
+)
+EXTERNAL_ATTACHER_MODULE = "github.com/kubernetes-csi/external-attacher/v4"
+
+
+def build_csi_mock(progress: Progress) -> Path:
+    """The testbed's CSI mock driver: csimock/main.go on the e2e suite's mock driver packages of the release."""
+    binary = csi_mock_path()
+    if binary.exists():
+        progress.step(f"csi-mock (kubernetes {KUBERNETES_VERSION}): cached")
+        return binary
+    module = control_plane_module("csi-mock")
+    progress.step("csi-mock: go build")
+    took = build_in_release_module(
+        kubernetes_source(),
+        module,
+        binary,
+        package="",
+        get=CSI_MOCK_PACKAGES,
+        main_source=CSI_MOCK_SOURCE,
+        work=binary.parent.with_name(binary.parent.name + ".build"),
+    )
+    progress.step(f"csi-mock: built in {took:.0f}s")
+    return binary
+
+
+def build_csi_registrar(progress: Progress) -> Path:
+    """The testbed's plugin-registration sidecar (csiregistrar/main.go), on the release's k8s.io/kubelet staging
+    module (pluginregistration/v1) and its CSI spec and grpc, all already in the control plane's module graph."""
+    binary = csi_registrar_path()
+    if binary.exists():
+        progress.step(f"csi-registrar (kubernetes {KUBERNETES_VERSION}): cached")
+        return binary
+    module = control_plane_module("csi-registrar")
+    progress.step("csi-registrar: go build")
+    took = build_in_release_module(
+        kubernetes_source(),
+        module,
+        binary,
+        package="",
+        get=(),
+        main_source=CSI_REGISTRAR_SOURCE,
+        work=binary.parent.with_name(binary.parent.name + ".build"),
+    )
+    progress.step(f"csi-registrar: built in {took:.0f}s")
+    return binary
+
+
+def build_csi_attacher(progress: Progress) -> Path:
+    """csi-attacher of EXTERNAL_ATTACHER_VERSION, built in a copy of its own module with its own go.mod and go.sum
+    (-mod=readonly: exactly the dependencies of its release), stamped as its Makefile does (main.version). Not
+    `go install pkg@version`, which refuses a module whose go.mod has `replace` lines, as this one's has."""
+    binary = csi_attacher_path()
+    if binary.exists():
+        progress.step(f"external-attacher {EXTERNAL_ATTACHER_VERSION}: cached")
+        return binary
+    go = shutil.which("go") or "/usr/local/go/bin/go"
+    env = {**_go_env(cache_root()), "GOFLAGS": "-mod=readonly -buildvcs=false"}
+    module = f"{EXTERNAL_ATTACHER_MODULE}@{EXTERNAL_ATTACHER_VERSION}"
+    progress.step(f"external-attacher {EXTERNAL_ATTACHER_VERSION}: go mod download, go build (minutes on a cold cache)")
+    started = time.monotonic()
+    info = json.loads(_run([go, "mod", "download", "-json", module], env=env, step="go mod download external-attacher"))
+    work = binary.parent.with_name(binary.parent.name + ".build")
+    if work.exists():
+        shutil.rmtree(work)
+    shutil.copytree(info["Dir"], work)
+    partial = work / "csi-attacher.bin"
+    ldflags = f"-s -w -X main.version={EXTERNAL_ATTACHER_VERSION}"
+    argv = [go, "build", "-trimpath", "-ldflags", ldflags, "-o", str(partial), "./cmd/csi-attacher"]
+    _run(argv, env=env, cwd=work, step="go build csi-attacher")
+    binary.parent.mkdir(parents=True, exist_ok=True)
+    partial.replace(binary)  # whole or not at all: its presence is the cache check
+    shutil.rmtree(work, ignore_errors=True)
+    progress.step(f"external-attacher: built in {time.monotonic() - started:.0f}s")
+    return binary
+
+
+CSI_STEPS = (build_csi_mock, build_csi_registrar, build_csi_attacher)
+
+
+def install_steps(*, with_kubelet: bool = False, with_csi: bool = False) -> list[Callable[[Progress], object]]:
     """The steps of an install, in order; the upstream kubelet only when asked for (`--with-kubelet`), after the
-    control plane, whose build module it is built in."""
+    control plane, whose build module it is built in; the CSI stack (`--with-csi`) last, as it needs that module
+    too."""
     steps: list[Callable[[Progress], object]] = [
         install_debian_packages,
         build_kubernetes,
@@ -747,14 +855,16 @@ def install_steps(*, with_kubelet: bool = False) -> list[Callable[[Progress], ob
     ]
     if with_kubelet:
         steps.insert(steps.index(build_kubernetes) + 1, build_kubelet)
+    if with_csi:
+        steps.extend(CSI_STEPS)
     return steps
 
 
-def install(progress: Progress | None = None, *, with_kubelet: bool = False) -> None:
+def install(progress: Progress | None = None, *, with_kubelet: bool = False, with_csi: bool = False) -> None:
     progress = progress or Progress(write=lambda line: print(line, file=sys.stderr, flush=True))
     if os.geteuid() != 0:
         raise InstallError("nodeagent testbed install must run as root (it installs Debian packages)")
     started = time.monotonic()
-    for step in install_steps(with_kubelet=with_kubelet):
+    for step in install_steps(with_kubelet=with_kubelet, with_csi=with_csi):
         step(progress)
     progress.step(f"done in {time.monotonic() - started:.0f}s")

@@ -39,6 +39,7 @@ from nodeagent.kuberuntime.cgroups import remove_cgroup_tree
 from nodeagent.testbed import (
     cniplugin,
     configs,
+    csistack,
     hostnet,
     images,
     kubeproxy,
@@ -716,6 +717,8 @@ class Testbed:
             agent = processes.load(lay.pids, name)
             if agent is not None:
                 processes.stop(agent, pid_dir=lay.pids, grace=20)
+        # The CSI stack's host processes (testbed/csistack.py), started by tests on this testbed, after the agent.
+        csistack.stop_all(lay)
         containerd = processes.load(lay.pids, "containerd")
         if containerd is not None and containerd.alive():
             try:

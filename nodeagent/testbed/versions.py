@@ -104,3 +104,33 @@ def kubelet_path() -> Path:
     """The upstream kubelet of KUBERNETES_VERSION (`nodeagent testbed install --with-kubelet`), beside the control
     plane's binaries."""
     return kubernetes_bin_dir() / "kubelet"
+
+
+# The testbed's CSI stack (`nodeagent testbed install --with-csi`, testbed/csistack.py). The CSI mock driver is
+# Kubernetes' own (k8s.io/kubernetes/test/e2e/storage/drivers/csi-test of KUBERNETES_VERSION, what the e2e suite tests
+# the kubelet's CSI code with: csi-test v5 dropped its standalone mock-driver), served by our csimock/main.go; the
+# registration sidecar is our csiregistrar/main.go on k8s.io/kubelet's pluginregistration API, since the module proxy
+# serves no node-driver-registrar. Both are built in a copy of the control plane's build module, keyed by their
+# sources. The external-attacher is built from its own module (its go.mod and go.sum, as its release is).
+CSI_MOCK_SOURCE = Path(__file__).with_name("csimock") / "main.go"
+CSI_REGISTRAR_SOURCE = Path(__file__).with_name("csiregistrar") / "main.go"
+EXTERNAL_ATTACHER_VERSION = "v4.13.0"
+
+
+def _source_digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+
+
+def csi_mock_path() -> Path:
+    """The CSI mock driver, keyed by the release it is built from and by its main.go, so an edit rebuilds it."""
+    digest = _source_digest(CSI_MOCK_SOURCE)
+    return cache_root() / f"kubernetes-{KUBERNETES_VERSION}" / f"csi-mock-{digest}" / "csi-mock"
+
+
+def csi_registrar_path() -> Path:
+    digest = _source_digest(CSI_REGISTRAR_SOURCE)
+    return cache_root() / f"kubernetes-{KUBERNETES_VERSION}" / f"csi-registrar-{digest}" / "csi-registrar"
+
+
+def csi_attacher_path() -> Path:
+    return cache_root() / f"external-attacher-{EXTERNAL_ATTACHER_VERSION}" / "csi-attacher"
