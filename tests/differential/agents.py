@@ -14,12 +14,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nodeagent.kube import paths
 from nodeagent.kube.client import KubeClient
 from nodeagent.testbed.testbed import Testbed
 from nodeagent.testbed.versions import kubelet_path
 from tests.integration.agentproc import clean_up, start_agent, stop_agent, wait_node_ready
 
 AGENTS = ("nodeagent", "kubelet")
+# The node lifecycle controller's taints on a new node; it lifts them a few seconds after the node is Ready, and a
+# pod created before that waits Unschedulable for one agent and not the other.
+STARTUP_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
 INSTALL_KUBELET = "python3 -m nodeagent testbed install --with-kubelet"
 
 
@@ -49,7 +53,31 @@ def check_kubelet() -> None:
         raise AgentUnavailable(f"the upstream kubelet is not built ({binary}): run `{INSTALL_KUBELET}`")
 
 
+async def wait_untainted(testbed: Testbed, timeout: float = 60) -> None:
+    """Until the Node carries none of STARTUP_TAINTS (the scenarios then start from the same schedulable node)."""
+    async with KubeClient.from_kubeconfig(testbed.layout.admin_kubeconfig) as admin:
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            node = await admin.get(paths.node(testbed.settings.node_name))
+            taints = {str(t.get("key")) for t in (node.get("spec") or {}).get("taints") or ()}
+            if not taints & STARTUP_TAINTS:
+                return
+            if asyncio.get_running_loop().time() > deadline:
+                raise TimeoutError(f"node still tainted after {timeout:.0f}s: {sorted(taints)}")
+            await asyncio.sleep(0.2)
+
+
 async def start(name: str, testbed: Testbed, log_dir: Path, label: str = "") -> RunningAgent:
+    running = await _start(name, testbed, log_dir, label)
+    try:
+        await wait_untainted(testbed)
+    except BaseException:
+        await running.stop()
+        raise
+    return running
+
+
+async def _start(name: str, testbed: Testbed, log_dir: Path, label: str) -> RunningAgent:
     log = log_dir / f"agent-{label or name}.log"
     if name == "nodeagent":
         agent = start_agent(testbed, log)
