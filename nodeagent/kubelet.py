@@ -30,6 +30,7 @@ It owns no decisions of its own: admission is `nodeagent.admission.admit`, what 
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 import datetime
 import logging
@@ -81,8 +82,8 @@ def _meta(pod: Pod) -> dict[str, Any]:
     return out
 
 
-def _uid(pod: Pod) -> str:
-    return str(_meta(pod).get("uid", ""))
+def _uid(pod: Mapping[str, Any]) -> str:
+    return str((pod.get("metadata") or {}).get("uid", ""))
 
 
 def _reason_view(reasons: Mapping[str, Waiting]) -> dict[str, tuple[str, str]]:
@@ -317,7 +318,7 @@ class Kubelet:
                 self.workers.update_pod(UpdatePodOptions(UpdateType.SYNC, pod))
 
     async def handle_pod_cleanups(self) -> None:
-        known = {_uid(p) for p in self.pod_config.pods()}
+        known = {_uid(p) for p in self.pod_config.pod_views()}
         for uid in self.workers.known_uids():
             if uid not in known:
                 self.workers.forget(uid)
@@ -339,13 +340,13 @@ class Kubelet:
         if self.volumes is not None:
             # After the unknown runtime pods are gone: their directories go once nothing of theirs is mounted.
             await self.volumes.cleanup_orphaned_pod_dirs(
-                lambda uid: self.pod_config.pod_by_uid(uid) is not None or self.workers.state(uid) is not None
+                lambda uid: self.pod_config.pod_view(uid) is not None or self.workers.state(uid) is not None
             )
         if self.mirror_pods is not None:
             alive = {
                 full_name(p) for uid in self.workers.known_uids() if self._alive(uid) and (p := self.workers.pod(uid))
             }
-            await self.mirror_pods.delete_orphans(self.pod_config.pods(), alive)
+            await self.mirror_pods.delete_orphans(self.pod_config.pod_views(), alive)
 
     async def _remove_unknown_runtime_pods(self, wanted: set[str]) -> None:
         for uid, status in (await self.runtime.list_pods()).items():
@@ -372,14 +373,14 @@ class Kubelet:
     def pods_due(self) -> list[Pod]:
         now = self.monotonic()
         due = []
-        for pod in self.pod_config.pods():
+        for pod in self.pod_config.pod_views():  # looked at every second: copied only when due
             uid = _uid(pod)
             if uid in self._rejected or self.workers.state(uid) is None:
                 continue
             # As upstream's getPodsToSync, a pod past its active deadline is due whatever its schedule.
             past_deadline = self.workers.state(uid) is WorkState.SYNCING and self._past_active_deadline(pod)
             if self._next_sync.get(uid, 0.0) <= now or past_deadline:
-                due.append(pod)
+                due.append(copy.deepcopy(dict(pod)))
                 self._next_sync[uid] = now + self.sync_frequency
         return due
 
@@ -655,7 +656,7 @@ class Kubelet:
     def _publish(self, pod: Pod, status: dict[str, Any]) -> None:
         self.status_manager.set_pod_status(pod, status)
 
-    def _past_active_deadline(self, pod: Pod) -> bool:
+    def _past_active_deadline(self, pod: Mapping[str, Any]) -> bool:
         return active_deadline.past_active_deadline(pod, self.status_manager.get_pod_status(_uid(pod)), self.wall())
 
     def _deadline_exceeded(self, pod: Pod, status: dict[str, Any], *, record: bool) -> None:

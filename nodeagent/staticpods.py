@@ -155,7 +155,7 @@ class MirrorPods:
         *,
         node_name: str,
         pods_by_full_name: Callable[[str], list[Pod]],
-        pod_by_uid: Callable[[str], Pod | None],
+        pod_by_uid: Callable[[str], Mapping[str, Any] | None],
         node: Callable[[], Mapping[str, Any] | None],
     ) -> None:
         self._client = client

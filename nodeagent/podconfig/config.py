@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from nodeagent.podconfig.storage import InvalidPodSink, Pod, PodStorage, PodUpdate, SourceUpdate
 
@@ -40,6 +41,12 @@ class PodConfig:
 
     def pod_by_uid(self, uid: str) -> Pod | None:
         return self._storage.pod_by_uid(uid)
+
+    def pod_views(self) -> list[Mapping[str, Any]]:
+        return self._storage.pod_views()
+
+    def pod_view(self, uid: str) -> Mapping[str, Any] | None:
+        return self._storage.pod_view(uid)
 
     def pods_by_full_name(self, full_name: str) -> list[Pod]:
         return self._storage.pods_by_full_name(full_name)

@@ -116,6 +116,19 @@ class PodStorage:
     def pods(self) -> list[Pod]:
         return [copy.deepcopy(p) for by_uid in self._pods.values() for p in by_uid.values()]
 
+    def pod_views(self) -> list[Mapping[str, Any]]:
+        """The stored pods themselves, not copies: for readers that only look (merge replaces a changed pod, it
+        never edits one in place). With 100 pods, copying all of them every second was 15% of the agent's CPU."""
+        return [p for by_uid in self._pods.values() for p in by_uid.values()]
+
+    def pod_view(self, uid: str) -> Mapping[str, Any] | None:
+        """The stored pod itself, not a copy (see pod_views)."""
+        for by_uid in self._pods.values():
+            pod = by_uid.get(uid)
+            if pod is not None:
+                return pod
+        return None
+
     def pods_of(self, source: str) -> Mapping[str, Pod]:
         return dict(self._pods.get(source, {}))
 
@@ -213,8 +226,10 @@ class PodStorage:
         if existing is not None and _semantic_view(existing) == _semantic_view(pod):
             if existing.get("status") == pod.get("status"):
                 return None
-            existing["status"] = copy.deepcopy(pod.get("status"))
-            return Operation.RECONCILE, existing
+            # A new object rather than an edit: pod_views hands out the stored ones.
+            reconciled = {**existing, "status": copy.deepcopy(pod.get("status"))}
+            stored[uid] = reconciled
+            return Operation.RECONCILE, reconciled
         fresh = copy.deepcopy(pod)
         meta = fresh.setdefault("metadata", {})
         annotations = meta["annotations"] = dict(meta.get("annotations") or {})

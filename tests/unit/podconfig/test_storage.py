@@ -116,6 +116,25 @@ def test_updates_are_copies_not_views_of_storage() -> None:
     assert storage.pods()[0]["spec"]["containers"][0]["image"] == "busybox"
 
 
+def test_views_are_the_stored_pods_and_an_update_replaces_rather_than_edits_them() -> None:
+    """pod_views/pod_view hand out the stored objects (no copy, for hot read-only paths), so an update must
+    replace a pod, never edit it: a view taken before the update still shows the old version."""
+    storage = storage_with(pod("a"), pod("b"))
+    before = storage.pod_view("a")
+    assert before is not None and before is storage.pod_view("a")
+    assert [v["metadata"]["uid"] for v in storage.pod_views()] == ["a", "b"]
+    assert storage.pod_view("missing") is None
+    storage.merge(SourceUpdate("api", Operation.UPDATE, (pod("a", image="v2"),)))
+    assert before["spec"]["containers"][0]["image"] == "busybox"
+    after = storage.pod_view("a")
+    assert after is not None and after["spec"]["containers"][0]["image"] == "v2"
+    # A status-only change (RECONCILE) too.
+    storage.merge(SourceUpdate("api", Operation.UPDATE, ({**pod("a", image="v2"), "status": {"phase": "Running"}},)))
+    assert "status" not in after
+    reconciled = storage.pod_view("a")
+    assert reconciled is not None and reconciled["status"] == {"phase": "Running"}
+
+
 def named(uid: str, name: str, namespace: str = "default") -> Pod:
     out = pod(uid)
     out["metadata"].update(name=name, namespace=namespace)
