@@ -419,7 +419,7 @@ async def _run(
             client,
             node_name=node_name,
             pods_by_full_name=pod_config.pods_by_full_name,
-            pod_by_uid=pod_config.pod_by_uid,
+            pod_by_uid=pod_config.pod_view,
             node=(node_status.node if node_status is not None else lambda: None),
         )
     status_manager = StatusManager(
@@ -526,7 +526,7 @@ async def _run(
         pod_state=lambda uid: pod_gc_state(
             uid,
             worker_state=kubelet.workers.state,
-            pod_by_uid=pod_config.pod_by_uid,
+            pod_by_uid=pod_config.pod_view,
             sources_ready=pod_config.sources_ready,
         ),
         sources_ready=pod_config.sources_ready,
