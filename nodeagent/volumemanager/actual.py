@@ -28,6 +28,9 @@ class MountedVolume:
     host_path: str
     read_only: bool
     reconstructed: bool = False
+    #: a set up that failed with the volume maybe set up (upstream's uncertain mount: a CSI driver that timed out or
+    #: went away mid-call): not mounted for the waits, set up again, and torn down when its pod goes.
+    uncertain: bool = False
 
     @property
     def key(self) -> VolumeKey:
@@ -48,7 +51,11 @@ class ActualStateOfWorld:
         return self._volumes.get(key)
 
     def __contains__(self, key: object) -> bool:
-        return key in self._volumes
+        """Set up (an uncertain volume is listed, and torn down, but not set up)."""
+        if not isinstance(key, tuple):
+            return False
+        volume = self._volumes.get(key)
+        return volume is not None and not volume.uncertain
 
     def __iter__(self) -> Iterator[MountedVolume]:
         return iter(list(self._volumes.values()))

@@ -12,6 +12,7 @@ from nodeagent.clock import Clock
 from nodeagent.kube import paths
 from nodeagent.kube.client import KubeClient
 from nodeagent.volume import VolumeHost, new_plugins
+from nodeagent.volume.csi import CSIPlugin, DriverClients, DriverRegistry, NoDrivers, cluster_getter, connect_node
 from nodeagent.volume.layout import PodDirs
 from nodeagent.volume.mounter import LinuxMounter
 from nodeagent.volume.objects import ObjectCache
@@ -37,6 +38,8 @@ def new_volume_manager(
     memory_capacity: int,
     clock: Clock,
     events: EventSink,
+    node_name: str = "",
+    csi_drivers: DriverRegistry | None = None,
 ) -> VolumeManager:
     # Real paths: the mount table lists them so, and a symlink in --root-dir must not hide a mount from the checks.
     dirs = PodDirs(os.path.realpath(root_dir))
@@ -44,6 +47,9 @@ def new_volume_manager(
     objects = ObjectCache(get_object, now=time.monotonic).get if get_object is not None else None
     host = VolumeHost(dirs, mounter, dict(node_allocatable), memory_capacity, get_object=objects)
     tokens = TokenManager(token_requester(client) if client is not None else None, now=time.time)
-    return VolumeManager(
-        new_plugins(host, tokens), dirs=dirs, mounter=mounter, clock=clock, events=events, tokens=tokens
-    )
+    plugins = new_plugins(host, tokens)
+    if client is not None:
+        # kubernetes.io/csi needs the API (claims, PVs, CSIDrivers); `csi_drivers` is the plugin manager's registry.
+        clients = DriverClients(csi_drivers or NoDrivers(), connect_node)
+        plugins.append(CSIPlugin(host, clients, get=cluster_getter(client), node_name=node_name, clock=clock))
+    return VolumeManager(plugins, dirs=dirs, mounter=mounter, clock=clock, events=events, tokens=tokens)

@@ -22,12 +22,13 @@ import asyncio
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from cri.v1 import api_pb2
 from nodeagent.clock import Clock
 from nodeagent.volume import find_plugin
 from nodeagent.volume.container_mounts import PodVolume, make_mounts
+from nodeagent.volume.csierrors import event_message, is_uncertain
 from nodeagent.volume.emptydir import make_dir
 from nodeagent.volume.errors import MountError, SetUpError, TearDownError, VolumeError
 from nodeagent.volume.fsutil import os_error_text, remove_all_one_filesystem
@@ -67,6 +68,13 @@ def _no_events(pod: Pod, type_: str, reason: str, message: str) -> None:
 def go_list(values: Sequence[str]) -> str:
     """A []string as Go's %v prints it: `[a b]`."""
     return "[" + " ".join(values) + "]"
+
+
+@runtime_checkable
+class AttachableVolumes(Protocol):
+    """A plugin whose volumes the attach-detach controller attaches (upstream AttachableVolumePlugin)."""
+
+    def volumes_in_use(self) -> list[str]: ...
 
 
 class VolumeWaitError(VolumeError):
@@ -221,8 +229,17 @@ class VolumeManager:
                 raise VolumeError(f"mounted volumes={go_list(names)}: {TIMED_OUT}")
             await self._wait_change(min(left, POD_ATTACH_AND_MOUNT_RETRY))
 
+    def volumes_in_use(self) -> list[str]:
+        """Unique names of the attachable volumes pods use here (node.status.volumesInUse): the plugins that have
+        such volumes (kubernetes.io/csi) say which."""
+        names: set[str] = set()
+        for plugin in self._plugins:
+            if isinstance(plugin, AttachableVolumes):
+                names.update(plugin.volumes_in_use())
+        return sorted(names)
+
     def mounted_volumes(self, uid: str) -> dict[str, PodVolume]:
-        return {v.name: PodVolume(v.host_path, v.read_only) for v in self.actual.for_pod(uid)}
+        return {v.name: PodVolume(v.host_path, v.read_only) for v in self.actual.for_pod(uid) if not v.uncertain}
 
     async def container_mounts(
         self,
@@ -296,9 +313,11 @@ class VolumeManager:
             path = await plugin.set_up(entry.pod, entry.volumes[name].volume)
         except SetUpError as exc:
             delay = self._backoff.failed(op.key, self._clock.monotonic())
-            message = f'MountVolume.SetUp failed for volume "{name}" : {exc}'
+            message = event_message(exc, name)  # the step and the name upstream's event shows (CSI: MountDevice)
             log.warning("volume set up failed pod_uid=%s volume=%s retry_in=%.1fs error=%s", uid, name, delay, exc)
             self._events(entry.pod, "Warning", FAILED_MOUNT, message)
+            if is_uncertain(exc):
+                self.actual.add(MountedVolume(uid, name, plugin.name, "", plugin.read_only, uncertain=True))
             return
         self._backoff.succeeded(op.key)
         self.actual.add(MountedVolume(uid, name, plugin.name, path, plugin.read_only))

@@ -1,0 +1,61 @@
+"""The plugin manager as the agent runs it: the watcher on `<rootDir>/plugins_registry` with the CSI handler.
+
+At start, as upstream's CSI plugin Init: wait for the apiserver and make sure this node's CSINode exists (with no
+drivers), retried until it works; the watcher starts right away, so drivers register meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+
+from csi.registration.handler import CSI_PLUGIN
+from csi.registration.watcher import PluginWatcher
+from nodeagent.kube.client import KubeClient
+from nodeagent.kube.errors import KubeError
+from nodeagent.pluginmanager.csihandler import CSIRegistrationHandler, NodeInfoGetter, node_get_info
+from nodeagent.pluginmanager.nodeinfo import NodeInfoError, NodeInfoManager
+from nodeagent.pluginmanager.registry import CSIDriverRegistry
+
+log = logging.getLogger(__name__)
+
+PLUGINS_REGISTRY_DIR = "plugins_registry"
+CSINODE_RETRY = 1.0  # upstream's waitForAPIServerForever polls every second
+
+
+def plugins_registry_dir(root_dir: str) -> str:
+    return os.path.join(root_dir, PLUGINS_REGISTRY_DIR)
+
+
+class PluginManager:
+    def __init__(
+        self,
+        root_dir: str,
+        client: KubeClient,
+        node_name: str,
+        *,
+        registry: CSIDriverRegistry | None = None,
+        get_info: NodeInfoGetter = node_get_info,
+    ) -> None:
+        self.registry = registry or CSIDriverRegistry()
+        self.node_info = NodeInfoManager(client, node_name)
+        self.watcher = PluginWatcher(plugins_registry_dir(root_dir))
+        self.watcher.add_handler(CSI_PLUGIN, CSIRegistrationHandler(self.registry, self.node_info, get_info))
+
+    async def ensure_csinode(self) -> None:
+        while True:
+            try:
+                await self.node_info.initialize_csinode()
+                log.info("CSINode ready")
+                return
+            except (NodeInfoError, KubeError) as exc:
+                log.warning("CSINode not ready, retrying error=%s", exc)
+            await asyncio.sleep(CSINODE_RETRY)
+
+    async def run(self) -> None:
+        """Runs until cancelled."""
+        log.info("Starting Kubelet Plugin Manager path=%s", self.watcher.path)
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self.ensure_csinode(), name="csinode-init")
+            group.create_task(self.watcher.run(), name="plugin-watcher")

@@ -1,0 +1,679 @@
+"""The kubernetes.io/csi volume plugin (upstream pkg/volume/csi): claims bound to CSI PVs, inline CSI ephemeral
+volumes and generic ephemeral volumes, staged and published by the node's registered CSI drivers.
+
+Set up, as upstream's operation generator runs it for one pod volume:
+
+    claim → bound PV (`csi` source)            inline `csi` (CSIDriver lists Ephemeral) / `ephemeral` → its claim
+        │ attachRequired (CSIDriver; true without one): wait for VolumeAttachment csi-<sha256> attached,
+        │ its attachmentMetadata is the publish context                        (MountVolume.WaitForAttach)
+        ▼ STAGE_UNSTAGE_VOLUME: NodeStageVolume to plugins/kubernetes.io/csi/<driver>/<sha256(handle)>/globalmount,
+        │ once per volume on the node                                          (MountVolume.MountDevice)
+        ▼ NodePublishVolume to pods/<uid>/volumes/kubernetes.io~csi/<name>/mount, vol_data.json beside it
+                                                                               (MountVolume.SetUp)
+Tear down: NodeUnpublishVolume, then NodeUnstageVolume once no other pod on the node has the volume published.
+
+Which pod volumes publish which CSI volume is kept here (`_published`), rebuilt at start from the pods' vol_data.json
+(`reconstruct`): a restarted agent neither stages nor publishes again what is there, and unstages only after the
+last pod's unpublish. One lock per CSI volume orders a pod's stage against another pod's unstage.
+
+Where this differs from upstream: a claim that is not bound yet fails the set up (a FailedMount with upstream's
+populator text, retried) rather than the desired-state populator; upstream's kubelet stages a reconstructed volume
+once more (idempotently), we do not, as the testbed's driver keeps no mount for the mount table to show.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from csi.capability import node_rpc_types, volume_capability
+from csi.client import connect
+from csi.errors import CSIError, FailedPreconditionError, is_final
+from csi.service import NodeService
+from csi.v1 import csi_pb2
+from nodeagent.clock import Clock
+from nodeagent.kube import paths
+from nodeagent.kube.client import KubeClient
+from nodeagent.kube.errors import KubeError, NotFound
+from nodeagent.volume import csiutil
+from nodeagent.volume.csierrors import MOUNT_DEVICE, SET_UP, WAIT_FOR_ATTACH, MountOperationError
+from nodeagent.volume.csiutil import CSIVolume, DriverInfo, SecretRef, log_prefix
+from nodeagent.volume.errors import SetUpError, TearDownError
+from nodeagent.volume.fsutil import remove_all_one_filesystem
+from nodeagent.volume.mounter import Mounter, mount_at
+from nodeagent.volume.ownership import pod_fs_group, set_volume_ownership
+from nodeagent.volume.plugin import Pod, Volume, VolumeHost, pod_name, pod_namespace, pod_uid, volume_name
+
+log = logging.getLogger(__name__)
+
+_RPC = csi_pb2.NodeServiceCapability.RPC
+STORAGE_GROUP = "storage.k8s.io"
+# How often the wait for the attach-detach controller looks at the VolumeAttachment, and for how long (upstream's
+# reconciler re-checks the node's volumesAttached every 100 ms; WaitForAttach gives up after the operation's 10 min,
+# which the pod's own 2m3s wait hides).
+ATTACH_POLL = 0.5
+ATTACH_TIMEOUT = 600.0
+
+# (group, resource, namespace, name) -> the object, or None when it does not exist; other failures raise KubeError.
+ClusterGetter = Callable[[str, str, str, str], Awaitable[Mapping[str, Any] | None]]
+
+
+class DriverRegistry(Protocol):
+    """The CSI drivers registered on this node (upstream csiDrivers): the endpoint of one, None when unknown."""
+
+    def endpoint(self, driver: str) -> str | None: ...
+
+
+class DriverNotFoundError(Exception):
+    def __init__(self, driver: str) -> None:
+        # Upstream's newCsiDriverClient, word for word.
+        super().__init__(f"driver name {driver} not found in the list of registered CSI drivers")
+
+
+class DriverClients:
+    """One NodeService per registered driver endpoint (a driver that re-registers elsewhere gets a new one)."""
+
+    def __init__(self, registry: DriverRegistry, connect: Callable[[str], NodeService]) -> None:
+        self._registry = registry
+        self._connect = connect
+        self._clients: dict[str, NodeService] = {}
+
+    def get(self, driver: str) -> NodeService:
+        endpoint = self._registry.endpoint(driver)
+        if endpoint is None:
+            raise DriverNotFoundError(driver)
+        client = self._clients.get(endpoint)
+        if client is None:
+            client = self._clients[endpoint] = self._connect(endpoint)
+        return client
+
+
+@dataclass(frozen=True)
+class _Publication:
+    driver: str
+    volume_handle: str
+    lifecycle_mode: str
+
+    @property
+    def volume(self) -> tuple[str, str]:
+        return (self.driver, self.volume_handle)
+
+
+class CSIPlugin:
+    name = csiutil.CSI_PLUGIN_NAME
+    requires_remount = False
+    read_only = False
+
+    def __init__(
+        self,
+        host: VolumeHost,
+        clients: DriverClients,
+        *,
+        get: ClusterGetter | None,
+        node_name: str,
+        clock: Clock,
+        attach_poll: float = ATTACH_POLL,
+        attach_timeout: float = ATTACH_TIMEOUT,
+    ) -> None:
+        self._host = host
+        self._clients = clients
+        self._get = get
+        self._node_name = node_name
+        self._clock = clock
+        self._attach_poll = attach_poll
+        self._attach_timeout = attach_timeout
+        self._published: dict[tuple[str, str], _Publication] = {}
+        self._staged: set[tuple[str, str]] = set()
+        self._looked_on_disk: set[tuple[str, str]] = set()
+        # pod volumes unpublished whose tear down failed later (unstage, directories): the retry skips the unpublish.
+        self._unpublished: set[tuple[str, str]] = set()
+        self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+        # attachable volumes a pod wants or has published: node.status.volumesInUse.
+        self._in_use: dict[tuple[str, str], str] = {}
+
+    @property
+    def _root(self) -> str:
+        return self._host.dirs.root_dir
+
+    def can_support(self, volume: Volume) -> bool:
+        return any(volume.get(k) is not None for k in ("csi", "persistentVolumeClaim", "ephemeral"))
+
+    def volumes_in_use(self) -> list[str]:
+        """Unique names (kubernetes.io/csi/<driver>^<handle>) of the attachable volumes pods use or are about to."""
+        return sorted(set(self._in_use.values()))
+
+    def mount_path(self, uid: str, name: str) -> str:
+        return os.path.join(self._volume_dir(uid, name), csiutil.PERSISTENT_MOUNT)
+
+    def _volume_dir(self, uid: str, name: str) -> str:
+        return self._host.dirs.volume_dir(uid, self.name, name)
+
+    # --- set up ----------------------------------------------------------------------------------------------
+
+    async def set_up(self, pod: Pod, volume: Volume) -> str:
+        uid, name = pod_uid(pod), volume_name(volume)
+        key = (uid, name)
+        target = self.mount_path(uid, name)
+        if key in self._published:
+            # Published before, or found so at start (the volume manager sets a reconstructed volume up once more,
+            # at its pod's first sync): nothing to call again.
+            log.info("csi volume published already pod_uid=%s volume=%s", uid, name)
+            return target
+        csi_volume = await self._resolve(pod, volume)
+        info = await self._driver_info(csi_volume)
+        volume_key = (csi_volume.driver, csi_volume.volume_handle)
+        attachable = not csi_volume.ephemeral and info.attach_required
+        if attachable:
+            self._in_use[key] = csiutil.unique_volume_name(*volume_key)
+        try:
+            async with self._lock(volume_key):
+                await self._set_up_locked(pod, key, csi_volume, info, target)
+        except BaseException:
+            if key not in self._published:
+                self._in_use.pop(key, None)
+            raise
+        return target
+
+    async def _set_up_locked(
+        self, pod: Pod, key: tuple[str, str], vol: CSIVolume, info: DriverInfo, target: str
+    ) -> None:
+        publish_context: dict[str, str] = {}
+        if not vol.ephemeral and info.attach_required:
+            publish_context = await self._wait_for_attach(vol)
+        step = SET_UP if vol.ephemeral else MOUNT_DEVICE
+        try:
+            client = self._clients.get(vol.driver)
+        except DriverNotFoundError as exc:
+            what = (
+                "mounter.SetUpAt failed to get CSI client"
+                if vol.ephemeral
+                else ("attacher.MountDevice failed to create newCsiDriverClient")
+            )
+            raise MountOperationError(log_prefix(f"{what}: {exc}"), operation=step, spec_name=vol.spec_name) from exc
+        if vol.ephemeral:
+            self._check_lifecycle_mode(vol, info)
+        caps = await self._capabilities(client, vol, step)
+        # From here on the driver may hold something of this pod's volume: its vol_data.json comes first, so a tear
+        # down always knows what to unpublish and unstage.
+        await self._record(vol, target)
+        try:
+            staging = ""
+            if not vol.ephemeral and _RPC.STAGE_UNSTAGE_VOLUME in caps:
+                staging = csiutil.device_mount_path(self._root, vol.driver, vol.volume_handle)
+                await self._stage(
+                    client=client, pod=pod, vol=vol, caps=caps, staging=staging, publish_context=publish_context
+                )
+            if not vol.ephemeral:
+                self._check_lifecycle_mode(vol, info)  # as upstream: in SetUp, after MountDevice
+            await self._publish(
+                client=client,
+                pod=pod,
+                key=key,
+                vol=vol,
+                info=info,
+                caps=caps,
+                target=target,
+                staging=staging,
+                publish_context=publish_context,
+            )
+        except MountOperationError as exc:
+            if exc.uncertain or (vol.driver, vol.volume_handle) in self._staged:
+                # Staged, or a call that may still run: the volume manager keeps it to tear it down (upstream's
+                # uncertain mount); the retry stages no more than needed.
+                exc.uncertain = True
+            else:
+                await asyncio.to_thread(_remove_target, target, self._host.mounter)
+            raise
+
+    async def _record(self, vol: CSIVolume, target: str) -> None:
+        data = csiutil.volume_data(
+            spec_name=vol.spec_name,
+            volume_handle=vol.volume_handle,
+            driver=vol.driver,
+            node_name=self._node_name,
+            lifecycle_mode=vol.lifecycle_mode,
+        )
+        parent = os.path.dirname(target)
+        try:
+            await asyncio.to_thread(_prepare_target, parent, data)
+        except OSError as exc:
+            raise MountOperationError(
+                log_prefix(f'mounter.SetUpAt failed to create dir "{parent}":  {exc}'), spec_name=vol.spec_name
+            ) from exc
+
+    @staticmethod
+    def _check_lifecycle_mode(vol: CSIVolume, info: DriverInfo) -> None:
+        problem = csiutil.lifecycle_mode_error(vol.driver, vol.lifecycle_mode, info)
+        if problem is not None:
+            raise MountOperationError(
+                log_prefix(f"mounter.SetupAt failed to check volume lifecycle mode: {problem}"),
+                spec_name=vol.spec_name,
+            )
+
+    async def _capabilities(self, client: NodeService, vol: CSIVolume, step: str) -> frozenset[int]:
+        try:
+            return frozenset(node_rpc_types(await client.node_get_capabilities()))
+        except CSIError as exc:
+            raise MountOperationError(csiutil.csi_error_text(exc), operation=step, spec_name=vol.spec_name) from exc
+
+    async def _stage(
+        self,
+        *,
+        client: NodeService,
+        pod: Pod,
+        vol: CSIVolume,
+        caps: frozenset[int],
+        staging: str,
+        publish_context: Mapping[str, str],
+    ) -> None:
+        volume_key = (vol.driver, vol.volume_handle)
+        if volume_key in self._staged:
+            return
+        # The disk says what happened before a restart, once: after a failure in this process it is no guide.
+        first_look = volume_key not in self._looked_on_disk
+        self._looked_on_disk.add(volume_key)
+        if first_look and await asyncio.to_thread(_staged_on_disk, staging):
+            # Staged before a restart (its vol_data.json and globalmount are there): not again.
+            log.info("csi volume found staged driver=%s volume_handle=%s", vol.driver, vol.volume_handle)
+            self._staged.add(volume_key)
+            return
+        secrets: dict[str, str] = {}
+        if vol.node_stage_secret is not None:
+            secrets = await self._secret(vol.node_stage_secret, "NodeStageSecretRef", MOUNT_DEVICE, vol)
+        try:
+            await asyncio.to_thread(_prepare_staging, staging, vol)
+        except OSError as exc:
+            raise MountOperationError(
+                log_prefix(f'attacher.MountDevice failed to create dir "{staging}":  {exc}'),
+                operation=MOUNT_DEVICE,
+                spec_name=vol.spec_name,
+            ) from exc
+        capability = self._capability(vol, caps, pod)
+        try:
+            await client.node_stage_volume(
+                vol.volume_handle,
+                staging,
+                capability,
+                publish_context=publish_context,
+                volume_context=vol.volume_attributes,
+                secrets=secrets,
+            )
+        except CSIError as exc:
+            final = is_final(exc)
+            if final:
+                await asyncio.to_thread(_remove_staging, staging, self._host.mounter)
+            raise MountOperationError(
+                csiutil.csi_error_text(exc), operation=MOUNT_DEVICE, spec_name=vol.spec_name, uncertain=not final
+            ) from exc
+        self._staged.add(volume_key)
+        log.info(
+            "MountVolume.MountDevice succeeded driver=%s volume_handle=%s path=%s",
+            vol.driver,
+            vol.volume_handle,
+            staging,
+        )
+
+    async def _publish(
+        self,
+        *,
+        client: NodeService,
+        pod: Pod,
+        key: tuple[str, str],
+        vol: CSIVolume,
+        info: DriverInfo,
+        caps: frozenset[int],
+        target: str,
+        staging: str,
+        publish_context: Mapping[str, str],
+    ) -> None:
+        secrets: dict[str, str] = {}
+        if vol.node_publish_secret is not None:
+            secrets = await self._secret(vol.node_publish_secret, "NodePublishSecretRef", SET_UP, vol)
+        context = csiutil.merge(
+            vol.volume_attributes,
+            csiutil.pod_attributes(pod, ephemeral=vol.ephemeral) if info.pod_info_on_mount else None,
+        )
+        try:
+            await client.node_publish_volume(
+                vol.volume_handle,
+                target,
+                self._capability(vol, caps, pod),
+                staging_target_path=staging,
+                readonly=vol.read_only,
+                publish_context=publish_context,
+                volume_context=context,
+                secrets=secrets,
+            )
+        except CSIError as exc:
+            final = is_final(exc)
+            if final:
+                # As upstream: a publish that surely failed leaves no target; one that may still run keeps it.
+                await asyncio.to_thread(_remove_dir_unless_mounted, target, self._host.mounter)
+            if isinstance(exc, FailedPreconditionError):
+                # The driver lost what we staged (it restarted): stage again on the retry.
+                self._staged.discard((vol.driver, vol.volume_handle))
+            raise MountOperationError(
+                csiutil.csi_error_text(exc), spec_name=vol.spec_name, uncertain=not final
+            ) from exc
+        # A driver that mounts nothing at the target (the mock's ephemeral volumes) leaves it to the runtime, which
+        # would make the bind source at the container's start; made here, so a restart finds the volume too.
+        await asyncio.to_thread(os.makedirs, target, 0o750, exist_ok=True)
+        fs_group = pod_fs_group(pod)
+        if _RPC.VOLUME_MOUNT_GROUP not in caps and csiutil.supports_fs_group(vol, fs_group, info.fs_group_policy):
+            await asyncio.to_thread(set_volume_ownership, target, fs_group, read_only=vol.read_only)
+        self._published[key] = _Publication(vol.driver, vol.volume_handle, vol.lifecycle_mode)
+        self._unpublished.discard(key)
+        log.info(
+            "MountVolume.SetUp succeeded pod_uid=%s volume=%s driver=%s volume_handle=%s",
+            key[0],
+            key[1],
+            vol.driver,
+            vol.volume_handle,
+        )
+
+    def _capability(self, vol: CSIVolume, caps: frozenset[int], pod: Pod) -> csi_pb2.VolumeCapability:
+        fs_group = pod_fs_group(pod) if _RPC.VOLUME_MOUNT_GROUP in caps else None
+        return volume_capability(
+            vol.access_mode,
+            fs_type=vol.fs_type,
+            mount_flags=vol.mount_options,
+            fs_group=fs_group,
+            single_node_multi_writer=_RPC.SINGLE_NODE_MULTI_WRITER in caps,
+        )
+
+    # --- the API: claims, drivers, attachments, secrets ------------------------------------------------------
+
+    async def _fetch(self, group: str, resource: str, namespace: str, name: str) -> Mapping[str, Any] | None:
+        if self._get is None:
+            raise SetUpError(f"cannot get {resource} {namespace}/{name}: no apiserver (standalone)")
+        try:
+            return await self._get(group, resource, namespace, name)
+        except KubeError as exc:
+            raise SetUpError(str(exc)) from exc
+
+    async def _resolve(self, pod: Pod, volume: Volume) -> CSIVolume:
+        if volume.get("csi") is not None:
+            return csiutil.inline_volume(pod_uid(pod), pod_namespace(pod), volume)
+        namespace = pod_namespace(pod)
+        if volume.get("ephemeral") is not None:
+            claim = csiutil.ephemeral_claim_name(pod_name(pod), volume_name(volume))
+            read_only = False
+        else:
+            source: Mapping[str, Any] = volume.get("persistentVolumeClaim") or {}
+            claim = str(source.get("claimName", ""))
+            read_only = bool(source.get("readOnly") or False)
+        pvc = await self._fetch("", "persistentvolumeclaims", namespace, claim)
+        problem = csiutil.claim_error(namespace, claim, pvc)
+        if problem is None and pvc is not None and volume.get("ephemeral") is not None:
+            problem = csiutil.ephemeral_owner_error(pod, pvc)
+        if problem is not None or pvc is None:
+            raise SetUpError(problem or "")
+        pv_name = str((pvc.get("spec") or {}).get("volumeName") or "")
+        pv = await self._fetch("", "persistentvolumes", "", pv_name)
+        claim_uid = str((pvc.get("metadata") or {}).get("uid", ""))
+        problem = csiutil.bound_pv_error(pv_name, pv, claim_uid, namespace, claim)
+        if problem is not None or pv is None:
+            raise SetUpError(problem or "")
+        csi_volume = csiutil.persistent_volume(pv, claim_read_only=read_only)
+        if csi_volume is None:
+            raise SetUpError(
+                f'persistent volume "{pv_name}" is not a CSI volume: no volume plugin matched on this node'
+            )
+        return csi_volume
+
+    async def _driver_info(self, vol: CSIVolume) -> DriverInfo:
+        obj = await self._fetch(STORAGE_GROUP, "csidrivers", "", vol.driver)
+        return csiutil.driver_info(obj)
+
+    async def _secret(self, ref: SecretRef, field: str, step: str, vol: CSIVolume) -> dict[str, str]:
+        try:
+            secret = await self._fetch("", "secrets", ref.namespace, ref.name)
+            if secret is None:
+                raise SetUpError(f'secrets "{ref.name}" not found')
+        except SetUpError as exc:
+            text = log_prefix(
+                f"failed to find the secret {ref.name} in the namespace {ref.namespace} with error: {exc}"
+            )
+            raise MountOperationError(
+                f"fetching {field} {ref.namespace}/{ref.name} failed: {text}", operation=step, spec_name=vol.spec_name
+            ) from exc
+        return csiutil.secret_data(secret)
+
+    async def _wait_for_attach(self, vol: CSIVolume) -> dict[str, str]:
+        """Until the attach-detach controller's VolumeAttachment is attached (upstream: the reconciler waits for
+        node.status.volumesAttached, then WaitForAttach for the VolumeAttachment); its attachmentMetadata."""
+        attach_id = csiutil.attachment_name(vol.volume_handle, vol.driver, self._node_name)
+        deadline = self._clock.monotonic() + self._attach_timeout
+        while True:
+            attachment = await self._fetch(STORAGE_GROUP, "volumeattachments", "", attach_id)
+            attached, metadata, error = csiutil.attachment_state(attachment)
+            if attached:
+                return metadata
+            if error:
+                raise MountOperationError(error, operation=WAIT_FOR_ATTACH, spec_name=vol.spec_name)
+            if self._clock.monotonic() >= deadline:
+                raise MountOperationError(
+                    f"timed out waiting for external-attacher of {vol.driver} CSI driver to attach volume "
+                    f"{vol.volume_handle}",
+                    operation=WAIT_FOR_ATTACH,
+                    spec_name=vol.spec_name,
+                )
+            await self._clock.sleep(self._attach_poll)
+
+    # --- tear down -------------------------------------------------------------------------------------------
+
+    async def tear_down(self, pod_uid: str, volume_name: str) -> None:
+        key = (pod_uid, volume_name)
+        directory = self._volume_dir(pod_uid, volume_name)
+        target = os.path.join(directory, csiutil.PERSISTENT_MOUNT)
+        data = await asyncio.to_thread(csiutil.load_volume_data, directory)
+        if data is None:
+            # Nothing was ever handed to a driver (the set up failed before its vol_data.json): only directories.
+            await asyncio.to_thread(_remove_target, target, self._host.mounter)
+            self._forget(key)
+            return
+        publication = _Publication(
+            data.get("driverName", ""),
+            data.get("volumeHandle", ""),
+            data.get("volumeLifecycleMode") or csiutil.PERSISTENT,
+        )
+        try:
+            client = self._clients.get(publication.driver)
+        except DriverNotFoundError as exc:
+            raise TearDownError(log_prefix(f"mounter.SetUpAt failed to get CSI client: {exc}")) from exc
+        async with self._lock(publication.volume):
+            if key not in self._unpublished:  # a retry after a later step failed does not unpublish twice
+                try:
+                    await client.node_unpublish_volume(publication.volume_handle, target)
+                except CSIError as exc:
+                    raise TearDownError(
+                        log_prefix(f"mounter.TearDownAt failed: {csiutil.csi_error_text(exc)}")
+                    ) from exc
+                self._unpublished.add(key)
+            self._published.pop(key, None)
+            others = [k for k, p in self._published.items() if p.volume == publication.volume]
+            if publication.lifecycle_mode == csiutil.PERSISTENT and not others:
+                await self._unstage(client, publication)
+            try:
+                await asyncio.to_thread(_remove_target, target, self._host.mounter)
+            except OSError as exc:
+                raise TearDownError(
+                    log_prefix(f"mounter.TearDownAt failed to clean mount dir [{target}]: {exc}")
+                ) from exc
+        self._forget(key)
+        log.info(
+            "UnmountVolume.TearDown succeeded pod_uid=%s volume=%s driver=%s volume_handle=%s",
+            pod_uid,
+            volume_name,
+            publication.driver,
+            publication.volume_handle,
+        )
+
+    async def _unstage(self, client: NodeService, publication: _Publication) -> None:
+        staging = csiutil.device_mount_path(self._root, publication.driver, publication.volume_handle)
+        if not await asyncio.to_thread(os.path.lexists, os.path.dirname(staging)):
+            self._staged.discard(publication.volume)
+            return
+        try:
+            caps = frozenset(node_rpc_types(await client.node_get_capabilities()))
+            if _RPC.STAGE_UNSTAGE_VOLUME in caps:
+                await client.node_unstage_volume(publication.volume_handle, staging)
+        except CSIError as exc:
+            raise TearDownError(log_prefix(f"attacher.UnmountDevice failed: {csiutil.csi_error_text(exc)}")) from exc
+        self._staged.discard(publication.volume)
+        try:
+            await asyncio.to_thread(_remove_staging, staging, self._host.mounter)
+        except OSError as exc:
+            raise TearDownError(log_prefix(f"attacher.UnmountDevice failed to clean [{staging}]: {exc}")) from exc
+        log.info(
+            "UnmountDevice succeeded driver=%s volume_handle=%s path=%s",
+            publication.driver,
+            publication.volume_handle,
+            staging,
+        )
+
+    def _forget(self, key: tuple[str, str]) -> None:
+        self._published.pop(key, None)
+        self._in_use.pop(key, None)
+        self._unpublished.discard(key)
+
+    # --- volume stats ----------------------------------------------------------------------------------------
+
+    async def volume_stats(self, pod_uid: str, volume_name: str) -> csiutil.VolumeStats | None:
+        """NodeGetVolumeStats of a published volume (upstream csi_metrics.go GetMetrics); None when the volume is not
+        published here or its driver lacks GET_VOLUME_STATS. Driver failures raise CSIError; an unregistered
+        driver raises DriverNotFoundError."""
+        publication = self._published.get((pod_uid, volume_name))
+        if publication is None:
+            return None
+        client = self._clients.get(publication.driver)
+        caps = frozenset(node_rpc_types(await client.node_get_capabilities()))
+        if _RPC.GET_VOLUME_STATS not in caps:
+            return None
+        staging = ""
+        if publication.lifecycle_mode == csiutil.PERSISTENT and _RPC.STAGE_UNSTAGE_VOLUME in caps:
+            staging = csiutil.device_mount_path(self._root, publication.driver, publication.volume_handle)
+        response = await client.node_get_volume_stats(
+            publication.volume_handle, self.mount_path(pod_uid, volume_name), staging_target_path=staging
+        )
+        return csiutil.volume_stats(response)
+
+    # --- restart ---------------------------------------------------------------------------------------------
+
+    def reconstruct(self, pod_uid: str, volume_name: str) -> str | None:
+        """Blocking (the volume manager runs it in a thread at start, before any pod syncs)."""
+        directory = self._volume_dir(pod_uid, volume_name)
+        data = csiutil.load_volume_data(directory)
+        target = os.path.join(directory, csiutil.PERSISTENT_MOUNT)
+        if data is None or not os.path.isdir(target):
+            return None
+        publication = _Publication(
+            data.get("driverName", ""),
+            data.get("volumeHandle", ""),
+            data.get("volumeLifecycleMode") or csiutil.PERSISTENT,
+        )
+        self._published[(pod_uid, volume_name)] = publication
+        if publication.lifecycle_mode == csiutil.PERSISTENT:
+            staging = csiutil.device_mount_path(self._root, publication.driver, publication.volume_handle)
+            if _staged_on_disk(staging):
+                self._staged.add(publication.volume)
+            # Whether the driver needs attaching is not known without the API: report it in use until torn down,
+            # as upstream reports reconstructed attachable volumes.
+            self._in_use[(pod_uid, volume_name)] = csiutil.unique_volume_name(*publication.volume)
+        return target
+
+    def _lock(self, volume: tuple[str, str]) -> asyncio.Lock:
+        lock = self._locks.get(volume)
+        if lock is None:
+            lock = self._locks[volume] = asyncio.Lock()
+        return lock
+
+
+# --- blocking helpers (run in threads) ------------------------------------------------------------------------------
+
+
+def _staged_on_disk(staging: str) -> bool:
+    return os.path.isdir(staging) and csiutil.load_volume_data(os.path.dirname(staging)) is not None
+
+
+def _prepare_staging(staging: str, vol: CSIVolume) -> None:
+    # As upstream's MountDevice: the directory and the vol_data.json UnmountDevice needs, before NodeStage.
+    os.makedirs(staging, 0o750, exist_ok=True)
+    csiutil.save_volume_data(
+        os.path.dirname(staging), csiutil.device_data(volume_handle=vol.volume_handle, driver=vol.driver)
+    )
+
+
+def _prepare_target(parent: str, data: Mapping[str, str]) -> None:
+    # As upstream: the volume directory and its vol_data.json; the driver makes the target itself.
+    os.makedirs(parent, 0o750, exist_ok=True)
+    csiutil.save_volume_data(parent, data)
+
+
+def _remove_dir_unless_mounted(path: str, mounter: Mounter) -> bool:
+    """Remove an empty directory that nothing is mounted on; False when something is (left for the retry)."""
+    if mount_at(mounter.mounts(), os.path.realpath(path)) is not None:
+        return False
+    with contextlib.suppress(FileNotFoundError):
+        os.rmdir(path)
+    return True
+
+
+def _remove_target(target: str, mounter: Mounter) -> None:
+    """Upstream removeMountDir: the target when not mounted, then vol_data.json and the volume directory.
+
+    Unlike upstream's os.Remove, a target that is no mount point is removed with what it holds: a driver that
+    mounts nothing there (the mock's ephemeral volumes) leaves the containers' files in the directory the runtime
+    or we made, and refusing would retry the whole tear down for ever. Nothing below a mount is touched."""
+    if mount_at(mounter.mounts(), os.path.realpath(target)) is not None:
+        raise OSError(f"{target} is still mounted")
+    remove_all_one_filesystem(target, mounter)
+    parent = os.path.dirname(target)
+    for path in (os.path.join(parent, csiutil.VOL_DATA_FILE), os.path.join(parent, csiutil.VOL_DATA_FILE + ".tmp")):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
+    with contextlib.suppress(FileNotFoundError):
+        os.rmdir(parent)
+
+
+def _remove_staging(staging: str, mounter: Mounter) -> None:
+    """The globalmount directory when not mounted, its vol_data.json and the per-volume directory."""
+    if not _remove_dir_unless_mounted(staging, mounter):
+        raise OSError(f"{staging} is still mounted")
+    parent = os.path.dirname(staging)
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(os.path.join(parent, csiutil.VOL_DATA_FILE))
+    with contextlib.suppress(OSError):  # gone already, or not empty (another file of the driver's): harmless
+        os.rmdir(parent)
+
+
+class NoDrivers:
+    """A registry with no driver in it (standalone, or before plugin registration runs): every CSI volume waits
+    with upstream's "not found in the list of registered CSI drivers"."""
+
+    def endpoint(self, driver: str) -> str | None:
+        del driver
+        return None
+
+
+def cluster_getter(client: KubeClient) -> ClusterGetter:
+    """GETs with the node's credential (the Node authorizer lets it read its pods' claims, their PVs and secrets,
+    CSIDrivers and VolumeAttachments)."""
+
+    async def get(group: str, resource: str, namespace: str, name: str) -> Mapping[str, Any] | None:
+        path = paths.api_path(resource, group=group, namespace=namespace or None, name=name)
+        try:
+            return await client.get(path)
+        except NotFound:
+            return None
+
+    return get
+
+
+def connect_node(endpoint: str) -> NodeService:
+    return connect(endpoint).node
