@@ -24,7 +24,7 @@ import os
 import signal
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,8 @@ from eviction.messages import REASON as EVICTED
 from eviction.thresholds import ThresholdError
 from nodeagent.admission import new_allowlist
 from nodeagent.admission.sysctls import kernel_release
+from nodeagent.certificate.bootstrap import BootstrapError, load_client_cert
+from nodeagent.certificate.rotation import ClientCertificateManager, forced_rotation_seconds
 from nodeagent.certificate.serving import ServingCertificateManager
 from nodeagent.clock import SystemClock
 from nodeagent.config import KubeletConfiguration, load_config
@@ -71,6 +73,7 @@ from nodeagent.memorynotifier import memory_notifiers
 from nodeagent.nodestatus import NodeFacts, gather_node_facts
 from nodeagent.nodestatus.manager import NodeStatusManager
 from nodeagent.nodestatus.resources import allocatable as node_allocatable
+from nodeagent.pluginmanager.manager import PluginManager
 from nodeagent.podconfig import FAILED_VALIDATION, PodConfig
 from nodeagent.prober import Prober, ProberManager, ProberMetrics
 from nodeagent.server.host import AgentHost
@@ -90,7 +93,7 @@ from nodeagent.status.manager import StatusManager
 from nodeagent.syncloop import SyncLoop, SyncLoopChannels
 from nodeagent.tasks import Supervisor
 from nodeagent.version import NODEAGENT_VERSION, probe_user_agent, version_text
-from nodeagent.volumemanager import new_volume_manager
+from nodeagent.volumemanager import VolumeManager, new_volume_manager
 from pleg.cache import Cache
 from pleg.events import PodLifecycleEvent
 from pleg.generator import new_pleg
@@ -114,6 +117,13 @@ class AgentOptions:
     root_dir: Path = Path("/var/lib/kubelet")
     # Experiments only (hidden): a JSON file of injected eviction signals (nodeagent.experiment.injectionfile).
     eviction_signal_injection: Path | None = None
+    # TLS bootstrap (nodeagent.certificate.bootstrap): when --kubeconfig is missing or its certificate expired, a
+    # client certificate is requested with this kubeconfig's bootstrap token and --kubeconfig written.
+    bootstrap_kubeconfig: Path | None = None
+    cert_dir: Path | None = None  # None: <root-dir>/pki, as upstream's --cert-dir
+    # The kubelet's --node-labels (set at registration) and the flags that override config fields (snake_case).
+    node_labels: Mapping[str, str] = field(default_factory=dict)
+    config_overrides: Mapping[str, Any] = field(default_factory=dict)
 
 
 def read_resolv_conf(path: str) -> ResolvConf:
@@ -196,11 +206,26 @@ async def _start(options: AgentOptions, stop: asyncio.Event) -> None:
     for warning in loaded.warnings:
         log.warning("config warning path=%s %s", options.config_path, warning)
     config: KubeletConfiguration = loaded.config
+    if options.config_overrides:
+        # The kubelet's flags that are config fields too (--container-runtime-endpoint, --register-with-taints):
+        # as upstream, the flag wins over the file.
+        config = replace(config, **options.config_overrides)
     node_name = (options.node_name or socket.gethostname()).lower()
     if not options.standalone and options.kubeconfig is None:
         raise AgentError("--kubeconfig is required (or --standalone for static pods only)")
     if options.standalone and options.kubeconfig is not None:
         raise AgentError("--standalone runs without an apiserver: drop --kubeconfig")
+    cert_dir = options.cert_dir if options.cert_dir is not None else options.root_dir / "pki"
+    if options.kubeconfig is not None and options.bootstrap_kubeconfig is not None:
+        # As upstream's run(): the client credential is settled first, before the runtime or anything else.
+        try:
+            await until_stopped(
+                stop,
+                "bootstrapping the client certificate",
+                load_client_cert(options.kubeconfig, options.bootstrap_kubeconfig, cert_dir, node_name),
+            )
+        except BootstrapError as exc:
+            raise AgentError(f"failed to run Kubelet: {exc}") from exc
     clock = SystemClock()
     try:
         # As upstream: the thresholds are parsed before anything starts; a bad one stops the agent.
@@ -257,6 +282,17 @@ async def _start(options: AgentOptions, stop: asyncio.Event) -> None:
         except KubeconfigError as exc:
             raise AgentError(f"the kubeconfig {options.kubeconfig} cannot be used: {exc}") from exc
         try:
+            if client is not None and config.rotate_certificates:
+                # The client certificate renewed before it expires, loaded into the client without a restart.
+                rotation = ClientCertificateManager(
+                    client,
+                    cert_dir,
+                    node_name,
+                    bootstrap_kubeconfig=options.bootstrap_kubeconfig,
+                    forced_after=forced_rotation_seconds(),
+                )
+                rotation.load_current()
+                supervisor.start("client-certificate", rotation.run())
             await _run(
                 options,
                 config=config,
@@ -347,6 +383,7 @@ async def _run(
     await until_stopped(stop, "reading the runtime's status", _runtime_health(cri, runtime_state))
     eviction.use_disk_layout(await disk_layout(cri.image.image_fs_info, str(options.root_dir)))
     node_status = None
+    volume_managers: list[VolumeManager] = []
     if client is not None:
         node_status = NodeStatusManager(
             client,
@@ -360,6 +397,9 @@ async def _run(
             runtime_handlers=runtime_state.handlers,
             node_features=runtime_state.features,
             pressure=eviction.pressure_conditions,
+            # The volume manager is made after the node is registered: until then, nothing is in use.
+            volumes_in_use=lambda: volume_managers[0].volumes_in_use() if volume_managers else (),
+            node_labels=options.node_labels,
         )
         # Retried for ever, as upstream (an unreachable apiserver, a credential that may not register this name).
         await until_stopped(stop, "registering the node", node_status.register())
@@ -373,6 +413,9 @@ async def _run(
     # Service environment variables need the cluster's Services; without an apiserver there are none (upstream: no
     # service lister, no variables).
     services = ServiceStore() if client is not None else None
+    # CSI drivers register through <rootDir>/plugins_registry (upstream's plugin manager); its registry is what the
+    # kubernetes.io/csi volume plugin dials. Without an apiserver there is no CSINode to write, so no registration.
+    plugin_manager = PluginManager(str(options.root_dir), client, node_name) if client is not None else None
     volumes = new_volume_manager(
         str(options.root_dir),
         client=client,
@@ -381,7 +424,10 @@ async def _run(
         memory_capacity=facts.memory_bytes,
         clock=clock,
         events=lambda pod, type_, reason, message: pod_event(dict(pod), type_, reason, message),
+        node_name=node_name,
+        csi_drivers=plugin_manager.registry if plugin_manager is not None else None,
     )
+    volume_managers.append(volumes)
     await volumes.start()  # the actual state from disk and the mount table, before any pod syncs
     runtime = RuntimeManager(
         runtime_service,
@@ -509,6 +555,8 @@ async def _run(
         supervisor.start("service-informer", services.run(client))
     supervisor.start("pleg", pleg.run())
     supervisor.start("volume-manager", volumes.run())
+    if plugin_manager is not None:
+        supervisor.start("plugin-manager", plugin_manager.run())
     supervisor.start("sync-loop", sync_loop.run())
     # Node-level garbage collection (upstream's StartGarbageCollection): unused images every 5 min, dead containers
     # and sandboxes every minute, and both on the eviction manager's demand under disk pressure.
@@ -526,7 +574,7 @@ async def _run(
         pod_state=lambda uid: pod_gc_state(
             uid,
             worker_state=kubelet.workers.state,
-            pod_by_uid=pod_config.pod_view,
+            pod_by_uid=pod_config.pod_by_uid,
             sources_ready=pod_config.sources_ready,
         ),
         sources_ready=pod_config.sources_ready,

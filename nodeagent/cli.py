@@ -94,6 +94,8 @@ async def _run(args: argparse.Namespace) -> int:
             standalone=args.standalone,
             root_dir=args.root_dir,
             eviction_signal_injection=args.eviction_signal_injection,
+            bootstrap_kubeconfig=args.bootstrap_kubeconfig,
+            cert_dir=args.cert_dir,
         )
     )
     return 0
@@ -185,6 +187,16 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         default=Path("/var/lib/kubelet"),
         help="where the agent keeps pod directories (pods/<uid>/...), as the kubelet's --root-dir",
+    )
+    run.add_argument(
+        "--bootstrap-kubeconfig",
+        type=Path,
+        default=None,
+        help="TLS bootstrap: when --kubeconfig is missing or its certificate expired, request a client certificate "
+        "with this kubeconfig's credential (a bootstrap token) and write --kubeconfig",
+    )
+    run.add_argument(
+        "--cert-dir", type=Path, default=None, help="where the client certificate pairs go (default <root-dir>/pki)"
     )
     # Experiments only, so not in --help: eviction signals injected from a JSON file (nodeagent.experiment).
     run.add_argument("--eviction-signal-injection", type=Path, default=None, help=argparse.SUPPRESS)

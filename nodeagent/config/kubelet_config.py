@@ -30,7 +30,7 @@ Project extensions: fields that are not in upstream v1beta1. The upstream kubele
   Kubernetes release the node reports as its kubeletVersion and probes name in their User-Agent
   (`kube-probe/1.34`); see `nodeagent.version`. Upstream reports the version it was built as.
 
-Not in the subset (an upstream field here is warned about and ignored): TLS serving files, certificate rotation,
+Not in the subset (an upstream field here is warned about and ignored): TLS serving files,
 event QPS, CPU/memory/topology managers, image GC ages, logging, tracing, graceful shutdown by pod priority, swap,
 and the rest of v1beta1 not listed below. `imagePullProgressDeadline` and `nodeLabels` are not v1beta1 fields at all.
 """
@@ -167,6 +167,8 @@ class KubeletConfiguration:
     tls_cert_file: str = ""  # "" (with tls_private_key_file ""): a self-signed pair under <rootDir>/pki
     tls_private_key_file: str = ""
     server_tls_bootstrap: bool = False  # the serving certificate from the kubernetes.io/kubelet-serving signer
+    # The client certificate renewed through kubernetes.io/kube-apiserver-client-kubelet (certificate/rotation.py).
+    rotate_certificates: bool = False
     enable_server: bool = True
     enable_debugging_handlers: bool = True  # logs, exec, attach, portForward, run, runningpods, /logs
     enable_system_log_handler: bool = True  # /logs/ (with enable_debugging_handlers)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import ssl
 import time
 from collections.abc import AsyncGenerator, Callable, Generator
 from pathlib import Path
@@ -132,15 +133,23 @@ class KubeClient:
             if credentials.token or credentials.token_file
             else None
         )
+        # With a transport given (tests), httpx ignores verify; do not build a context nobody uses. Kept: client
+        # certificate rotation loads the new pair into it (`reload_client_certificate`).
+        self.tls_context: ssl.SSLContext | None = ssl_context(credentials) if transport is None else None
         self._http = httpx.AsyncClient(
             base_url=credentials.server,
-            # With a transport given (tests), httpx ignores verify; do not build a context nobody uses.
-            verify=ssl_context(credentials) if transport is None else True,
+            verify=self.tls_context if self.tls_context is not None else True,
             transport=transport,
             auth=auth,
             headers={"User-Agent": user_agent, "Accept": "application/json"},
             timeout=timeout,
         )
+
+    def reload_client_certificate(self, pair: Path) -> None:
+        """Present the certificate and key in `pair` (one PEM file) from the next TLS handshake on. Connections open
+        now, a watch among them, keep the identity they authenticated with: none is dropped."""
+        if self.tls_context is not None:
+            self.tls_context.load_cert_chain(str(pair))
 
     @classmethod
     def from_kubeconfig(

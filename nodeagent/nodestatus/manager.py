@@ -103,8 +103,8 @@ def _status_patch(old_status: Mapping[str, Any], new_status: Mapping[str, Any]) 
         gone = set(old_status.get(field) or {}) - set(new_status.get(field) or {})
         if gone:
             patch[field] = {**patch.get(field, {}), **dict.fromkeys(sorted(gone))}
-    for field in ("runtimeHandlers", "features"):
-        # Omitted when the runtime no longer reports them: upstream's patch removes them then.
+    for field in ("runtimeHandlers", "features", "volumesInUse"):
+        # Omitted when the runtime no longer reports them (no volume is in use): upstream's patch removes them then.
         if field in old_status and field not in new_status:
             patch[field] = None
     return {"status": patch}
@@ -127,6 +127,8 @@ class NodeStatusManager:
         runtime_handlers: RuntimeHandlers = tuple,
         node_features: NodeFeatures = lambda: None,
         pressure: Callable[[], frozenset[str]] = frozenset,
+        volumes_in_use: Callable[[], Sequence[str]] = tuple,
+        node_labels: Mapping[str, str] | None = None,
     ) -> None:
         self._client = client
         self._name = node_name
@@ -140,6 +142,11 @@ class NodeStatusManager:
         self._node_features = node_features
         # The eviction manager's conditions under pressure (MemoryPressure, DiskPressure, PIDPressure).
         self._pressure = pressure
+        # The volume manager's attachable volumes in use (upstream's VolumesInUse setter): the attach-detach
+        # controller detaches none of them.
+        self._volumes_in_use = volumes_in_use
+        # The kubelet's --node-labels: on the Node it creates (upstream initialNode).
+        self._node_labels = dict(node_labels or {})
         self._node: Obj | None = None
         self._lease: Obj | None = None
         self._last_reported: dict[str, Any] | None = None
@@ -186,6 +193,7 @@ class NodeStatusManager:
             conditions=conditions,
             runtime_handlers=self._runtime_handlers(),
             runtime_features=self._node_features(),
+            extra_labels=self._node_labels,
         )
         try:
             self._node = await self._client.create(paths.nodes(), wanted)
@@ -286,6 +294,9 @@ class NodeStatusManager:
             runtime_handlers=self._runtime_handlers(),
             runtime_features=self._node_features(),
         )
+        in_use = sorted(self._volumes_in_use())
+        if in_use:
+            new_status["volumesInUse"] = in_use
         now = self._clock.wall()
         if not should_report(
             self._last_reported,

@@ -76,8 +76,10 @@ def initial_node(
     hugepages: Mapping[str, int] | None = None,
     runtime_handlers: Sequence[RuntimeHandler] = (),
     runtime_features: RuntimeFeatures | None = None,
+    extra_labels: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The Node to create at registration: labels, registerWithTaints, spec.podCIDR and providerID when set, and
+    """The Node to create at registration: labels (the well-known ones, then the kubelet's --node-labels over them, as
+    upstream's initialNode), registerWithTaints, spec.podCIDR and providerID when set, and
     the annotations we own (attach/detach by the controller, nodeagent's own version)."""
     spec: dict[str, Any] = {}
     if config.pod_cidr:
@@ -98,7 +100,10 @@ def initial_node(
         "kind": "Node",
         "metadata": {
             "name": node_name,
-            "labels": node_labels(node_name, facts.operating_system, facts.architecture, hostname=facts.hostname),
+            "labels": {
+                **node_labels(node_name, facts.operating_system, facts.architecture, hostname=facts.hostname),
+                **(extra_labels or {}),
+            },
             "annotations": {CONTROLLER_MANAGED_ATTACH_DETACH: "true", VERSION_ANNOTATION: NODEAGENT_VERSION},
         },
         "spec": spec,

@@ -577,6 +577,9 @@ class Testbed:
                 f"--tls-cert-file={pki.apiserver.cert}",
                 f"--tls-private-key-file={pki.apiserver.key}",
                 f"--client-ca-file={pki.ca.cert}",
+                # Bootstrap tokens (Secrets bootstrap-token-<id> in kube-system) authenticate a joining node's TLS
+                # bootstrap, as on a kubeadm cluster; no token exists unless a test or kubeadm makes one.
+                "--enable-bootstrap-token-auth=true",
                 f"--cert-dir={d / 'apiserver'}",
                 "--authorization-mode=Node,RBAC",
                 "--enable-admission-plugins=NodeRestriction",
