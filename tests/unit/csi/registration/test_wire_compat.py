@@ -8,11 +8,6 @@ so comments and layout may differ while package, names, numbers, types, labels a
 
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
-import sys
-from importlib import resources
 from pathlib import Path
 
 import pytest
@@ -20,6 +15,7 @@ from google.protobuf import descriptor_pb2
 
 from cri import wire_compat
 from nodeagent.testbed.versions import KUBERNETES_VERSION
+from tests.protooracle import compile_proto, download_module
 
 REPO = Path(__file__).resolve().parents[4]
 UPSTREAM_MODULE = "k8s.io/kubelet"
@@ -27,59 +23,21 @@ UPSTREAM_VERSION = "v0." + KUBERNETES_VERSION.removeprefix("v1.")
 UPSTREAM_PROTO = "pkg/apis/pluginregistration/v1/api.proto"
 OUR_PROTO = "csi/registration/v1/api.proto"
 SERVICES = ("Registration",)
-WELL_KNOWN = Path(str(resources.files("grpc_tools") / "_proto"))
 
 
 @pytest.fixture(scope="module")
 def upstream_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    go = shutil.which("go") or "/usr/local/go/bin/go"
-    if not Path(go).exists():
-        pytest.fail("`go` is needed to fetch the upstream plugin registration proto (testbed install provides it)")
-    work = tmp_path_factory.mktemp("kubelet-oracle")
-    subprocess.run([go, "mod", "init", "nodeagent.local/kubelet-oracle"], cwd=work, check=True, capture_output=True)
-    fetched = subprocess.run(
-        [go, "mod", "download", "-json", f"{UPSTREAM_MODULE}@{UPSTREAM_VERSION}"],
-        cwd=work,
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    if fetched.returncode != 0:
-        pytest.fail(f"go mod download {UPSTREAM_MODULE}@{UPSTREAM_VERSION} failed:\n{fetched.stdout}{fetched.stderr}")
-    return Path(json.loads(fetched.stdout)["Dir"])
-
-
-def _compile(include: Path, proto: str, out: Path) -> descriptor_pb2.FileDescriptorProto:
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "grpc_tools.protoc",
-            f"-I{include}",
-            f"-I{WELL_KNOWN}",
-            f"--descriptor_set_out={out}",
-            "--include_imports",
-            proto,
-        ],
-        check=False,
-        capture_output=True,
-        text=True,
-    )
-    assert result.returncode == 0, f"protoc failed on {include / proto}:\n{result.stderr}"
-    files = descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes()).file
-    (compiled,) = [file for file in files if file.name == proto]
-    return compiled
+    return download_module(UPSTREAM_MODULE, UPSTREAM_VERSION, tmp_path_factory.mktemp("kubelet-oracle"))
 
 
 @pytest.fixture(scope="module")
 def upstream(upstream_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> descriptor_pb2.FileDescriptorProto:
-    return _compile(upstream_dir, UPSTREAM_PROTO, tmp_path_factory.mktemp("upstream") / "api.pb")
+    return compile_proto(upstream_dir, UPSTREAM_PROTO, tmp_path_factory.mktemp("upstream") / "api.pb")
 
 
 @pytest.fixture(scope="module")
 def ours(tmp_path_factory: pytest.TempPathFactory) -> descriptor_pb2.FileDescriptorProto:
-    return _compile(REPO, OUR_PROTO, tmp_path_factory.mktemp("ours") / "api.pb")
+    return compile_proto(REPO, OUR_PROTO, tmp_path_factory.mktemp("ours") / "api.pb")
 
 
 def test_the_package_is_upstreams(
@@ -122,5 +80,5 @@ def test_a_renumbered_field_is_caught(upstream: descriptor_pb2.FileDescriptorPro
     edited = proto.replace("bool plugin_registered = 1;", "bool plugin_registered = 3;")
     assert edited != proto
     (edited_root / OUR_PROTO).write_text(edited)
-    differences = wire_compat.incompatibilities(_compile(edited_root, OUR_PROTO, tmp_path / "e.pb"), upstream)
+    differences = wire_compat.incompatibilities(compile_proto(edited_root, OUR_PROTO, tmp_path / "e.pb"), upstream)
     assert any("plugin_registered" in line for line in differences), differences
