@@ -36,6 +36,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from nodeagent.certificate.csr import CertificateDenied, csr_body, issued
 from nodeagent.certificate.store import CertificateStore, valid_at
 from nodeagent.kube import paths
 from nodeagent.kube.client import KubeClient
@@ -57,10 +58,6 @@ CSRS = paths.api_path("certificatesigningrequests", group="certificates.k8s.io")
 
 class BootstrapError(RuntimeError):
     """The bootstrap kubeconfig cannot be used, or the kubeconfig cannot be written."""
-
-
-class CertificateDenied(RuntimeError):
-    """The request was denied or failed; the message carries the condition's reason and message, as upstream's."""
 
 
 Now = Callable[[], datetime.datetime]
@@ -131,33 +128,7 @@ def build_request(key: ec.EllipticCurvePrivateKey, node_name: str) -> bytes:
 
 
 def csr_object(name: str, request_pem: bytes) -> dict[str, Any]:
-    return {
-        "apiVersion": "certificates.k8s.io/v1",
-        "kind": "CertificateSigningRequest",
-        "metadata": {"name": name},
-        "spec": {
-            "request": base64.b64encode(request_pem).decode(),
-            "signerName": SIGNER,
-            "usages": list(USAGES),
-        },
-    }
-
-
-def issued(csr: dict[str, Any]) -> bytes | None:
-    """The issued PEM certificate, None while pending; CertificateDenied for Denied or Failed, in upstream's words."""
-    status = csr.get("status") or {}
-    for condition in status.get("conditions") or ():
-        if condition.get("status", "True") != "True":
-            continue
-        kind = condition.get("type")
-        if kind in ("Denied", "Failed"):
-            verb = "is denied" if kind == "Denied" else "failed"
-            raise CertificateDenied(
-                f"certificate signing request {verb}, reason: {condition.get('reason', '')}, "
-                f"message: {condition.get('message', '')}"
-            )
-    encoded = status.get("certificate")
-    return base64.b64decode(encoded) if encoded else None
+    return csr_body(SIGNER, USAGES, request_pem, name=name)
 
 
 def key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:

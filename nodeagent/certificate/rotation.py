@@ -38,10 +38,10 @@ from nodeagent.certificate.bootstrap import (
     BACKOFF_CAP,
     BACKOFF_START,
     PAIR_PREFIX,
-    CertificateDenied,
     key_pem,
     request_certificate,
 )
+from nodeagent.certificate.csr import CertificateDenied, rotation_deadline
 from nodeagent.certificate.store import CertificateStore
 from nodeagent.kube.client import KubeClient
 from nodeagent.kube.errors import ApiError, ApiUnavailable, KubeconfigError
@@ -50,11 +50,6 @@ from nodeagent.kube.kubeconfig import load_kubeconfig
 log = logging.getLogger(__name__)
 
 ROTATION_ENV = "NODEAGENT_CLIENT_CERT_ROTATION_SECONDS"
-
-
-def rotation_deadline(not_before: datetime.datetime, not_after: datetime.datetime, jitter: float) -> datetime.datetime:
-    """Upstream nextRotationDeadline: not_before + life * (0.7 + 0.2 * jitter), jitter in [0, 1)."""
-    return not_before + (not_after - not_before) * (0.7 + 0.2 * jitter)
 
 
 def next_deadline(

@@ -15,11 +15,9 @@ Until a certificate exists, TLS handshakes fail, as upstream's ("no serving cert
 from __future__ import annotations
 
 import asyncio
-import base64
 import datetime
 import ipaddress
 import logging
-import os
 import random
 import ssl
 from collections.abc import Callable, Sequence
@@ -32,6 +30,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from nodeagent.certificate.bootstrap import key_pem
+from nodeagent.certificate.csr import CertificateDenied, csr_body, issued, rotation_deadline
+from nodeagent.certificate.store import CertificateStore, valid_at
 from nodeagent.kube import paths
 from nodeagent.kube.client import KubeClient
 from nodeagent.kube.errors import ApiError
@@ -39,20 +40,10 @@ from nodeagent.kube.errors import ApiError
 log = logging.getLogger(__name__)
 
 SIGNER = "kubernetes.io/kubelet-serving"
-CURRENT = "kubelet-server-current.pem"
+PAIR_PREFIX = "kubelet-server"  # kubelet-server-<date>.pem and the kubelet-server-current.pem symlink
 USAGES = ("digital signature", "server auth")
 POLL_SECONDS = 1.0
 RETRY_SECONDS = 30.0
-
-
-class CertificateDenied(RuntimeError):
-    """The CSR was denied or failed: a new one is sent after a pause."""
-
-
-def rotation_deadline(not_before: datetime.datetime, not_after: datetime.datetime, jitter: float) -> datetime.datetime:
-    """Upstream nextRotationDeadline: not_before + life * (0.7 + 0.2 * jitter), jitter in [0, 1)."""
-    life = not_after - not_before
-    return not_before + life * (0.7 + 0.2 * jitter)
 
 
 def build_csr(key: ec.EllipticCurvePrivateKey, node_name: str, addresses: Sequence[str]) -> bytes:
@@ -81,62 +72,7 @@ def build_csr(key: ec.EllipticCurvePrivateKey, node_name: str, addresses: Sequen
 
 
 def csr_object(request_pem: bytes) -> dict[str, Any]:
-    return {
-        "apiVersion": "certificates.k8s.io/v1",
-        "kind": "CertificateSigningRequest",
-        "metadata": {"generateName": "csr-"},
-        "spec": {
-            "request": base64.b64encode(request_pem).decode(),
-            "signerName": SIGNER,
-            "usages": list(USAGES),
-        },
-    }
-
-
-def issued_certificate(csr: dict[str, Any]) -> bytes | None:
-    """The PEM certificate once issued; raises CertificateDenied for a Denied or Failed request."""
-    status = csr.get("status") or {}
-    for condition in status.get("conditions") or ():
-        if condition.get("type") in ("Denied", "Failed") and condition.get("status", "True") == "True":
-            raise CertificateDenied(
-                f"{condition.get('type')}: {condition.get('reason', '')} {condition.get('message', '')}"
-            )
-    encoded = status.get("certificate")
-    return base64.b64decode(encoded) if encoded else None
-
-
-def read_pair(path: Path, now: datetime.datetime) -> x509.Certificate | None:
-    """The certificate in a combined PEM file, if the file holds a key too and the certificate is valid now."""
-    try:
-        data = path.read_bytes()
-    except OSError:
-        return None
-    if b"PRIVATE KEY" not in data:
-        return None
-    try:
-        cert = x509.load_pem_x509_certificate(data)
-    except ValueError:
-        return None
-    if not cert.not_valid_before_utc <= now < cert.not_valid_after_utc:
-        return None
-    return cert
-
-
-def write_pair(cert_dir: Path, cert_pem: bytes, key: ec.EllipticCurvePrivateKey, now: datetime.datetime) -> Path:
-    """`kubelet-server-<date>.pem` (0600) and the `kubelet-server-current.pem` symlink swapped onto it."""
-    cert_dir.mkdir(parents=True, exist_ok=True)
-    dated = cert_dir / f"kubelet-server-{now.strftime('%Y-%m-%d-%H-%M-%S')}.pem"
-    key_pem = key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-    fd = os.open(dated, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(cert_pem + key_pem)
-    link = cert_dir / (CURRENT + ".tmp")
-    link.unlink(missing_ok=True)
-    link.symlink_to(dated.name)
-    link.replace(cert_dir / CURRENT)
-    return cert_dir / CURRENT
+    return csr_body(SIGNER, USAGES, request_pem)
 
 
 @dataclass
@@ -151,12 +87,15 @@ class ServingCertificateManager:
     poll: float = POLL_SECONDS
     current: x509.Certificate | None = None
 
+    def _store(self) -> CertificateStore:
+        return CertificateStore(self.cert_dir, PAIR_PREFIX)
+
     def load_current(self) -> bool:
         """Use `kubelet-server-current.pem` if it is valid now; True when the context has a certificate."""
-        path = self.cert_dir / CURRENT
-        cert = read_pair(path, self.now())
-        if cert is None:
+        pair = self._store().current()
+        if pair is None or not valid_at(pair.certificate, self.now()):
             return False
+        path, cert = pair.path, pair.certificate
         self.context.load_cert_chain(str(path))
         self.current = cert
         log.info("serving certificate loaded path=%s not_after=%s", path, cert.not_valid_after_utc.isoformat())
@@ -191,11 +130,11 @@ class ServingCertificateManager:
             csr = await self.client.get(
                 paths.api_path("certificatesigningrequests", group="certificates.k8s.io", name=name)
             )
-            cert_pem = issued_certificate(csr)
+            cert_pem = issued(csr)
             if cert_pem is not None:
                 break
             await asyncio.sleep(self.poll)
-        path = await asyncio.to_thread(write_pair, self.cert_dir, cert_pem, key, self.now())
+        path = await asyncio.to_thread(self._store().update, cert_pem, key_pem(key), self.now())
         self.context.load_cert_chain(str(path))
         self.current = x509.load_pem_x509_certificate(cert_pem)
         log.info(

@@ -1,4 +1,5 @@
-"""The serving certificate manager's pure parts: the rotation deadline, the request, the files."""
+"""The serving certificate manager's pure parts: the request and the files (the CSR verdict and the rotation
+deadline are csr.py's, tested with the client certificate)."""
 
 from __future__ import annotations
 
@@ -7,21 +8,16 @@ import datetime
 import ipaddress
 from pathlib import Path
 
-import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from nodeagent.certificate import serving
+from nodeagent.certificate.bootstrap import key_pem
+from nodeagent.certificate.store import CertificateStore, valid_at
 from nodeagent.testbed.pki import CertificateAuthority
 
 T0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
-
-
-@pytest.mark.parametrize(("jitter", "days"), [(0.0, 70), (0.5, 80), (0.999999, 90)])
-def test_rotation_deadline_is_70_to_90_percent(jitter: float, days: int) -> None:
-    deadline = serving.rotation_deadline(T0, T0 + datetime.timedelta(days=100), jitter)
-    assert abs((deadline - T0).total_seconds() - days * 86400) < 60
 
 
 def test_csr_names_the_node_and_its_addresses() -> None:
@@ -38,28 +34,22 @@ def test_csr_names_the_node_and_its_addresses() -> None:
     assert base64.b64decode(body["spec"]["request"]) == b"PEM"
 
 
-def test_issued_certificate() -> None:
-    assert serving.issued_certificate({"status": {}}) is None
-    assert serving.issued_certificate({"status": {"certificate": base64.b64encode(b"C").decode()}}) == b"C"
-    with pytest.raises(serving.CertificateDenied):
-        serving.issued_certificate({"status": {"conditions": [{"type": "Denied", "status": "True"}]}})
-
-
 def test_pair_written_linked_and_read_back(tmp_path: Path) -> None:
+    """The serving pair goes through the client certificate's store: kubelet-server-<date>.pem and the symlink."""
     ca = CertificateAuthority.create(tmp_path / "ca", "test-ca")
     issued = ca.issue(tmp_path / "ca", "serving", common_name="system:node:n", server=True)
     cert_pem = issued.cert.read_bytes()
     key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.datetime.now(datetime.UTC)
-    path = serving.write_pair(tmp_path / "pki", cert_pem, key, now)
+    store = CertificateStore(tmp_path / "pki", serving.PAIR_PREFIX)
+    path = store.update(cert_pem, key_pem(key), now)
     assert path.is_symlink() and path.resolve().name.startswith("kubelet-server-")
+    assert path.name == "kubelet-server-current.pem"
     assert oct(path.resolve().stat().st_mode & 0o777) == "0o600"
-    cert = serving.read_pair(path, now)
-    assert cert is not None and cert.subject.rfc4514_string() == "CN=system:node:n"
-    assert serving.read_pair(path, now + datetime.timedelta(days=400)) is None  # expired
-    (tmp_path / "pki" / "only-cert.pem").write_bytes(cert_pem)
-    assert serving.read_pair(tmp_path / "pki" / "only-cert.pem", now) is None  # no key in the file
+    pair = store.current()
+    assert pair is not None and pair.certificate.subject.rfc4514_string() == "CN=system:node:n"
+    assert not valid_at(pair.certificate, now + datetime.timedelta(days=400))  # expired
     # A second write moves the link, atomically.
     later = now + datetime.timedelta(seconds=5)
-    serving.write_pair(tmp_path / "pki", cert_pem, key, later)
+    store.update(cert_pem, key_pem(key), later)
     assert path.resolve().name == f"kubelet-server-{later.strftime('%Y-%m-%d-%H-%M-%S')}.pem"
