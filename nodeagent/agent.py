@@ -89,10 +89,13 @@ from nodeagent.sources.problems import ManifestProblem
 from nodeagent.startup import RuntimeUnavailable, StopRequested, until_stopped, wait_for_runtime
 from nodeagent.staticpods import MirrorPods
 from nodeagent.stats.provider import StatsProvider
+from nodeagent.stats.volumemetrics import VolumeStatsCollector
+from nodeagent.stats.volumes import PluginVolumeStats
 from nodeagent.status.manager import StatusManager
 from nodeagent.syncloop import SyncLoop, SyncLoopChannels
 from nodeagent.tasks import Supervisor
 from nodeagent.version import NODEAGENT_VERSION, probe_user_agent, version_text
+from nodeagent.volume.csiutil import CSI_PLUGIN_NAME
 from nodeagent.volumemanager import VolumeManager, new_volume_manager
 from pleg.cache import Cache
 from pleg.events import PodLifecycleEvent
@@ -503,6 +506,8 @@ async def _run(
     )
     # As upstream's PodDeletionSafetyProvider: a terminal phase is sent once the pod's worker stopped everything.
     status_manager.could_have_running_containers = kubelet.workers.could_have_running_containers
+    # A CSI volume's stats come from its driver (NodeGetVolumeStats), through the kubernetes.io/csi plugin.
+    csi_plugin = volumes.plugin(CSI_PLUGIN_NAME)
     # The summary provider that /stats/summary serves and the eviction manager observes through.
     stats = StatsProvider(
         runtime_service,
@@ -510,7 +515,11 @@ async def _run(
         node_name=node_name,
         root_dir=str(options.root_dir),
         cgroup_root=config.cgroup_root,
+        plugin_volumes=csi_plugin if isinstance(csi_plugin, PluginVolumeStats) else None,
+        pod_spec=pod_config.pod_view,
+        volume_health=config.feature_gates.get("CSIVolumeHealth", False),
     )
+    metrics_registry.register(VolumeStatsCollector(stats.latest_volume_stats))
     sync_loop = SyncLoop(
         channels,
         kubelet,

@@ -18,7 +18,9 @@ cAdvisor for the rest; here cgroupfs and /proc stand in for cAdvisor):
 - system containers: `pods` (the kubepods cgroup), `kubelet` (this process's cgroup when its cpu and memory cgroups
   are one, as upstream's getContainer requires), `runtime` when its cgroup is given;
 - logs (the container's log files), etc-hosts, the pod's volumes under <root-dir>/pods/<uid>/volumes (their `du` at
-  most once a period per pod, as upstream's volume stat calculator).
+  most once a period per pod, as upstream's volume stat calculator); a CSI volume is asked of its driver instead
+  (NodeGetVolumeStats through the plugin, stats/volumes.py), in the same period, and a claim's volume carries its
+  pvcRef from the pod spec.
 
 Blocking reads run in one worker thread per call; the CRI calls run together.
 """
@@ -26,6 +28,7 @@ Blocking reads run in one worker thread per call; the CRI calls run together.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 import logging
 import os
@@ -57,6 +60,15 @@ from nodeagent.stats.types import (
     RuntimeStats,
     Summary,
     SwapStats,
+    VolumeStats,
+)
+from nodeagent.stats.volumes import (
+    MEASURED_PLUGIN_DIRS,
+    PluginVolumeStats,
+    PodSpecGetter,
+    VolumeMetrics,
+    claim_ref,
+    measured_volume,
 )
 
 log = logging.getLogger(__name__)
@@ -64,6 +76,9 @@ log = logging.getLogger(__name__)
 VOLUME_STATS_PERIOD = 60.0  # upstream volumeStatsAggPeriod default
 LOCAL_EPHEMERAL_PLUGINS = ("kubernetes.io~empty-dir", "kubernetes.io~configmap", "kubernetes.io~git-repo")
 CRI_TIMEOUT = 10.0
+# How long a summary waits for a plugin's volume stats. Upstream measures in the background (csiTimeout, 2 min), so a
+# hung driver never holds the summary; here the summary (and the eviction manager reading it) waits at most this.
+VOLUME_STATS_TIMEOUT = 10.0
 
 
 class StatsRuntime(Protocol):
@@ -159,6 +174,10 @@ class StatsProvider:
         monotonic: Callable[[], float] = time.monotonic,
         volume_stats_period: float = VOLUME_STATS_PERIOD,
         cpu_cache: CpuUsageCache | None = None,
+        plugin_volumes: PluginVolumeStats | None = None,
+        pod_spec: PodSpecGetter | None = None,
+        volume_health: bool = False,
+        volume_stats_timeout: float = VOLUME_STATS_TIMEOUT,
     ) -> None:
         self._runtime = runtime
         self._images = images
@@ -178,6 +197,11 @@ class StatsProvider:
         self._boot = datetime.datetime.fromtimestamp(psutil.boot_time(), datetime.UTC)
         self._memory_capacity = psutil.virtual_memory().total
         self._volume_cache: dict[str, tuple[float, list[summary.VolumeUsage]]] = {}
+        self._volume_lock = asyncio.Lock()  # concurrent summaries measure a pod's volumes once
+        self._plugin_volumes = plugin_volumes
+        self._pod_spec = pod_spec or (lambda uid: None)
+        self._volume_health = volume_health  # the CSIVolumeHealth feature gate
+        self._volume_stats_timeout = volume_stats_timeout
         self._pod_cgroups: dict[str, str] = {}  # pod UID -> where its cgroup was found
         own = proc / "self" / "cgroup"
         text = own.read_text() if own.exists() else ""
@@ -278,10 +302,8 @@ class StatsProvider:
         processes = sum(len(self._cgroupfs.procs(posixpath.join(sample.path, cid))) for cid in container_ids)
         view.pods[sandbox.id] = _PodCgroup(sample.path, sample, pause, interfaces, processes)
 
-    def _volumes(self, uid: str) -> list[summary.VolumeUsage]:
-        cached = self._volume_cache.get(uid)
-        if cached is not None and self._monotonic() < cached[0]:
-            return cached[1]
+    def _disk_volumes(self, uid: str) -> list[summary.VolumeUsage]:
+        """The pod's volumes walked on disk (upstream metricsDu), the plugins that measure their own left out."""
         found: list[summary.VolumeUsage] = []
         volumes_dir = os.path.join(self._root_dir, "pods", uid, "volumes")
         try:
@@ -290,6 +312,8 @@ class StatsProvider:
         except OSError:
             plugins, pod_dev = [], -1
         for plugin in plugins:
+            if plugin in MEASURED_PLUGIN_DIRS:
+                continue
             try:
                 names = sorted(os.listdir(os.path.join(volumes_dir, plugin)))
             except OSError:
@@ -311,8 +335,51 @@ class StatsProvider:
                         local_ephemeral=plugin in LOCAL_EPHEMERAL_PLUGINS and on_pod_fs,
                     )
                 )
-        self._volume_cache[uid] = (self._monotonic() + self._volume_period, found)
         return found
+
+    async def _measured_volumes(self, uid: str) -> list[summary.VolumeUsage]:
+        """The pod's volumes their plugin measures (CSI: NodeGetVolumeStats), the ones it cannot left out."""
+        plugin = self._plugin_volumes
+        if plugin is None:
+            return []
+        names = plugin.measured_volumes(uid)
+
+        async def one(name: str) -> VolumeMetrics | None:
+            try:
+                return await asyncio.wait_for(
+                    plugin.volume_stats(uid, name, volume_health=self._volume_health), self._volume_stats_timeout
+                )
+            except TimeoutError:
+                log.warning("stats volume stats timed out pod_uid=%s volume=%s", uid, name)
+                return None
+
+        found = await asyncio.gather(*(one(name) for name in names))
+        now = self._wall()  # upstream stamps the metrics when the call starts; one time for the pod here
+        return [measured_volume(name, m, now, None) for name, m in zip(names, found, strict=True) if m is not None]
+
+    async def _refresh_volumes(self, uids: Sequence[str]) -> None:
+        """The volume stats of the pods whose last ones are older than the period (upstream volumeStatsAggPeriod,
+        per pod), each volume with the claim its pod spec names."""
+        async with self._volume_lock:
+            now = self._monotonic()
+            stale = [uid for uid in uids if (c := self._volume_cache.get(uid)) is None or now >= c[0]]
+            if not stale:
+                return
+            walked = await asyncio.to_thread(lambda: {uid: self._disk_volumes(uid) for uid in stale})
+            measured = await asyncio.gather(*(self._measured_volumes(uid) for uid in stale))
+            for uid, plugin_volumes in zip(stale, measured, strict=True):
+                pod = self._pod_spec(uid)
+                volumes = [dataclasses.replace(v, pvc_ref=claim_ref(pod, v.name)) for v in walked[uid] + plugin_volumes]
+                self._volume_cache[uid] = (self._monotonic() + self._volume_period, volumes)
+
+    def latest_volume_stats(self) -> list[VolumeStats]:
+        """The pods' volume stats as last measured (upstream's calculators' GetLatest), for kubelet_volume_stats_*:
+        every full summary (the eviction manager's, every 10 s) measures what is older than the period."""
+        out: list[VolumeStats] = []
+        for _, volumes in list(self._volume_cache.values()):
+            ephemeral, persistent = summary.volume_stats(volumes)
+            out.extend(ephemeral + persistent)
+        return out
 
     def _read_disk(self, view: _HostView, sandbox: api_pb2.PodSandbox, names: Sequence[str]) -> None:
         meta = sandbox.metadata
@@ -322,7 +389,7 @@ class StatsProvider:
             logs={name: host.files_usage(os.path.join(log_dir, name)) for name in names},
             pod_logs=host.files_usage(log_dir),
             etc_hosts=host.disk_usage(etc_hosts) if os.path.exists(etc_hosts) else None,
-            volumes=self._volumes(meta.uid),
+            volumes=self._volume_cache.get(meta.uid, (0.0, []))[1],
         )
 
     def _read(
@@ -385,6 +452,8 @@ class StatsProvider:
             image_fs = await self._images.image_fs_info(timeout=CRI_TIMEOUT) if full else None
         except CRIError as exc:
             raise StatsError(f"failed to list pod stats: {exc}") from exc
+        if full:
+            await self._refresh_volumes([runtime.sandboxes[sid].metadata.uid for sid in runtime.order])
         image_paths = [fs.fs_id.mountpoint for fs in image_fs.image_filesystems] if image_fs is not None else []
         view = await asyncio.to_thread(self._read, runtime, full=full, filesystems=image_paths)
         fallback = await self._sandbox_stats([sid for sid in runtime.order if sid not in view.pods])

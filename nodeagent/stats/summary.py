@@ -26,6 +26,7 @@ from nodeagent.stats.types import (
     PodReference,
     PodStats,
     ProcessStats,
+    PVCReference,
     RlimitStats,
     VolumeStats,
 )
@@ -280,13 +281,15 @@ def ephemeral_storage(
 
 @dataclass(frozen=True, slots=True)
 class VolumeUsage:
-    """One mounted volume of a pod as the provider found it on disk."""
+    """One mounted volume of a pod: walked on disk, or measured by its plugin (stats/volumes.py)."""
 
     name: str
     usage: DiskUsage
     fs: FsInfo | None
     time: datetime.datetime
     local_ephemeral: bool
+    pvc_ref: PVCReference | None = None  # the claim the pod spec names for it
+    abnormal: bool | None = None  # the plugin's health report (CSI volume condition), None without one
 
 
 def volume_stats(volumes: Sequence[VolumeUsage]) -> tuple[tuple[VolumeStats, ...], tuple[VolumeStats, ...]]:
@@ -298,6 +301,8 @@ def volume_stats(volumes: Sequence[VolumeUsage]) -> tuple[tuple[VolumeStats, ...
         info = v.fs or FsInfo(0, 0, 0, 0, 0)
         stats = VolumeStats(
             name=v.name,
+            pvc_ref=v.pvc_ref,
+            abnormal=v.abnormal,
             fs=FsStats(
                 time=v.time,
                 available_bytes=info.available,

@@ -100,6 +100,7 @@ class VolumeStats:
     name: str
     fs: FsStats
     pvc_ref: PVCReference | None = None
+    abnormal: bool | None = None  # upstream VolumeHealthStats.Abnormal; None: no volumeHealthStats
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,6 +251,8 @@ def volume_json(s: VolumeStats) -> dict[str, Any]:
     _put(out, "name", s.name or None)
     if s.pvc_ref is not None:
         out["pvcRef"] = {"name": s.pvc_ref.name, "namespace": s.pvc_ref.namespace}
+    if s.abnormal is not None:
+        out["volumeHealthStats"] = {"abnormal": s.abnormal}
     return out
 
 

@@ -544,24 +544,41 @@ class CSIPlugin:
 
     # --- volume stats ----------------------------------------------------------------------------------------
 
-    async def volume_stats(self, pod_uid: str, volume_name: str) -> csiutil.VolumeStats | None:
-        """NodeGetVolumeStats of a published volume (upstream csi_metrics.go GetMetrics); None when the volume is not
-        published here or its driver lacks GET_VOLUME_STATS. Driver failures raise CSIError; an unregistered
-        driver raises DriverNotFoundError."""
+    def measured_volumes(self, pod_uid: str) -> list[str]:
+        """The pod's volumes published here: the stats provider asks their driver (upstream metricsCsi) instead of
+        walking them."""
+        return sorted(name for uid, name in self._published if uid == pod_uid)
+
+    async def volume_stats(
+        self, pod_uid: str, volume_name: str, *, volume_health: bool = False
+    ) -> csiutil.VolumeStats | None:
+        """NodeGetVolumeStats of a published volume (upstream metricsCsi.GetMetrics), for the volume path only, as
+        upstream asks. None when there is nothing to report, as upstream's calculator skips such a volume: not
+        published here, a driver without GET_VOLUME_STATS (NotSupported), an unregistered driver (a transient
+        failure) or a failed call. `volume_health` (the CSIVolumeHealth gate): the driver's volume condition, when
+        it has VOLUME_CONDITION."""
         publication = self._published.get((pod_uid, volume_name))
         if publication is None:
             return None
-        client = self._clients.get(publication.driver)
-        caps = frozenset(node_rpc_types(await client.node_get_capabilities()))
-        if _RPC.GET_VOLUME_STATS not in caps:
+        try:
+            client = self._clients.get(publication.driver)
+            caps = frozenset(node_rpc_types(await client.node_get_capabilities()))
+            if _RPC.GET_VOLUME_STATS not in caps:
+                return None
+            response = await client.node_get_volume_stats(
+                publication.volume_handle, self.mount_path(pod_uid, volume_name)
+            )
+            return csiutil.volume_stats(response, with_condition=volume_health and _RPC.VOLUME_CONDITION in caps)
+        except (CSIError, DriverNotFoundError, csiutil.VolumeStatsResponseError) as exc:
+            # upstream logs this at V(4) only: a driver that cannot answer is not the pod's problem
+            log.debug(
+                "csi volume stats failed pod_uid=%s volume=%s driver=%s error=%s",
+                pod_uid,
+                volume_name,
+                publication.driver,
+                exc,
+            )
             return None
-        staging = ""
-        if publication.lifecycle_mode == csiutil.PERSISTENT and _RPC.STAGE_UNSTAGE_VOLUME in caps:
-            staging = csiutil.device_mount_path(self._root, publication.driver, publication.volume_handle)
-        response = await client.node_get_volume_stats(
-            publication.volume_handle, self.mount_path(pod_uid, volume_name), staging_target_path=staging
-        )
-        return csiutil.volume_stats(response)
 
     # --- restart ---------------------------------------------------------------------------------------------
 

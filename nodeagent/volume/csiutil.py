@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import hashlib
 import json
+import logging
 import os
 import posixpath
 from collections.abc import Mapping, Sequence
@@ -26,6 +28,8 @@ import grpc
 
 from csi.errors import CSIError
 from csi.v1 import csi_pb2
+
+log = logging.getLogger(__name__)
 
 CSI_PLUGIN_NAME = "kubernetes.io/csi"
 VOL_DATA_FILE = "vol_data.json"
@@ -371,31 +375,44 @@ def attachment_state(attachment: Mapping[str, Any] | None) -> tuple[bool, dict[s
 
 @dataclass(frozen=True)
 class VolumeStats:
-    """A NodeGetVolumeStats answer as the kubelet's volume metrics read it (upstream csi_metrics.go); None where
-    the driver did not say."""
+    """A NodeGetVolumeStats answer as the kubelet's volume metrics read it (upstream csi_client.go
+    NodeGetVolumeStats): zeros where the driver gave no usage of a unit; `abnormal`/`message` only when the condition
+    is asked for (upstream: the CSIVolumeHealth gate and the driver's VOLUME_CONDITION capability), else None."""
 
-    available_bytes: int | None = None
-    capacity_bytes: int | None = None
-    used_bytes: int | None = None
-    inodes_free: int | None = None
-    inodes: int | None = None
-    inodes_used: int | None = None
-    abnormal: bool = False
-    condition_message: str = ""
+    available_bytes: int = 0
+    capacity_bytes: int = 0
+    used_bytes: int = 0
+    inodes_free: int = 0
+    inodes: int = 0
+    inodes_used: int = 0
+    abnormal: bool | None = None
+    message: str | None = None
 
 
-def volume_stats(response: csi_pb2.NodeGetVolumeStatsResponse) -> VolumeStats:
-    """BYTES and INODES usage entries (others ignored, as upstream) and the volume condition when reported."""
-    fields: dict[str, int] = {}
+class VolumeStatsResponseError(ValueError):
+    """The driver answered without anything the kubelet can use."""
+
+
+def volume_stats(response: csi_pb2.NodeGetVolumeStatsResponse, *, with_condition: bool = False) -> VolumeStats:
+    """BYTES and INODES usage entries (other units ignored, as upstream); the volume condition when `with_condition`.
+    As upstream: no usage and no condition to report is an error ("failed to get usage from response. usage is
+    nil")."""
+    if not with_condition and not response.usage:
+        raise VolumeStatsResponseError("failed to get usage from response. usage is nil")
+    stats = VolumeStats()
     for usage in response.usage:
         if usage.unit == csi_pb2.VolumeUsage.BYTES:
-            fields.update(available_bytes=usage.available, capacity_bytes=usage.total, used_bytes=usage.used)
+            stats = dataclasses.replace(
+                stats, available_bytes=usage.available, capacity_bytes=usage.total, used_bytes=usage.used
+            )
         elif usage.unit == csi_pb2.VolumeUsage.INODES:
-            fields.update(inodes_free=usage.available, inodes=usage.total, inodes_used=usage.used)
-    abnormal, message = False, ""
-    if response.HasField("volume_condition"):
-        abnormal, message = response.volume_condition.abnormal, response.volume_condition.message
-    return VolumeStats(**fields, abnormal=abnormal, condition_message=message)
+            stats = dataclasses.replace(stats, inodes_free=usage.available, inodes=usage.total, inodes_used=usage.used)
+        else:
+            log.warning("csi unknown unit in VolumeUsage unit=%s", csi_pb2.VolumeUsage.Unit.Name(usage.unit))
+    if not with_condition:
+        return stats
+    condition = response.volume_condition  # unset: abnormal false, message "" (Go's getters on a nil message)
+    return dataclasses.replace(stats, abnormal=condition.abnormal, message=condition.message)
 
 
 def merge(*maps: Mapping[str, str] | None) -> dict[str, str]:

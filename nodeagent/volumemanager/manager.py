@@ -238,6 +238,11 @@ class VolumeManager:
                 names.update(plugin.volumes_in_use())
         return sorted(names)
 
+    def plugin(self, name: str) -> VolumePlugin | None:
+        """The plugin of that name (the agent hands kubernetes.io/csi to the stats provider, which asks it for its
+        volumes' stats)."""
+        return self._by_name.get(name)
+
     def mounted_volumes(self, uid: str) -> dict[str, PodVolume]:
         return {v.name: PodVolume(v.host_path, v.read_only) for v in self.actual.for_pod(uid) if not v.uncertain}
 

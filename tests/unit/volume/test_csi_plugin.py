@@ -15,7 +15,7 @@ from typing import Any
 import grpc
 import pytest
 
-from csi.errors import CSIError, FailedPreconditionError, UnavailableError, UnknownCSIError
+from csi.errors import CSIError, FailedPreconditionError, NotFoundError, UnavailableError, UnknownCSIError
 from csi.service import NodeService
 from csi.v1 import csi_pb2
 from nodeagent.kube.errors import Forbidden
@@ -709,10 +709,22 @@ async def test_volume_stats_from_the_driver(env: Env) -> None:
     await plugin.set_up(pod(), PVC_VOLUME)
     assert await plugin.volume_stats("u1", "data") is None  # no GET_VOLUME_STATS
     env.node.caps = {_RPC.STAGE_UNSTAGE_VOLUME, _RPC.GET_VOLUME_STATS}
+    assert plugin.measured_volumes("u1") == ["data"] and plugin.measured_volumes("u2") == []
     stats = await plugin.volume_stats("u1", "data")
-    assert stats == csiutil.VolumeStats(70, 100, 30, 9, 10, 1, abnormal=True, condition_message="degraded")
+    assert stats == csiutil.VolumeStats(70, 100, 30, 9, 10, 1)  # no condition without the CSIVolumeHealth gate
+    # as upstream: the volume path only, no staging path
     call = env.node.args("NodeGetVolumeStats")[0]
-    assert (call["volume_path"], call["staging_target_path"]) == (env.target(), env.staging())
+    assert (call["volume_path"], call["staging_target_path"]) == (env.target(), "")
+    # the gate alone is not enough: the driver must have VOLUME_CONDITION
+    assert (await plugin.volume_stats("u1", "data", volume_health=True)) == stats
+    env.node.caps.add(_RPC.VOLUME_CONDITION)
+    stats = await plugin.volume_stats("u1", "data", volume_health=True)
+    assert stats == csiutil.VolumeStats(70, 100, 30, 9, 10, 1, abnormal=True, message="degraded")
+    # a failing driver, or one gone from the registry: nothing to report (upstream skips the volume)
+    env.node.fail["NodeGetVolumeStats"] = [NotFoundError("NodeGetVolumeStats", None, "gone")]
+    assert await plugin.volume_stats("u1", "data") is None
+    env.registry.drivers.clear()
+    assert await plugin.volume_stats("u1", "data") is None
 
 
 async def test_target_is_made_when_the_driver_mounts_nothing_there(env: Env) -> None:
