@@ -595,8 +595,10 @@ def compute_pod_actions(
     init_start, init_waits = _apply_backoff(plan.init_to_start, pod, status, backoff, now)
     start, waits = _apply_backoff(plan.to_start, pod, status, backoff, now)
     starting = {*plan.ephemeral_to_start, *init_start, *start}
-    purge = {str(c.get("name", "")) for c in spec.get("initContainers") or []} if create else set()
-    remove, sandboxes = _leftovers(status, starting=starting, purge=purge)
+    init_names = {str(c.get("name", "")) for c in spec.get("initContainers") or []}
+    remove, sandboxes = _leftovers(
+        status, starting=starting, purge=init_names if create else set(), prune=set() if create else init_names
+    )
     return PodActions(
         kill_pod=plan.kill_pod,
         create_sandbox=create,
@@ -625,12 +627,15 @@ def _ephemeral_to_start(pod: Mapping[str, Any], status: RuntimePodStatus) -> lis
 
 
 def _leftovers(
-    status: RuntimePodStatus, *, starting: set[str], purge: set[str]
+    status: RuntimePodStatus, *, starting: set[str], purge: set[str], prune: set[str]
 ) -> tuple[tuple[ContainerToRemove, ...], tuple[str, ...]]:
     """What to remove at this sync (see the module docstring): never-started instances that are superseded, the
-    init containers of a pod that gets a new sandbox (`purge`), and old not-ready sandboxes nothing still needs."""
+    init containers of a pod that gets a new sandbox (`purge`), every ended run of an init container in `prune` but
+    its newest (upstream's pruneInitContainersBeforeStart, at every SyncPod: a restarted sidecar's status then has no
+    lastState until its next start), and old not-ready sandboxes nothing still needs."""
     remove: dict[str, ContainerToRemove] = {}
     seen: set[str] = set()
+    ended: set[str] = set()
     for c in status.containers:  # newest first
         newest = c.name not in seen
         seen.add(c.name)
@@ -638,6 +643,10 @@ def _leftovers(
             remove[c.id] = ContainerToRemove(c.id, c.name, "init container of a replaced sandbox")
         elif c.state is ContainerState.CREATED and (not newest or c.name in starting):
             remove[c.id] = ContainerToRemove(c.id, c.name, "created, never started, superseded")
+        elif c.name in prune and c.state in (ContainerState.EXITED, ContainerState.UNKNOWN):
+            if c.name in ended:
+                remove[c.id] = ContainerToRemove(c.id, c.name, "older run of an init container")
+            ended.add(c.name)
     # What the pod's status reads: each container's newest instance and the last exited run before it.
     needed: set[str] = set()
     for name in seen:

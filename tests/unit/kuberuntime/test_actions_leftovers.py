@@ -44,6 +44,7 @@ R, E, U, C = ContainerState.RUNNING, ContainerState.EXITED, ContainerState.UNKNO
 NEVER_STARTED = "created, never started, superseded"
 OLD_SANDBOX = "in an old sandbox"
 PURGED = "init container of a replaced sandbox"
+PRUNED_RUN = "older run of an init container"
 
 
 def pod(
@@ -254,6 +255,23 @@ CASES: list[tuple[str, dict[str, Any], RuntimePodStatus, PodActions]] = [
             sandboxes=(sandbox("s2", created=20, attempt=2), sandbox("s1", ready=False, attempt=1)),
         ),
         PodActions(sandbox_id="s2", attempt=2, init_containers_to_start=("init2",)),
+    ),
+    (
+        "a sidecar that ended twice: its older run is pruned, as upstream's pruneInitContainersBeforeStart",
+        pod(init=[SIDE]),
+        status(ctr("side", E, "s2", exit_code=1, restarts=1), ctr("app", R, "c1"), ctr("side", E, "s1", exit_code=1)),
+        PodActions(
+            sandbox_id="s1",
+            attempt=1,
+            init_containers_to_start=("side",),
+            containers_to_remove=(rm("s1", "side", PRUNED_RUN),),
+        ),
+    ),
+    (
+        "an init container that failed, then succeeded: only its newest run stays",
+        pod(init=[INIT1]),
+        status(ctr("app", R, "c1"), ctr("init1", E, "i2", restarts=1), ctr("init1", E, "i1", exit_code=1)),
+        PodActions(sandbox_id="s1", attempt=1, containers_to_remove=(rm("i1", "init1", PRUNED_RUN),)),
     ),
     (
         "a deleted pod: nothing removed here (termination removes everything)",
