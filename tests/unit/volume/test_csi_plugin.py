@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import itertools
 import json
 import os
 from collections.abc import Mapping
@@ -795,3 +796,37 @@ async def test_a_target_still_mounted_after_unpublish_is_left_for_the_retry(env:
     with pytest.raises(TearDownError, match="still mounted"):
         await plugin.tear_down("u1", "data")
     assert exists(env.target())
+
+
+async def test_the_attach_wait_looks_again_soon_then_backs_off(env: Env) -> None:
+    """The attacher usually attaches within ~0.1 s: the wait looks again after 50 ms, doubling up to the poll period
+    (a flat 0.5 s poll added half a second to every attachable pod start in benchmarks/csi.py)."""
+    env.store.put("storage.k8s.io", "csidrivers", "", csidriver(attachRequired=True))
+    name = csiutil.attachment_name("vol-1", DRIVER, NODE)
+    env.store.put(
+        "storage.k8s.io", "volumeattachments", "", {"metadata": {"name": name}, "status": {"attached": False}}
+    )
+    looks: list[float] = []
+    fetch = env.store.get
+
+    async def counting(group: str, resource: str, namespace: str, obj: str) -> Any:
+        if resource == "volumeattachments":
+            looks.append(env.clock.monotonic())
+        return await fetch(group, resource, namespace, obj)
+
+    env.store.get = counting  # type: ignore[method-assign]
+    task = asyncio.create_task(env.plugin().set_up(pod(), PVC_VOLUME))
+    await env.clock.advance(0)
+    for _ in range(360):  # 3.6 s in small steps, so each sleep ends on time
+        await env.clock.advance(0.01)
+    env.store.put(
+        "storage.k8s.io",
+        "volumeattachments",
+        "",
+        {"metadata": {"name": name}, "status": {"attached": True, "attachmentMetadata": {"device": "/dev/mock"}}},
+    )
+    await env.clock.advance(2.0)
+    await task
+    gaps = [round(b - a, 2) for a, b in itertools.pairwise(looks)]
+    # The clock moves in 10 ms steps; the period caps the back-off (1 s in these tests).
+    assert gaps[:7] == pytest.approx([0.05, 0.1, 0.2, 0.4, 0.8, 1.0, 1.0], abs=0.015)
