@@ -39,7 +39,7 @@ from csi.v1 import csi_pb2
 from nodeagent.clock import Clock
 from nodeagent.kube import paths
 from nodeagent.kube.client import KubeClient
-from nodeagent.kube.errors import KubeError, NotFound
+from nodeagent.kube.errors import Forbidden, KubeError, NotFound
 from nodeagent.volume import csiutil
 from nodeagent.volume.csierrors import MOUNT_DEVICE, SET_UP, WAIT_FOR_ATTACH, MountOperationError
 from nodeagent.volume.csiutil import CSIVolume, DriverInfo, SecretRef, log_prefix
@@ -391,11 +391,17 @@ class CSIPlugin:
 
     # --- the API: claims, drivers, attachments, secrets ------------------------------------------------------
 
-    async def _fetch(self, group: str, resource: str, namespace: str, name: str) -> Mapping[str, Any] | None:
+    async def _fetch(
+        self, group: str, resource: str, namespace: str, name: str, *, absent_if_forbidden: bool = False
+    ) -> Mapping[str, Any] | None:
         if self._get is None:
             raise SetUpError(f"cannot get {resource} {namespace}/{name}: no apiserver (standalone)")
         try:
             return await self._get(group, resource, namespace, name)
+        except Forbidden as exc:
+            if absent_if_forbidden:
+                return None
+            raise SetUpError(str(exc)) from exc
         except KubeError as exc:
             raise SetUpError(str(exc)) from exc
 
@@ -454,7 +460,11 @@ class CSIPlugin:
         deadline = self._clock.monotonic() + self._attach_timeout
         poll = min(ATTACH_POLL_FIRST, self._attach_poll)
         while True:
-            attachment = await self._fetch(STORAGE_GROUP, "volumeattachments", "", attach_id)
+            # The node authorizer lets a node read only the VolumeAttachments of its graph, which one joins once it
+            # exists: before, the answer is 403, not 404. Upstream never asks that early (it waits for
+            # node.status.volumesAttached first); here 403 means "not attached yet" (it was a failed set-up and a
+            # 0.5 s back-off for every attachable pod in benchmarks/csi.py).
+            attachment = await self._fetch(STORAGE_GROUP, "volumeattachments", "", attach_id, absent_if_forbidden=True)
             attached, metadata, error = csiutil.attachment_state(attachment)
             if attached:
                 return metadata

@@ -830,3 +830,32 @@ async def test_the_attach_wait_looks_again_soon_then_backs_off(env: Env) -> None
     gaps = [round(b - a, 2) for a, b in itertools.pairwise(looks)]
     # The clock moves in 10 ms steps; the period caps the back-off (1 s in these tests).
     assert gaps[:7] == pytest.approx([0.05, 0.1, 0.2, 0.4, 0.8, 1.0, 1.0], abs=0.015)
+
+
+async def test_a_volume_attachment_the_node_may_not_read_yet_is_waited_for(env: Env) -> None:
+    """The node authorizer answers 403 for a VolumeAttachment not (yet) in the node's graph: not attached yet, not a
+    failed set-up (which cost every attachable pod a 0.5 s back-off)."""
+    env.store.put("storage.k8s.io", "csidrivers", "", csidriver(attachRequired=True))
+    name = csiutil.attachment_name("vol-1", DRIVER, NODE)
+    fetch = env.store.get
+
+    async def graph(group: str, resource: str, namespace: str, obj: str) -> Any:
+        if resource == "volumeattachments" and (group, resource, namespace, obj) not in env.store.objects:
+            raise Forbidden(403, "Forbidden", "no relationship found between node and this object")
+        return await fetch(group, resource, namespace, obj)
+
+    env.store.get = graph  # type: ignore[method-assign]
+    task = asyncio.create_task(env.plugin().set_up(pod(), PVC_VOLUME))
+    for _ in range(30):
+        await env.clock.advance(0.01)
+    assert not task.done()
+    env.store.put(
+        "storage.k8s.io",
+        "volumeattachments",
+        "",
+        {"metadata": {"name": name}, "status": {"attached": True, "attachmentMetadata": {"device": "/dev/mock"}}},
+    )
+    for _ in range(50):
+        await env.clock.advance(0.01)
+    await task
+    assert env.node.args("NodeStageVolume")[0]["publish_context"] == {"device": "/dev/mock"}
