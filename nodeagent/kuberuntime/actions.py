@@ -597,7 +597,7 @@ def compute_pod_actions(
     starting = {*plan.ephemeral_to_start, *init_start, *start}
     init_names = {str(c.get("name", "")) for c in spec.get("initContainers") or []}
     remove, sandboxes = _leftovers(
-        status, starting=starting, purge=init_names if create else set(), prune=set() if create else init_names
+        status, starting=starting, purge=init_names if create else set(), init_names=init_names, prune=not create
     )
     return PodActions(
         kill_pod=plan.kill_pod,
@@ -627,12 +627,14 @@ def _ephemeral_to_start(pod: Mapping[str, Any], status: RuntimePodStatus) -> lis
 
 
 def _leftovers(
-    status: RuntimePodStatus, *, starting: set[str], purge: set[str], prune: set[str]
+    status: RuntimePodStatus, *, starting: set[str], purge: set[str], init_names: set[str], prune: bool
 ) -> tuple[tuple[ContainerToRemove, ...], tuple[str, ...]]:
     """What to remove at this sync (see the module docstring): never-started instances that are superseded, the
-    init containers of a pod that gets a new sandbox (`purge`), every ended run of an init container in `prune` but
-    its newest (upstream's pruneInitContainersBeforeStart, at every SyncPod: a restarted sidecar's status then has no
-    lastState until its next start), and old not-ready sandboxes nothing still needs."""
+    init containers of a pod that gets a new sandbox (`purge`), with `prune` every ended run of a container but its
+    newest (upstream's podContainerDeletor on each ContainerDied, keeping one dead instance per container, and
+    pruneInitContainersBeforeStart, which counts unknown init containers too: between a second exit and the
+    CrashLoopBackOff status a container then shows no lastState, as upstream's), and old not-ready sandboxes nothing
+    still needs."""
     remove: dict[str, ContainerToRemove] = {}
     seen: set[str] = set()
     ended: set[str] = set()
@@ -643,9 +645,11 @@ def _leftovers(
             remove[c.id] = ContainerToRemove(c.id, c.name, "init container of a replaced sandbox")
         elif c.state is ContainerState.CREATED and (not newest or c.name in starting):
             remove[c.id] = ContainerToRemove(c.id, c.name, "created, never started, superseded")
-        elif c.name in prune and c.state in (ContainerState.EXITED, ContainerState.UNKNOWN):
+        elif prune and (
+            c.state is ContainerState.EXITED or (c.state is ContainerState.UNKNOWN and c.name in init_names)
+        ):
             if c.name in ended:
-                remove[c.id] = ContainerToRemove(c.id, c.name, "older run of an init container")
+                remove[c.id] = ContainerToRemove(c.id, c.name, "older dead instance")
             ended.add(c.name)
     # What the pod's status reads: each container's newest instance and the last exited run before it.
     needed: set[str] = set()

@@ -44,7 +44,7 @@ R, E, U, C = ContainerState.RUNNING, ContainerState.EXITED, ContainerState.UNKNO
 NEVER_STARTED = "created, never started, superseded"
 OLD_SANDBOX = "in an old sandbox"
 PURGED = "init container of a replaced sandbox"
-PRUNED_RUN = "older run of an init container"
+PRUNED_RUN = "older dead instance"
 
 
 def pod(
@@ -208,7 +208,7 @@ CASES: list[tuple[str, dict[str, Any], RuntimePodStatus, PodActions]] = [
         PodActions(
             sandbox_id="s1",
             attempt=1,
-            containers_to_remove=(rm("c0", "app", OLD_SANDBOX),),
+            containers_to_remove=(rm("c0", "app", PRUNED_RUN),),  # an older dead instance as well
             sandboxes_to_remove=("s0",),
         ),
     ),
@@ -272,6 +272,23 @@ CASES: list[tuple[str, dict[str, Any], RuntimePodStatus, PodActions]] = [
         pod(init=[INIT1]),
         status(ctr("app", R, "c1"), ctr("init1", E, "i2", restarts=1), ctr("init1", E, "i1", exit_code=1)),
         PodActions(sandbox_id="s1", attempt=1, containers_to_remove=(rm("i1", "init1", PRUNED_RUN),)),
+    ),
+    (
+        "a regular container that died twice: the older dead instance goes, as upstream's podContainerDeletor",
+        pod(),
+        status(ctr("app", E, "c1", restarts=1), ctr("app", E, "c0")),
+        PodActions(
+            sandbox_id="s1",
+            attempt=1,
+            containers_to_start=("app",),
+            containers_to_remove=(rm("c0", "app", PRUNED_RUN),),
+        ),
+    ),
+    (
+        "a running container keeps its one dead predecessor (its lastState)",
+        pod(),
+        status(ctr("app", R, "c2", restarts=2), ctr("app", E, "c1", restarts=1), ctr("app", E, "c0")),
+        PodActions(sandbox_id="s1", attempt=1, containers_to_remove=(rm("c0", "app", PRUNED_RUN),)),
     ),
     (
         "a deleted pod: nothing removed here (termination removes everything)",
