@@ -175,10 +175,12 @@ async def test_attacher_attaches_and_detaches_a_volume_attachment(
         va = await _eventually(attached, f"VolumeAttachment {va_name} attached", attacher.log_path)
         # The mock's ControllerPublishVolume publish context, which the kubelet passes to NodeStageVolume.
         assert va["status"]["attachmentMetadata"] == {"device": "/dev/mock", "readonly": "false"}
+        # Only this test's volume: the driver's log spans the session (other tests use the same driver).
         publishes = [
             c
             for c in csistack.driver_calls(lay, ATTACH.name)
             if c["Method"] == "/csi.v1.Controller/ControllerPublishVolume"
+            and c["Request"].get("volume_id") == volume.volume_id
         ]
         # Once or twice: the attacher may process the VolumeAttachment again on the informer event of its own
         # finalizer patch, before its cache shows attached=true, and calls the (idempotent) publish again.
@@ -191,7 +193,11 @@ async def test_attacher_attaches_and_detaches_a_volume_attachment(
         await _eventually(
             lambda: _gone(admin, va_path), f"VolumeAttachment {va_name} detached and gone", attacher.log_path
         )
-        methods = [c["Method"] for c in csistack.driver_calls(lay, ATTACH.name)]
+        methods = [
+            c["Method"]
+            for c in csistack.driver_calls(lay, ATTACH.name)
+            if c["Request"].get("volume_id") == volume.volume_id
+        ]
         assert "/csi.v1.Controller/ControllerUnpublishVolume" in methods
     finally:
         for path in (va_path, pv_path, csinode, csidriver):
