@@ -2,9 +2,10 @@
 
 The eviction message quotes quantities the way Go prints them ("Threshold quantity: 100Mi, available: 42Mi"), so the
 printing follows Quantity.String(): BinarySI folds into the largest exact power of 1024 (below 1024 it prints plain),
-DecimalSI into the largest exact power of 1000. The package does not parse quantities (that parser belongs to
-nodeagent's config, which eviction must not import); pod requests and limits arrive as `Quantity` values that carry
-both the number and the text the API gave, the way a Go Quantity carries its format.
+DecimalSI into the largest exact power of 1000. nodeagent's node status prints its capacity with these too (one
+implementation of Quantity.String()). The package does not parse quantities (that parser belongs to nodeagent's
+config, which eviction must not import); pod requests and limits arrive as `Quantity` values that carry both the
+number and the text the API gave, the way a Go Quantity carries its format.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ _BINARY_SUFFIXES = ("", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
 
 
 def format_decimal(value: int) -> str:
-    """DecimalSI: 110 -> "110", 12000 -> "12k"."""
+    """DecimalSI: 110 -> "110", 12000 -> "12k" (trailing zeros fold into the largest exact suffix)."""
     if value == 0:
         return "0"
     index = 0
@@ -28,7 +29,8 @@ def format_decimal(value: int) -> str:
 
 
 def format_binary(value: int) -> str:
-    """BinarySI: 44040192 -> "42Mi", 1500 -> "1500"; below 1024 the decimal form, as Quantity does."""
+    """BinarySI: 44040192 -> "42Mi", 25142489088 -> "24553212Ki", 1500 -> "1500"; below 1024 the decimal form, as
+    Quantity does."""
     if -1024 < value < 1024:
         return format_decimal(value)
     index = 0

@@ -1,33 +1,16 @@
-"""Quantities printed as the apiserver prints them (resource.Quantity's canonical form)."""
+"""Quantities printed as the apiserver prints them (resource.Quantity's canonical form), and metav1 times.
+
+The DecimalSI and BinarySI printing is eviction's (eviction.quantity), which the eviction messages use too: one
+implementation of Quantity.String(), re-exported here for the node status.
+"""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
-_DECIMAL_SUFFIXES = ("", "k", "M", "G", "T", "P", "E")
-_BINARY_SUFFIXES = ("", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
+from eviction.quantity import format_binary, format_decimal
 
-
-def format_decimal(value: int) -> str:
-    """DecimalSI: 110 -> "110", 2000 -> "2k" (trailing zeros fold into the largest exact suffix)."""
-    if value == 0:
-        return "0"
-    index = 0
-    while value % 1000 == 0 and index < len(_DECIMAL_SUFFIXES) - 1:
-        value //= 1000
-        index += 1
-    return f"{value}{_DECIMAL_SUFFIXES[index]}"
-
-
-def format_binary(value: int) -> str:
-    """BinarySI: 16777216 -> "16Mi", 25142489088 -> "24553212Ki"; below 1024 the decimal form, as Quantity does."""
-    if -1024 < value < 1024:
-        return format_decimal(value)
-    index = 0
-    while value % 1024 == 0 and index < len(_BINARY_SUFFIXES) - 1:
-        value //= 1024
-        index += 1
-    return f"{value}{_BINARY_SUFFIXES[index]}"
+__all__ = ["format_binary", "format_decimal", "format_micro_time", "format_millicores", "format_time"]
 
 
 def format_millicores(millis: int) -> str:

@@ -10,6 +10,9 @@ The parsing and the arithmetic are pure functions over the files' text; `CgroupF
   (v1 total_inactive_file, v2 inactive_file), never below 0; RSS = v1 total_rss, v2 anon; page faults = `pgfault`
   and `pgmajfault` (v1 counts the cgroup's own, as cAdvisor reads them); the limit (v1 `memory.limit_in_bytes`, v2
   `memory.max`), None when above 2^62 or "max" (upstream isMemoryUnlimited).
+
+The working set, the v2 root's usage and the unlimited rule are eviction's (eviction.cgroup), so that the Summary API
+and the eviction manager compute the node's working set one way.
 """
 
 from __future__ import annotations
@@ -21,8 +24,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from eviction.cgroup import limit_or_unlimited, usage_v2, working_set
+
 CGROUP_ROOT = Path("/sys/fs/cgroup")
-MAX_MEMORY = 1 << 62  # upstream: above this a limit is "unlimited" (the kernel rounds MaxInt64 down)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,20 +70,13 @@ def parse_limit(text: str) -> int | None:
     value = text.strip()
     if value in ("", "max"):
         return None
-    limit = int(value)
-    return None if limit > MAX_MEMORY else limit
-
-
-def _working_set(usage: int, inactive_file: int | None) -> int:
-    if inactive_file is None:
-        return usage
-    return max(usage - inactive_file, 0)
+    return limit_or_unlimited(int(value))
 
 
 def memory_v1(usage: int, limit: int | None, stat: Mapping[str, int]) -> MemorySample:
     return MemorySample(
         usage_bytes=usage,
-        working_set_bytes=_working_set(usage, stat.get("total_inactive_file")),
+        working_set_bytes=working_set(usage, stat.get("total_inactive_file")),
         rss_bytes=stat.get("total_rss", stat.get("rss", 0)),
         page_faults=stat.get("pgfault"),
         major_page_faults=stat.get("pgmajfault"),
@@ -89,10 +86,10 @@ def memory_v1(usage: int, limit: int | None, stat: Mapping[str, int]) -> MemoryS
 
 def memory_v2(current: int | None, limit: int | None, stat: Mapping[str, int]) -> MemorySample:
     """`current` None is the root cgroup, which has no memory.current: anon + file stands for it."""
-    usage = current if current is not None else stat.get("anon", 0) + stat.get("file", 0)
+    usage = usage_v2(current, stat)
     return MemorySample(
         usage_bytes=usage,
-        working_set_bytes=_working_set(usage, stat.get("inactive_file")),
+        working_set_bytes=working_set(usage, stat.get("inactive_file")),
         rss_bytes=stat.get("anon", 0),
         page_faults=stat.get("pgfault"),
         major_page_faults=stat.get("pgmajfault"),

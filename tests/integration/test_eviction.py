@@ -30,37 +30,21 @@ from eviction.quantity import format_binary
 from nodeagent.kube import paths
 from nodeagent.kube.client import KubeClient
 from nodeagent.kube.errors import NotFound
-from nodeagent.testbed import configs
 from nodeagent.testbed.layout import Settings
 from nodeagent.testbed.testbed import Testbed
 from nodeagent.testbed.versions import kubernetes_bin_dir
 from tests.integration.agentproc import NS, Agent, agent_config, clean_up, eventually, start_agent, stop_agent
+from tests.integration.evictionkit import (
+    MEMORY_TAINT,
+    MI,
+    best_effort,
+    node_condition,
+    pressure_threshold_mi,
+    wait_pressure,
+    wait_tainted,
+)
 
 Obj = dict[str, Any]
-MI = 1 << 20
-GI = 1 << 30
-MEMORY_CGROUP = Path("/sys/fs/cgroup/memory")
-TAINT = "node.kubernetes.io/memory-pressure"
-
-
-def memory_available_now() -> tuple[int, int]:
-    """(available, capacity) as the agent observes memory.available: MemTotal minus the root cgroup's working set
-    (cgroup v1 usage minus total_inactive_file, as this machine is v1)."""
-    capacity = 0
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith("MemTotal:"):
-            capacity = int(line.split()[1]) * 1024
-    usage = int((MEMORY_CGROUP / "memory.usage_in_bytes").read_text())
-    stat = dict(line.split() for line in (MEMORY_CGROUP / "memory.stat").read_text().splitlines())
-    working_set = max(0, usage - int(stat.get("total_inactive_file", "0")))
-    return capacity - working_set, capacity
-
-
-def pressure_threshold_mi() -> int:
-    available, capacity = memory_available_now()
-    threshold = min(available + GI, capacity - 64 * MI)
-    assert threshold > available + 256 * MI, f"cannot set a threshold above available={available} capacity={capacity}"
-    return threshold // MI
 
 
 @pytest.fixture(scope="module")
@@ -110,36 +94,6 @@ def agent(
         asyncio.run(clean_up(testbed, settings))
 
 
-def best_effort(name: str, settings: Settings, *, tolerate: bool) -> Obj:
-    spec: Obj = {
-        "nodeName": settings.node_name,  # bound here: the scheduler would not place it on the tainted node
-        "automountServiceAccountToken": False,
-        "terminationGracePeriodSeconds": 30,
-        "containers": [{"name": "main", "image": configs.busybox_image(settings), "command": ["sleep", "3600"]}],
-    }
-    if tolerate:
-        spec["tolerations"] = [{"key": TAINT, "operator": "Exists", "effect": "NoSchedule"}]
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NS}, "spec": spec}
-
-
-async def _condition(admin: KubeClient, node_name: str, kind: str) -> Obj | None:
-    try:
-        node = await admin.get(paths.node(node_name))
-    except NotFound:
-        return None
-    found: Obj | None = next((c for c in (node.get("status") or {}).get("conditions") or () if c["type"] == kind), None)
-    return found
-
-
-async def _under_pressure(admin: KubeClient, settings: Settings, agent: Agent) -> Obj:
-    async def pressure() -> Obj | None:
-        condition = await _condition(admin, settings.node_name, "MemoryPressure")
-        return condition if condition is not None and condition["status"] == "True" else None
-
-    found: Obj = await eventually(pressure, timeout=60, what="MemoryPressure=True", agent=agent)
-    return found
-
-
 async def _failed(admin: KubeClient, agent: Agent, name: str, timeout: float) -> Obj:
     async def failed() -> Obj | None:
         pod = await admin.get(paths.pod(NS, name))
@@ -155,24 +109,17 @@ async def _events(admin: KubeClient, uid: str) -> set[tuple[str, str, str]]:
 
 
 async def test_memory_pressure_condition_and_taint(agent: Agent, admin: KubeClient, settings: Settings) -> None:
-    condition = await _under_pressure(admin, settings, agent)
+    condition = await wait_pressure(admin, settings, agent, "MemoryPressure")
     assert (condition["reason"], condition["message"]) == (
         "KubeletHasInsufficientMemory",
         "kubelet has insufficient memory available",
     )
-    ready = await _condition(admin, settings.node_name, "Ready")
+    ready = await node_condition(admin, settings.node_name, "Ready")
     assert ready is not None and ready["status"] == "True"  # pressure is not NotReady
     for kind in ("DiskPressure", "PIDPressure"):
-        other = await _condition(admin, settings.node_name, kind)
+        other = await node_condition(admin, settings.node_name, kind)
         assert other is not None and other["status"] == "False", other
-
-    async def tainted() -> bool:
-        node = await admin.get(paths.node(settings.node_name))
-        return any(
-            t["key"] == TAINT and t["effect"] == "NoSchedule" for t in (node.get("spec") or {}).get("taints") or ()
-        )
-
-    await eventually(tainted, timeout=60, what=f"the controller-manager's {TAINT} taint", agent=agent)
+    await wait_tainted(admin, settings, agent, MEMORY_TAINT)
     wanted = {
         ("Warning", "EvictionThresholdMet", "Attempting to reclaim memory"),
         ("Normal", "NodeHasInsufficientMemory", f"Node {settings.node_name} status is now: NodeHasInsufficientMemory"),
@@ -191,7 +138,7 @@ async def test_memory_pressure_condition_and_taint(agent: Agent, admin: KubeClie
 async def test_a_best_effort_pod_is_refused_under_memory_pressure(
     agent: Agent, admin: KubeClient, settings: Settings, cri_client: CRIClient
 ) -> None:
-    await _under_pressure(admin, settings, agent)
+    await wait_pressure(admin, settings, agent, "MemoryPressure")
     name = f"refused-{uuid.uuid4().hex[:5]}"
     created = await admin.create(paths.pods(NS), best_effort(name, settings, tolerate=False))
     uid = created["metadata"]["uid"]
@@ -210,7 +157,7 @@ async def test_a_best_effort_pod_is_refused_under_memory_pressure(
 async def test_a_best_effort_pod_running_before_is_evicted(
     agent: Agent, admin: KubeClient, settings: Settings, cri_client: CRIClient, threshold_mi: int, testbed: Testbed
 ) -> None:
-    await _under_pressure(admin, settings, agent)
+    await wait_pressure(admin, settings, agent, "MemoryPressure")
     # It ran before the pressure; it tolerates the taint, so the restarted agent admits it again (as upstream) and
     # eviction still ranks it.
     name = VICTIM

@@ -12,26 +12,16 @@ layer usage on its own schedule, so an eviction may take a minute and a bit afte
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import uuid
 from typing import Any
 
 from nodeagent.kube import paths
 from nodeagent.kube.client import KubeClient
-from nodeagent.kube.errors import NotFound
 from nodeagent.testbed import configs
 from nodeagent.testbed.layout import Settings
 from nodeagent.testbed.testbed import Testbed
-from tests.integration.agentproc import (
-    NS,
-    Agent,
-    clean_up,
-    eventually,
-    node_ready,
-    one_container_pod,
-    start_agent,
-    stop_agent,
-)
+from tests.integration.agentproc import NS, one_container_pod
+from tests.integration.evictionkit import pod_status, running_agent, wait_evicted
 
 Obj = dict[str, Any]
 WRITE_MI = 40  # twice the limits below
@@ -51,43 +41,28 @@ def pod(name: str, settings: Settings, script: str, *, limit: str | None = None,
     )
 
 
-async def _status(admin: KubeClient, name: str) -> Obj:
-    found: Obj = (await admin.get(paths.pod(NS, name))).get("status") or {}
-    return found
-
-
 async def test_pods_over_their_local_storage_limits_are_evicted(
     testbed: Testbed, settings: Settings, admin: KubeClient
 ) -> None:
     suffix = uuid.uuid4().hex[:5]
     volume, layer, within = f"volume-{suffix}", f"layer-{suffix}", f"within-{suffix}"
     write = f"dd if=/dev/zero of={{}} bs=1M count={WRITE_MI} 2>/dev/null; sync; exec sleep 3600"
-    agent: Agent = start_agent(testbed, testbed.layout.logs / "agent-local-storage.log")
-    try:
-        await eventually(lambda: node_ready(admin, settings.node_name), timeout=60, what="node Ready", agent=agent)
+    async with running_agent(testbed, settings, admin, "agent-local-storage.log", (volume, layer, within)) as agent:
         await admin.create(paths.pods(NS), pod(volume, settings, write.format("/scratch/fill"), size_limit="20Mi"))
         await admin.create(paths.pods(NS), pod(layer, settings, write.format("/fill"), limit="20Mi"))
         await admin.create(paths.pods(NS), pod(within, settings, write.format("/scratch/fill"), size_limit="100Mi"))
-
-        async def evicted(name: str) -> Obj | None:
-            status = await _status(admin, name)
-            return status if status.get("reason") == "Evicted" and status.get("phase") == "Failed" else None
-
-        first, second = await asyncio.gather(
-            eventually(lambda: evicted(volume), timeout=120, what=f"{volume} is evicted", agent=agent),
-            eventually(lambda: evicted(layer), timeout=120, what=f"{layer} is evicted", agent=agent),
-        )
+        first, second = [
+            evicted["status"]
+            for evicted in await asyncio.gather(
+                wait_evicted(admin, agent, volume, timeout=120), wait_evicted(admin, agent, layer, timeout=120)
+            )
+        ]
         assert first["message"] == 'Usage of EmptyDir volume "scratch" exceeds the limit "20Mi". '
         assert second["message"] == 'Container main exceeded its local ephemeral storage limit "20Mi". '
         # Limit evictions are not node pressure: no DisruptionTarget condition, as upstream.
         for status in (first, second):
+            assert status["phase"] == "Failed", status
             assert not [c for c in status.get("conditions") or () if c["type"] == "DisruptionTarget"], status
-        assert (await _status(admin, within)).get("phase") == "Running"
+        assert (await pod_status(admin, within)).get("phase") == "Running"
         log = agent.log.read_text()
         assert "signal=emptydirfs.limit" in log and "signal=ephemeralcontainerfs.limit" in log, agent.tail()
-    finally:
-        stop_agent(agent)
-        for name in (volume, layer, within):
-            with contextlib.suppress(NotFound):
-                await admin.delete(paths.pod(NS, name), grace_period_seconds=0)
-        await clean_up(testbed, settings)

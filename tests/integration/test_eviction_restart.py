@@ -24,17 +24,20 @@ from nodeagent.kube.errors import NotFound
 from nodeagent.testbed.layout import Settings
 from nodeagent.testbed.testbed import Testbed
 from tests.integration.agentproc import NS, Agent, agent_config, clean_up, eventually, start_agent, stop_agent
-from tests.integration.test_eviction import best_effort, pressure_threshold_mi
+from tests.integration.evictionkit import (
+    EVICTING,
+    best_effort,
+    node_condition,
+    pressure_threshold_mi,
+    wait_evicted,
+    wait_pressure,
+)
 
 Obj = dict[str, Any]
 
 
 async def _memory_pressure(admin: KubeClient, settings: Settings) -> Obj | None:
-    node = await admin.get(paths.node(settings.node_name))
-    found: Obj | None = next(
-        (c for c in (node.get("status") or {}).get("conditions") or () if c["type"] == "MemoryPressure"), None
-    )
-    return found
+    return await node_condition(admin, settings.node_name, "MemoryPressure")
 
 
 async def _evicted_events(admin: KubeClient, uid: str) -> list[Obj]:
@@ -64,18 +67,8 @@ async def test_a_restart_under_pressure_keeps_the_condition_and_evicts_once(
             testbed, tmp_path / "pressure.yaml", evictionHard={"memory.available": f"{pressure_threshold_mi()}Mi"}
         )
         first = start_agent(testbed, testbed.layout.logs / "agent-restart-first.log", config=config)
-
-        async def failed() -> Obj | None:
-            pod: Obj = await admin.get(paths.pod(NS, name))
-            return pod if (pod.get("status") or {}).get("reason") == "Evicted" else None
-
-        evicted = await eventually(failed, timeout=60, what=f"{name} is evicted", agent=first)
-
-        async def pressure() -> Obj | None:
-            condition = await _memory_pressure(admin, settings)
-            return condition if condition is not None and condition["status"] == "True" else None
-
-        before = await eventually(pressure, timeout=30, what="MemoryPressure=True", agent=first)
+        evicted = await wait_evicted(admin, first, name, timeout=60)
+        before = await wait_pressure(admin, settings, first, "MemoryPressure", timeout=30)
         [event] = await eventually(
             lambda: _evicted_events(admin, uid), timeout=30, what="the Evicted event", agent=first
         )
@@ -105,7 +98,7 @@ async def test_a_restart_under_pressure_keeps_the_condition_and_evicts_once(
         assert (pod["status"]["phase"], pod["status"]["message"]) == ("Failed", evicted["status"]["message"])
         log = second.log.read_text()
         assert "eviction node conditions restored from the node conditions=MemoryPressure" in log, second.tail()
-        assert "eviction manager evicting pod" not in log, second.tail()
+        assert EVICTING not in log, second.tail()
         assert "thresholds have been met, but no pods are active to evict" in log, second.tail()
     finally:
         for agent in (second, first, normal):

@@ -42,7 +42,8 @@ def test_a_proto_edit_without_regeneration_is_caught(tmp_path: Path) -> None:
     edited_repo = tmp_path / "repo"
     (edited_repo / "scripts").mkdir(parents=True)
     (edited_repo / "cri" / "v1").mkdir(parents=True)
-    shutil.copy(REPO / "scripts" / "gen-cri.sh", edited_repo / "scripts" / "gen-cri.sh")
+    for script in ("gen-cri.sh", "gen-proto.sh"):  # the wrapper and the shared generator it runs
+        shutil.copy(REPO / "scripts" / script, edited_repo / "scripts" / script)
     proto = (REPO / "cri" / "v1" / "api.proto").read_text()
     edited = proto.replace("    string localhost_ref = 2;\n", "    string localhost_ref = 3;\n")
     assert edited != proto

@@ -44,7 +44,8 @@ def test_a_proto_edit_without_regeneration_is_caught(tmp_path: Path) -> None:
     edited_repo = tmp_path / "repo"
     (edited_repo / "scripts").mkdir(parents=True)
     (edited_repo / "csi" / "v1").mkdir(parents=True)
-    shutil.copy(REPO / "scripts" / "gen-csi.sh", edited_repo / "scripts" / "gen-csi.sh")
+    for script in ("gen-csi.sh", "gen-proto.sh"):  # the wrapper and the shared generator it runs
+        shutil.copy(REPO / "scripts" / script, edited_repo / "scripts" / script)
     proto = (REPO / "csi" / "v1" / "csi.proto").read_text()
     edited = proto.replace("  string vendor_version = 2;\n", "  string vendor_version = 4;\n")
     assert edited != proto

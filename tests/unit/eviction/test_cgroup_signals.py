@@ -8,7 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from eviction.cgroup import CgroupParseError, memory_limit, parse_flat_keyed, working_set_v1, working_set_v2
+from eviction.cgroup import (
+    CgroupParseError,
+    limit_or_unlimited,
+    memory_limit,
+    parse_flat_keyed,
+    usage_v2,
+    working_set,
+    working_set_v1,
+    working_set_v2,
+)
 from eviction.quantity import Quantity, format_binary, format_decimal
 from eviction.signals import (
     Observation,
@@ -53,6 +62,36 @@ def test_v2_root_has_no_memory_current_usage_is_anon_plus_file() -> None:
 )
 def test_v1_working_set_table(usage: str, stat: str, expected: int) -> None:
     assert working_set_v1(usage, stat) == expected
+
+
+@pytest.mark.parametrize(
+    ("usage", "inactive_file", "expected"),
+    [(100, 30, 70), (100, 300, 0), (100, None, 100), (0, 0, 0)],
+)
+def test_working_set_table(usage: int, inactive_file: int | None, expected: int) -> None:
+    # The numbers' rule the stats provider shares: never below zero, the whole usage without the figure.
+    assert working_set(usage, inactive_file) == expected
+
+
+@pytest.mark.parametrize(
+    ("current", "stat", "expected"),
+    [
+        (500, {"anon": 600, "file": 400}, 500),  # a child: memory.current
+        (None, {"anon": 600, "file": 400}, 1000),  # the root: anon + file
+        (None, {"anon": 600}, 600),
+        (None, {}, 0),
+    ],
+)
+def test_usage_v2_table(current: int | None, stat: dict[str, int], expected: int) -> None:
+    assert usage_v2(current, stat) == expected
+
+
+@pytest.mark.parametrize(
+    ("limit", "expected"),
+    [((1 << 62) + 1, None), (1 << 62, 1 << 62), (9223372036854771712, None), (2147483648, 2147483648)],
+)
+def test_limit_or_unlimited_table(limit: int, expected: int | None) -> None:
+    assert limit_or_unlimited(limit) == expected
 
 
 @pytest.mark.parametrize(

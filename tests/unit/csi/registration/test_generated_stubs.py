@@ -44,7 +44,8 @@ def test_a_proto_edit_without_regeneration_is_caught(tmp_path: Path) -> None:
     edited_repo = tmp_path / "repo"
     (edited_repo / "scripts").mkdir(parents=True)
     (edited_repo / PACKAGE).mkdir(parents=True)
-    shutil.copy(REPO / "scripts" / SCRIPT, edited_repo / "scripts" / SCRIPT)
+    for script in (SCRIPT, "gen-proto.sh"):  # the wrapper and the shared generator it runs
+        shutil.copy(REPO / "scripts" / script, edited_repo / "scripts" / script)
     proto = (REPO / PACKAGE / "api.proto").read_text()
     edited = proto.replace("    string endpoint = 3;\n", "    string endpoint = 5;\n")
     assert edited != proto
