@@ -1,5 +1,5 @@
-"""The `nodeagent` command line: `up` (the embedded default), `run`, `pods`, `conformance` and
-`testbed install|up|down`."""
+"""The `nodeagent` command line: `up` (the embedded default), `run`, `pods`, `conformance`,
+`testbed install|up|down` and `vm box|network|check` (the Vagrant VM, nodeagent/vm)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,8 @@ from nodeagent.testbed.layout import Layout
 from nodeagent.testbed.processes import ComponentFailed
 from nodeagent.testbed.testbed import Testbed, TestbedError
 from nodeagent.version import version_text
+from nodeagent.vm import command as vm_command
+from nodeagent.vm.errors import VMError
 
 DEFAULT_DIR = Path("/var/lib/nodeagent/testbed")
 
@@ -285,6 +287,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     evict.add_argument("--image", default=None, help="the pods' image (sh, dd, sleep); default the testbed's busybox")
     evict.set_defaults(handler=_experiment)
+    vm_command.add_parser(sub)
     return parser
 
 
@@ -302,6 +305,7 @@ def main(argv: list[str] | None = None) -> int:
         LocalServerUnreachable,
         ConformanceError,
         ExperimentError,
+        VMError,
     ) as exc:
         print(_error_text(exc), file=sys.stderr)
         return 1

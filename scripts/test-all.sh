@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything nodeagent needs on a fresh Debian 12 machine (as root), then runs every check and test:
 # ruff (lint + format), mypy --strict, the import rules, pytest (unit + integration on a real testbed), and the CI
-# subset of the upstream [NodeConformance] specs (`nodeagent conformance --subset ci`).
+# subset of the upstream [NodeConformance] specs (`nodeagent conformance --subset ci`), and the Vagrant VM test.
 # .ci/run calls this script; the README names it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +14,9 @@ python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ig
 step "testbed install (Debian packages, control plane, upstream kubelet and CSI stack builds; cached after the first run)"
 python3 -m nodeagent testbed install --with-kubelet --with-csi
 
+step "vm install (QEMU, libvirt, Vagrant, mmdebstrap for the Vagrant VM's tests)"
+python3 -m nodeagent vm install
+
 step "ruff check";        python3 -m ruff check .
 step "ruff format";       python3 -m ruff format --check .
 step "mypy --strict";     python3 -m mypy
@@ -23,3 +26,7 @@ step "pytest";            python3 -m pytest "$@"
 # builds e2e.test and ginkgo (cached). Fails on any failed spec, or when the subset selects another number of specs.
 step "conformance (CI subset of [NodeConformance])"
 python3 -m nodeagent conformance --subset ci --dir "$(mktemp -d /tmp/nodeagent-conformance-XXXXXX)"
+# The Vagrant VM end to end (marker `vm`, deselected from the pytest step): builds the box (cached), boots it under
+# libvirt, runs static pods in it, destroys it (about 5 min warm, 7 cold).
+step "vagrant VM (static pods in a real VM)"
+python3 -m pytest -m vm tests/integration/test_vm_vagrant.py

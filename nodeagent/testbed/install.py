@@ -181,9 +181,15 @@ def configure_trixie() -> bool:
     return _write_if_changed(TRIXIE_PIN, pin) or changed
 
 
-def install_debian_packages(progress: Progress) -> None:
-    bookworm = missing_packages(BOOKWORM_PACKAGES)
-    trixie = missing_packages(TRIXIE_PACKAGES)
+def install_debian_packages(
+    progress: Progress,
+    bookworm_packages: dict[str, str] = BOOKWORM_PACKAGES,
+    trixie_packages: dict[str, str] = TRIXIE_PACKAGES,
+) -> None:
+    """Install what is missing of the two package sets (package -> version prefix); the testbed's by default, and
+    the Vagrant VM's host packages from nodeagent/vm/packages.py."""
+    bookworm = missing_packages(bookworm_packages)
+    trixie = missing_packages(trixie_packages)
     sources_changed = configure_trixie()
     if not bookworm and not trixie:
         progress.step("debian packages: all present")
@@ -208,7 +214,7 @@ def install_debian_packages(progress: Progress) -> None:
         if own_policy:
             POLICY_RC.unlink(missing_ok=True)
     del sources_changed
-    still = missing_packages({**BOOKWORM_PACKAGES, **TRIXIE_PACKAGES})
+    still = missing_packages({**bookworm_packages, **trixie_packages})
     if still:
         raise InstallError(f"packages still missing after apt-get install: {still}")
 
