@@ -453,6 +453,7 @@ async def _run(
         node_events=node_event,
         fetch_object=_object_fetcher(client),
         container_mounts=volumes.container_mounts,
+        container_devices=volumes.container_devices,
         services=services,
         runtime_handlers=runtime_state.handlers,
     )

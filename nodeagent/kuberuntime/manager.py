@@ -74,6 +74,8 @@ EventSink = Callable[[Pod, EventType, str, str, str], None]
 ContainerMounts = Callable[
     [Pod, Mapping[str, Any], Callable[[], Sequence[tuple[str, str]]], bool], Awaitable[Sequence[api_pb2.Mount]]
 ]
+# (pod, container) -> the CRI devices of its volumeDevices; raises CreateContainerConfigError.
+ContainerDevices = Callable[[Pod, Mapping[str, Any]], Awaitable[Sequence[api_pb2.Device]]]
 
 
 # (type, reason, message): events about the node itself.
@@ -210,6 +212,7 @@ class RuntimeManager:
         image_backoff: Backoff | None = None,
         fetch_object: ObjectFetcher | None = None,
         container_mounts: ContainerMounts | None = None,
+        container_devices: ContainerDevices | None = None,
         services: ServiceLister | None = None,
         runtime_handlers: Callable[[], Sequence[RuntimeHandler]] = tuple,
     ) -> None:
@@ -225,6 +228,7 @@ class RuntimeManager:
         # Containers created before this (wall time) were created by an earlier agent (see interrupted starts).
         self._started_at = wall_clock()
         self._container_mounts = container_mounts
+        self._container_devices = container_devices
         self._services = services
         self._runtime_handlers = runtime_handlers
         # Containers containerd will not let go of (see _remove_container): never tried again.
@@ -560,6 +564,9 @@ class RuntimeManager:
                 image_user=image_user,
                 volume_mounts=volume_mounts,
             )
+            if self._container_devices is not None:
+                # As upstream makeBlockVolumes: the container's volumeDevices, its mapped Block volumes.
+                config.devices.extend(await self._container_devices(pod, container))
             if self._node.root_dir and wants_hosts_mount(pod, container, ips):
                 # As upstream makeMounts: the pod's managed /etc/hosts, after the volume mounts and the environment
                 # (and so not written when they fail), rewritten for each container about to be created.

@@ -103,8 +103,26 @@ def volumes_file(layout: Layout, driver: str) -> Path:
     return layout.root / "csi" / f"{driver}.volumes"
 
 
-def mock_argv(binary: Path, spec: DriverSpec, socket: Path, volumes: Path) -> list[str]:
+def faults_file(layout: Layout, driver: str) -> Path:
+    """The faults the driver injects, read at every call (csimock/main.go): absent, none."""
+    return layout.root / "csi" / f"{driver}.faults"
+
+
+def set_faults(layout: Layout, driver: str, faults: dict[str, Obj]) -> None:
+    """Faults per method short name, e.g. {"NodePublishVolume": {"code": 13, "message": "..."}} (or "sleep" seconds
+    before, or {"abnormal": "message"} for NodeGetVolumeStats); {} clears them. Replaced atomically: the driver
+    reads the file at every call."""
+    path = faults_file(layout, driver)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(faults))
+    tmp.replace(path)
+
+
+def mock_argv(binary: Path, spec: DriverSpec, socket: Path, volumes: Path, faults: Path | None = None) -> list[str]:
     argv = [str(binary), f"--csi-address={socket}", f"--drivername={spec.name}", f"--volumes-file={volumes}", "--v=3"]
+    if faults is not None:
+        argv.append(f"--faults-file={faults}")
     if spec.attach_required:
         argv.append("--enable-attach")
     return [*argv, *spec.mock_args]
@@ -282,7 +300,7 @@ async def start_driver(
 async def _start_mock(layout: Layout, spec: DriverSpec, socket: Path, timeout: float) -> processes.Process:
     mock = processes.start(
         process_name(MOCK, spec.name),
-        mock_argv(csi_mock_path(), spec, socket, volumes_file(layout, spec.name)),
+        mock_argv(csi_mock_path(), spec, socket, volumes_file(layout, spec.name), faults_file(layout, spec.name)),
         pid_dir=layout.pids,
         log_dir=layout.logs,
     )

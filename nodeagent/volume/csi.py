@@ -12,6 +12,12 @@ Set up, as upstream's operation generator runs it for one pod volume:
                                                                                (MountVolume.SetUp)
 Tear down: NodeUnpublishVolume, then NodeUnstageVolume once no other pod on the node has the volume published.
 
+A Block claim used in volumeDevices is staged, published and mapped as a device instead (csiblock.py: upstream's
+MapVolume). Every published volume comes back to set_up at its pod's resync (requires_remount): a driver whose
+CSIDriver has requiresRepublish gets NodePublishVolume again (with fresh tokenRequests tokens), and a claim whose PV
+grew is expanded on the node (csiexpand.py). volume_stats feeds the stats provider and, with the CSIVolumeHealth
+gate, records VolumeConditionAbnormal on the pod.
+
 Which pod volumes publish which CSI volume is kept here (`_published`), rebuilt at start from the pods' vol_data.json
 (`reconstruct`): a restarted agent neither stages nor publishes again what is there, and unstages only after the
 last pod's unpublish. One lock per CSI volume orders a pod's stage against another pod's unstage.
@@ -25,13 +31,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from csi.capability import node_rpc_types, volume_capability
+from csi.capability import FS_TYPE_BLOCK, node_rpc_types, volume_capability
 from csi.client import connect
 from csi.errors import CSIError, FailedPreconditionError, is_final
 from csi.service import NodeService
@@ -40,14 +47,23 @@ from nodeagent.clock import Clock
 from nodeagent.kube import paths
 from nodeagent.kube.client import KubeClient
 from nodeagent.kube.errors import Forbidden, KubeError, NotFound
-from nodeagent.volume import csiutil
-from nodeagent.volume.csierrors import MOUNT_DEVICE, SET_UP, WAIT_FOR_ATTACH, MountOperationError
+from nodeagent.volume import csiblock, csiexpand, csiutil
+from nodeagent.volume.csierrors import (
+    MAP_BLOCK_VOLUME,
+    MAP_POD_DEVICE,
+    MOUNT_DEVICE,
+    SET_UP,
+    SET_UP_DEVICE,
+    WAIT_FOR_ATTACH,
+    MountOperationError,
+)
 from nodeagent.volume.csiutil import CSIVolume, DriverInfo, SecretRef, log_prefix
 from nodeagent.volume.errors import SetUpError, TearDownError
 from nodeagent.volume.fsutil import remove_all_one_filesystem
 from nodeagent.volume.mounter import Mounter, mount_at
 from nodeagent.volume.ownership import pod_fs_group, set_volume_ownership
 from nodeagent.volume.plugin import Pod, Volume, VolumeHost, pod_name, pod_namespace, pod_uid, volume_name
+from nodeagent.volume.token import TokenKey, TokenManager
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +77,14 @@ ATTACH_POLL = 0.5
 # VolumeAttachment's creation (benchmarks/csi.py), and a flat 0.5 s poll added half a second to every such pod start.
 ATTACH_POLL_FIRST = 0.05
 ATTACH_TIMEOUT = 600.0
+VOLUME_CONDITION_ABNORMAL = "VolumeConditionAbnormal"
 
 # (group, resource, namespace, name) -> the object, or None when it does not exist; other failures raise KubeError.
 ClusterGetter = Callable[[str, str, str, str], Awaitable[Mapping[str, Any] | None]]
+# (namespace, claim name, merge patch of its status) -> the claim as patched; failures raise KubeError.
+ClaimStatusPatcher = Callable[[str, str, Mapping[str, Any]], Awaitable[Mapping[str, Any]]]
+# (pod, type, reason, message): the pod's events.
+PodEvents = Callable[[Pod, str, str, str], None]
 
 
 class DriverRegistry(Protocol):
@@ -101,6 +122,8 @@ class _Publication:
     driver: str
     volume_handle: str
     lifecycle_mode: str
+    #: the PV's name of a Block volume mapped as a device (csiblock), "" for a filesystem volume.
+    block_spec: str = ""
 
     @property
     def volume(self) -> tuple[str, str]:
@@ -109,7 +132,9 @@ class _Publication:
 
 class CSIPlugin:
     name = csiutil.CSI_PLUGIN_NAME
-    requires_remount = False
+    # As upstream's RequiresRemount, per driver (its CSIDriver's requiresRepublish): every published volume comes
+    # back to set_up at its pod's resync, which calls NodePublishVolume again only for such drivers.
+    requires_remount = True
     read_only = False
 
     def __init__(
@@ -120,10 +145,16 @@ class CSIPlugin:
         get: ClusterGetter | None,
         node_name: str,
         clock: Clock,
+        tokens: TokenManager | None = None,
+        patch_claim_status: ClaimStatusPatcher | None = None,
+        events: PodEvents | None = None,
         attach_poll: float = ATTACH_POLL,
         attach_timeout: float = ATTACH_TIMEOUT,
     ) -> None:
         self._host = host
+        self._tokens = tokens
+        self._patch_claim_status = patch_claim_status
+        self._events = events
         self._clients = clients
         self._get = get
         self._node_name = node_name
@@ -138,6 +169,13 @@ class CSIPlugin:
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
         # attachable volumes a pod wants or has published: node.status.volumesInUse.
         self._in_use: dict[tuple[str, str], str] = {}
+        # drivers whose CSIDriver asked for requiresRepublish when last read, and those read at all.
+        self._republish: set[str] = set()
+        self._drivers_read: set[str] = set()
+        # pod volumes found published at start, not set up since (the first set up says so in the log).
+        self._reconstructed: set[tuple[str, str]] = set()
+        # the newest pod object of each pod with a volume set up here: what its volume events are about.
+        self._pods: dict[str, Pod] = {}
 
     @property
     def _root(self) -> str:
@@ -162,13 +200,25 @@ class CSIPlugin:
         uid, name = pod_uid(pod), volume_name(volume)
         key = (uid, name)
         target = self.mount_path(uid, name)
-        if key in self._published:
+        self._pods[uid] = pod
+        published = self._published.get(key)
+        if published is not None and published.driver not in self._drivers_read:
+            # Found at start: whether its driver wants republishing is known once its CSIDriver is read.
+            with contextlib.suppress(SetUpError):
+                await self._driver_info(published.driver)
+        if published is not None and published.driver not in self._republish:
             # Published before, or found so at start (the volume manager sets a reconstructed volume up once more,
-            # at its pod's first sync): nothing to call again.
-            log.info("csi volume published already pod_uid=%s volume=%s", uid, name)
+            # at its pod's first sync, and every volume at its pod's resyncs): nothing to call again.
+            if key in self._reconstructed:
+                self._reconstructed.discard(key)
+                log.info("csi volume published already pod_uid=%s volume=%s", uid, name)
+            if published.block_spec:
+                return csiblock.pod_device_path(self._root, uid, published.block_spec)
+            await self._expand(pod, volume, target, published)
             return target
+        self._reconstructed.discard(key)
         csi_volume = await self._resolve(pod, volume)
-        info = await self._driver_info(csi_volume)
+        info = await self._driver_info(csi_volume.driver)
         volume_key = (csi_volume.driver, csi_volume.volume_handle)
         attachable = not csi_volume.ephemeral and info.attach_required
         if attachable:
@@ -180,7 +230,83 @@ class CSIPlugin:
             if key not in self._published:
                 self._in_use.pop(key, None)
             raise
+        if csi_volume.block:
+            return csiblock.pod_device_path(self._root, uid, csi_volume.spec_name)
+        if published is not None:
+            await self._expand(pod, volume, target, published)
         return target
+
+    # --- node expansion ---------------------------------------------------------------------------------------
+
+    async def _expand(self, pod: Pod, volume: Volume, target: str, publication: _Publication) -> None:
+        """Online node expansion of a published claim whose PV grew (csiexpand). Errors are the pod's
+        VolumeResizeFailed events, never the set up's: the volume stays as it is and the next resync retries."""
+        if self._patch_claim_status is None or publication.lifecycle_mode != csiutil.PERSISTENT:
+            return
+        namespace, claim = _claim_of(pod, volume)
+        try:
+            pvc = await self._fetch("", "persistentvolumeclaims", namespace, claim)
+            pv_name = str(((pvc or {}).get("spec") or {}).get("volumeName") or "")
+            pv = await self._fetch("", "persistentvolumes", "", pv_name) if pv_name else None
+        except SetUpError as exc:
+            log.debug("csi expansion check failed pod_uid=%s claim=%s/%s error=%s", pod_uid(pod), namespace, claim, exc)
+            return
+        if pvc is None or pv is None:
+            return
+        expansion = csiexpand.plan(pvc, pv)
+        vol = csiutil.persistent_volume(pv, claim_read_only=_claim_read_only(volume))
+        if expansion is None or vol is None:
+            return
+        if vol.read_only:
+            # As upstream: a read-only volume is not expanded, and that is final.
+            self._event(pod, "Warning", "FileSystemResizeFailed", csiexpand.read_only_message(vol.spec_name))
+            return
+        try:
+            pvc = await self._patch_claim_status(namespace, claim, csiexpand.in_progress_patch(pvc))
+            client = self._clients.get(vol.driver)
+            caps = frozenset(node_rpc_types(await client.node_get_capabilities()))
+            if _RPC.EXPAND_VOLUME not in caps:
+                raise csiexpand.NotSupportedError(f"NodeExpand is not supported by the CSI driver {vol.driver}")
+            staging = ""
+            if _RPC.STAGE_UNSTAGE_VOLUME in caps:
+                staging = csiutil.device_mount_path(self._root, vol.driver, vol.volume_handle)
+            await client.node_expand_volume(
+                vol.volume_handle,
+                target,
+                expansion.new_bytes,
+                self._capability(vol, caps, pod),
+                staging_target_path=staging,
+            )
+        except (CSIError, DriverNotFoundError, KubeError, csiexpand.NotSupportedError) as exc:
+            text = str(exc)
+            if isinstance(exc, CSIError):
+                text = f"Expander.NodeExpand failed to expand the volume : {csiutil.csi_error_text(exc)}"
+            log.warning(
+                "csi node expansion failed pod_uid=%s volume=%s error=%s", pod_uid(pod), volume_name(volume), text
+            )
+            self._event(pod, "Warning", csiexpand.VOLUME_RESIZE_FAILED, csiexpand.failed_message(vol.spec_name, text))
+            return
+        self._event(
+            pod,
+            "Normal",
+            csiexpand.FILE_SYSTEM_RESIZE_SUCCESSFUL,
+            csiexpand.succeeded_message(vol.spec_name, self._node_name),
+        )
+        log.info(
+            "MountVolume.NodeExpandVolume succeeded pod_uid=%s volume=%s new_bytes=%d",
+            pod_uid(pod),
+            volume_name(volume),
+            expansion.new_bytes,
+        )
+        try:
+            await self._patch_claim_status(namespace, claim, csiexpand.finished_patch(pvc, expansion))
+        except KubeError as exc:
+            text = f"mountVolume.NodeExpandVolume update pvc status failed: {exc}"
+            self._event(pod, "Warning", csiexpand.VOLUME_RESIZE_FAILED, csiexpand.failed_message(vol.spec_name, text))
+
+    def _event(self, pod: Pod, type_: str, reason: str, message: str) -> None:
+        if self._events is not None:
+            self._events(pod, type_, reason, message)
 
     async def _set_up_locked(
         self, pod: Pod, key: tuple[str, str], vol: CSIVolume, info: DriverInfo, target: str
@@ -197,9 +323,22 @@ class CSIPlugin:
                 if vol.ephemeral
                 else ("attacher.MountDevice failed to create newCsiDriverClient")
             )
+            if vol.block:
+                what, step = "blockMapper.SetUpDevice failed to get CSI client", SET_UP_DEVICE
             raise MountOperationError(log_prefix(f"{what}: {exc}"), operation=step, spec_name=vol.spec_name) from exc
         if vol.ephemeral:
             self._check_lifecycle_mode(vol, info)
+        if vol.block:
+            caps = await self._capabilities(client, vol, SET_UP_DEVICE)
+            await self._record(vol, target)
+            try:
+                await self._map_block(
+                    client=client, pod=pod, key=key, vol=vol, info=info, caps=caps, context=publish_context
+                )
+            except MountOperationError as exc:
+                exc.uncertain = key not in self._published  # a failed republish leaves the device mapped
+                raise
+            return
         caps = await self._capabilities(client, vol, step)
         # From here on the driver may hold something of this pod's volume: its vol_data.json comes first, so a tear
         # down always knows what to unpublish and unstage.
@@ -225,7 +364,11 @@ class CSIPlugin:
                 publish_context=publish_context,
             )
         except MountOperationError as exc:
-            if exc.uncertain or (vol.driver, vol.volume_handle) in self._staged:
+            if key in self._published:
+                # A republish that failed: the volume stays published as it was (upstream keeps a remount's
+                # failure out of the actual state); the next resync tries again.
+                exc.uncertain = False
+            elif exc.uncertain or (vol.driver, vol.volume_handle) in self._staged:
                 # Staged, or a call that may still run: the volume manager keeps it to tear it down (upstream's
                 # uncertain mount); the retry stages no more than needed.
                 exc.uncertain = True
@@ -241,6 +384,8 @@ class CSIPlugin:
             node_name=self._node_name,
             lifecycle_mode=vol.lifecycle_mode,
         )
+        if vol.block:
+            data[csiblock.VOLUME_MODE_KEY] = csiblock.BLOCK
         parent = os.path.dirname(target)
         try:
             await asyncio.to_thread(_prepare_target, parent, data)
@@ -340,7 +485,9 @@ class CSIPlugin:
         context = csiutil.merge(
             vol.volume_attributes,
             csiutil.pod_attributes(pod, ephemeral=vol.ephemeral) if info.pod_info_on_mount else None,
+            await self._token_attributes(pod, info),
         )
+        republish = key in self._published
         try:
             await client.node_publish_volume(
                 vol.volume_handle,
@@ -354,7 +501,7 @@ class CSIPlugin:
             )
         except CSIError as exc:
             final = is_final(exc)
-            if final:
+            if final and not republish:
                 # As upstream: a publish that surely failed leaves no target; one that may still run keeps it.
                 await asyncio.to_thread(_remove_dir_unless_mounted, target, self._host.mounter)
             if isinstance(exc, FailedPreconditionError):
@@ -378,6 +525,164 @@ class CSIPlugin:
             vol.driver,
             vol.volume_handle,
         )
+
+    # --- block volumes (csiblock) -----------------------------------------------------------------------------
+
+    async def _map_block(
+        self,
+        *,
+        client: NodeService,
+        pod: Pod,
+        key: tuple[str, str],
+        vol: CSIVolume,
+        info: DriverInfo,
+        caps: frozenset[int],
+        context: Mapping[str, str],
+    ) -> None:
+        """Upstream GenerateMapVolumeFunc for a CSI volume: SetUpDevice (NodeStageVolume to the staging directory,
+        once per volume), MapPodDevice (NodePublishVolume to the pod's publish path, where the driver puts the
+        device), then the pod's symlink to it. A failure leaves the volume uncertain: the tear down undoes what is
+        there."""
+        root, uid = self._root, key[0]
+        capability = _block_capability(vol, caps)
+        try:
+            await asyncio.to_thread(_prepare_block, root, vol, self._node_name)
+        except OSError as exc:
+            raise MountOperationError(
+                log_prefix(f"failed to create data dir {csiblock.data_dir(root, vol.spec_name)}:  {exc}"),
+                operation=SET_UP_DEVICE,
+                spec_name=vol.spec_name,
+                uncertain=True,
+            ) from exc
+        staging = ""
+        volume_key = (vol.driver, vol.volume_handle)
+        if _RPC.STAGE_UNSTAGE_VOLUME in caps:
+            staging = csiblock.staging_path(root, vol.spec_name)
+            if volume_key not in self._staged:
+                secrets: dict[str, str] = {}
+                if vol.node_stage_secret is not None:
+                    secrets = await self._secret(vol.node_stage_secret, "NodeStageSecretRef", SET_UP_DEVICE, vol)
+                await asyncio.to_thread(os.makedirs, staging, 0o750, exist_ok=True)
+                try:
+                    await client.node_stage_volume(
+                        vol.volume_handle,
+                        staging,
+                        capability,
+                        publish_context=context,
+                        volume_context=vol.volume_attributes,
+                        secrets=secrets,
+                    )
+                except CSIError as exc:
+                    raise MountOperationError(
+                        csiutil.csi_error_text(exc), operation=SET_UP_DEVICE, spec_name=vol.spec_name, uncertain=True
+                    ) from exc
+                self._staged.add(volume_key)
+        publish = csiblock.publish_path(root, vol.spec_name, uid)
+        secrets = {}
+        if vol.node_publish_secret is not None:
+            secrets = await self._secret(vol.node_publish_secret, "NodePublishSecretRef", MAP_POD_DEVICE, vol)
+        attributes = csiutil.merge(
+            vol.volume_attributes,
+            csiutil.pod_attributes(pod, ephemeral=False) if info.pod_info_on_mount else None,
+            await self._token_attributes(pod, info),
+        )
+        await asyncio.to_thread(os.makedirs, os.path.dirname(publish), 0o750, exist_ok=True)
+        try:
+            await client.node_publish_volume(
+                vol.volume_handle,
+                publish,
+                capability,
+                staging_target_path=staging,
+                readonly=vol.read_only,
+                publish_context=context,
+                volume_context=attributes,
+                secrets=secrets,
+            )
+        except CSIError as exc:
+            raise MountOperationError(
+                csiutil.csi_error_text(exc), operation=MAP_POD_DEVICE, spec_name=vol.spec_name, uncertain=True
+            ) from exc
+        link = csiblock.pod_device_path(root, uid, vol.spec_name)
+        try:
+            await asyncio.to_thread(_symlink, publish, link)
+        except OSError as exc:
+            raise MountOperationError(
+                f"blkUtil.MapDevice failed. devicePath: {publish}, podVolumeMapPath:{os.path.dirname(link)}, "
+                f"volumeMapName: {vol.spec_name}, bindMount: false: {exc}",
+                operation=MAP_BLOCK_VOLUME,
+                spec_name=vol.spec_name,
+                uncertain=True,
+            ) from exc
+        self._published[key] = _Publication(vol.driver, vol.volume_handle, vol.lifecycle_mode, vol.spec_name)
+        self._unpublished.discard(key)
+        log.info(
+            "MapVolume.MapPodDevice succeeded pod_uid=%s volume=%s driver=%s volume_handle=%s device=%s",
+            uid,
+            key[1],
+            vol.driver,
+            vol.volume_handle,
+            link,
+        )
+
+    async def _unmap_block(self, client: NodeService, key: tuple[str, str], publication: _Publication) -> None:
+        """Upstream UnmapPodDevice and, for the volume's last pod, TearDownDevice: the pod's symlink, then
+        NodeUnpublishVolume of its publish path, then NodeUnstageVolume and the volume's directories."""
+        root, spec = self._root, publication.block_spec
+        await asyncio.to_thread(_remove_link, csiblock.pod_device_path(root, key[0], spec))
+        if key not in self._unpublished:
+            try:
+                await client.node_unpublish_volume(publication.volume_handle, csiblock.publish_path(root, spec, key[0]))
+            except CSIError as exc:
+                raise TearDownError(
+                    log_prefix(f"blockMapper.unpublishVolumeForBlock failed: {csiutil.csi_error_text(exc)}")
+                ) from exc
+            self._unpublished.add(key)
+        self._published.pop(key, None)
+        if any(p.volume == publication.volume for p in self._published.values()):
+            return
+        staging = csiblock.staging_path(root, spec)
+        if await asyncio.to_thread(os.path.lexists, staging):
+            try:
+                caps = frozenset(node_rpc_types(await client.node_get_capabilities()))
+                if _RPC.STAGE_UNSTAGE_VOLUME in caps:
+                    await client.node_unstage_volume(publication.volume_handle, staging)
+            except CSIError as exc:
+                raise TearDownError(
+                    log_prefix(f"blockMapper.unstageVolumeForBlock failed: {csiutil.csi_error_text(exc)}")
+                ) from exc
+        self._staged.discard(publication.volume)
+        try:
+            await asyncio.to_thread(_clean_block, root, spec, self._host.mounter)
+        except OSError as exc:
+            # As upstream's TearDownDevice: what a driver left in the publish directory is logged, not retried.
+            log.warning("csi block volume directories not removed spec_name=%s error=%s", spec, exc)
+
+    async def _token_attributes(self, pod: Pod, info: DriverInfo) -> dict[str, str] | None:
+        """The pod's service account tokens for the driver's tokenRequests, one per audience, through the
+        kubelet's token manager (TokenRequest with the node's credential, bound to the pod)."""
+        if not info.token_requests:
+            return None
+        tokens: dict[str, tuple[str, float]] = {}
+        try:
+            if self._tokens is None:
+                raise SetUpError("cannot use TokenManager when kubelet is in standalone mode")
+            for audience, expiration in info.token_requests:
+                key = TokenKey(
+                    service_account=pod_service_account(pod),
+                    namespace=pod_namespace(pod),
+                    audiences=(audience,) if audience else (),
+                    expiration_seconds=expiration or csiutil.TOKEN_REQUEST_DEFAULT_EXPIRATION,
+                    pod_name=pod_name(pod),
+                    pod_uid=pod_uid(pod),
+                )
+                token = await self._tokens.get(key)
+                tokens[audience] = (token.token, token.expiration)
+        except SetUpError as exc:
+            # Upstream's words, its typo included.
+            raise MountOperationError(
+                log_prefix(f"mounter.SetUpAt failed to get service accoount token attributes: {exc}")
+            ) from exc
+        return csiutil.service_account_tokens(tokens)
 
     def _capability(self, vol: CSIVolume, caps: frozenset[int], pod: Pod) -> csi_pb2.VolumeCapability:
         fs_group = pod_fs_group(pod) if _RPC.VOLUME_MOUNT_GROUP in caps else None
@@ -428,16 +733,29 @@ class CSIPlugin:
         problem = csiutil.bound_pv_error(pv_name, pv, claim_uid, namespace, claim)
         if problem is not None or pv is None:
             raise SetUpError(problem or "")
+        mounted, device = csiutil.volume_usage(pod, volume_name(volume))
+        problem = csiutil.volume_mode_error(volume_name(volume), pv, mounted=mounted, device=device)
+        if problem is not None:
+            raise SetUpError(problem)
         csi_volume = csiutil.persistent_volume(pv, claim_read_only=read_only)
         if csi_volume is None:
             raise SetUpError(
                 f'persistent volume "{pv_name}" is not a CSI volume: no volume plugin matched on this node'
             )
+        if device:
+            # A Block PV used as a device: staged, published and mapped as a block device (csiblock).
+            return dataclasses.replace(csi_volume, block=True)
         return csi_volume
 
-    async def _driver_info(self, vol: CSIVolume) -> DriverInfo:
-        obj = await self._fetch(STORAGE_GROUP, "csidrivers", "", vol.driver)
-        return csiutil.driver_info(obj)
+    async def _driver_info(self, driver: str) -> DriverInfo:
+        obj = await self._fetch(STORAGE_GROUP, "csidrivers", "", driver)
+        info = csiutil.driver_info(obj)
+        self._drivers_read.add(driver)
+        if info.requires_republish:
+            self._republish.add(driver)
+        else:
+            self._republish.discard(driver)
+        return info
 
     async def _secret(self, ref: SecretRef, field: str, step: str, vol: CSIVolume) -> dict[str, str]:
         try:
@@ -492,15 +810,18 @@ class CSIPlugin:
             await asyncio.to_thread(_remove_target, target, self._host.mounter)
             self._forget(key)
             return
-        publication = _Publication(
-            data.get("driverName", ""),
-            data.get("volumeHandle", ""),
-            data.get("volumeLifecycleMode") or csiutil.PERSISTENT,
-        )
+        publication = _publication(data)
         try:
             client = self._clients.get(publication.driver)
         except DriverNotFoundError as exc:
             raise TearDownError(log_prefix(f"mounter.SetUpAt failed to get CSI client: {exc}")) from exc
+        if publication.block_spec:
+            async with self._lock(publication.volume):
+                await self._unmap_block(client, key, publication)
+                await asyncio.to_thread(_remove_target, target, self._host.mounter)
+            self._forget(key)
+            log.info("UnmapVolume.UnmapDevice succeeded pod_uid=%s volume=%s", pod_uid, volume_name)
+            return
         async with self._lock(publication.volume):
             if key not in self._unpublished:  # a retry after a later step failed does not unpublish twice
                 try:
@@ -553,7 +874,10 @@ class CSIPlugin:
         )
 
     def _forget(self, key: tuple[str, str]) -> None:
+        self._reconstructed.discard(key)
         self._published.pop(key, None)
+        if not any(k[0] == key[0] for k in self._published):
+            self._pods.pop(key[0], None)
         self._in_use.pop(key, None)
         self._unpublished.discard(key)
 
@@ -583,7 +907,7 @@ class CSIPlugin:
             response = await client.node_get_volume_stats(
                 publication.volume_handle, self.mount_path(pod_uid, volume_name)
             )
-            return csiutil.volume_stats(response, with_condition=volume_health and _RPC.VOLUME_CONDITION in caps)
+            stats = csiutil.volume_stats(response, with_condition=volume_health and _RPC.VOLUME_CONDITION in caps)
         except (CSIError, DriverNotFoundError, csiutil.VolumeStatsResponseError) as exc:
             # upstream logs this at V(4) only: a driver that cannot answer is not the pod's problem
             log.debug(
@@ -594,6 +918,12 @@ class CSIPlugin:
                 exc,
             )
             return None
+        pod = self._pods.get(pod_uid)
+        if stats.abnormal and pod is not None:
+            # As upstream's volume stat calculator (CSIVolumeHealth): at every measure that finds it abnormal.
+            message = f"Volume {volume_name}: {stats.message or ''}"
+            self._event(pod, "Warning", VOLUME_CONDITION_ABNORMAL, message)
+        return stats
 
     # --- restart ---------------------------------------------------------------------------------------------
 
@@ -602,14 +932,17 @@ class CSIPlugin:
         directory = self._volume_dir(pod_uid, volume_name)
         data = csiutil.load_volume_data(directory)
         target = os.path.join(directory, csiutil.PERSISTENT_MOUNT)
-        if data is None or not os.path.isdir(target):
+        if data is None:
             return None
-        publication = _Publication(
-            data.get("driverName", ""),
-            data.get("volumeHandle", ""),
-            data.get("volumeLifecycleMode") or csiutil.PERSISTENT,
-        )
+        publication = _publication(data)
+        if publication.block_spec:
+            target = csiblock.pod_device_path(self._root, pod_uid, publication.block_spec)
+            if not os.path.islink(target):
+                return None
+        elif not os.path.isdir(target):
+            return None
         self._published[(pod_uid, volume_name)] = publication
+        self._reconstructed.add((pod_uid, volume_name))
         if publication.lifecycle_mode == csiutil.PERSISTENT:
             staging = csiutil.device_mount_path(self._root, publication.driver, publication.volume_handle)
             if _staged_on_disk(staging):
@@ -627,6 +960,71 @@ class CSIPlugin:
 
 
 # --- blocking helpers (run in threads) ------------------------------------------------------------------------------
+
+
+def _publication(data: Mapping[str, str]) -> _Publication:
+    """What a pod volume's vol_data.json says was published."""
+    block = data.get(csiblock.VOLUME_MODE_KEY) == csiblock.BLOCK
+    return _Publication(
+        data.get("driverName", ""),
+        data.get("volumeHandle", ""),
+        data.get("volumeLifecycleMode") or csiutil.PERSISTENT,
+        data.get("specVolID", "") if block else "",
+    )
+
+
+def _block_capability(vol: CSIVolume, caps: frozenset[int]) -> csi_pb2.VolumeCapability:
+    return volume_capability(
+        vol.access_mode, fs_type=FS_TYPE_BLOCK, single_node_multi_writer=_RPC.SINGLE_NODE_MULTI_WRITER in caps
+    )
+
+
+def _prepare_block(root: str, vol: CSIVolume, node_name: str) -> None:
+    # As upstream's NewBlockVolumeMapper: the volume's data directory and its vol_data.json.
+    directory = csiblock.data_dir(root, vol.spec_name)
+    os.makedirs(directory, 0o750, exist_ok=True)
+    csiutil.save_volume_data(
+        directory,
+        {
+            "specVolID": vol.spec_name,
+            "volumeHandle": vol.volume_handle,
+            "driverName": vol.driver,
+            "nodeName": node_name,
+            "attachmentID": csiutil.attachment_name(vol.volume_handle, vol.driver, node_name),
+        },
+    )
+
+
+def _symlink(source: str, link: str) -> None:
+    """The pod's symlink to the published device, replaced if it is there (upstream MapDevice without bind mount)."""
+    os.makedirs(os.path.dirname(link), 0o750, exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(link)
+    os.symlink(source, link)
+
+
+def _remove_link(link: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(link)
+    with contextlib.suppress(OSError):  # other block volumes of the pod keep it
+        os.rmdir(os.path.dirname(link))
+
+
+def _clean_block(root: str, spec_name: str, mounter: Mounter) -> None:
+    """Upstream cleanupOrphanDeviceFiles: the publish directory (empty by now), the staging directory and the
+    volume's own directory with its data/vol_data.json. Each is tried (upstream stops at the first failure); the
+    first failure is raised."""
+    failures: list[OSError] = []
+    for path in (csiblock.publish_dir(root, spec_name), csiblock.staging_path(root, spec_name)):
+        try:
+            os.rmdir(path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            failures.append(exc)
+    remove_all_one_filesystem(csiblock.volume_plugin_dir(root, spec_name), mounter)
+    if failures:
+        raise failures[0]
 
 
 def _staged_on_disk(staging: str) -> bool:
@@ -691,6 +1089,33 @@ class NoDrivers:
     def endpoint(self, driver: str) -> str | None:
         del driver
         return None
+
+
+def _claim_of(pod: Pod, volume: Volume) -> tuple[str, str]:
+    """(namespace, claim name) of a claim volume or a generic ephemeral one."""
+    if volume.get("ephemeral") is not None:
+        return pod_namespace(pod), csiutil.ephemeral_claim_name(pod_name(pod), volume_name(volume))
+    return pod_namespace(pod), str((volume.get("persistentVolumeClaim") or {}).get("claimName", ""))
+
+
+def _claim_read_only(volume: Volume) -> bool:
+    return bool((volume.get("persistentVolumeClaim") or {}).get("readOnly") or False)
+
+
+def claim_status_patcher(client: KubeClient) -> ClaimStatusPatcher:
+    """Merge patches of a claim's status with the node's credential (NodeRestriction lets a node change its
+    capacity, conditions and allocatedResourceStatuses)."""
+
+    async def patch(namespace: str, name: str, body: Mapping[str, Any]) -> Mapping[str, Any]:
+        path = paths.api_path("persistentvolumeclaims", namespace=namespace, name=name)
+        return await client.patch(path, dict(body), patch_type="merge", subresource="status")
+
+    return patch
+
+
+def pod_service_account(pod: Pod) -> str:
+    spec: Mapping[str, Any] = pod.get("spec") or {}
+    return str(spec.get("serviceAccountName") or spec.get("serviceAccount") or "default")
 
 
 def cluster_getter(client: KubeClient) -> ClusterGetter:

@@ -12,6 +12,10 @@ from nodeagent.volume.errors import SetUpError
 SET_UP = "MountVolume.SetUp"
 MOUNT_DEVICE = "MountVolume.MountDevice"
 WAIT_FOR_ATTACH = "MountVolume.WaitForAttach"
+# The steps of upstream's GenerateMapVolumeFunc (a Block volume used as a device).
+SET_UP_DEVICE = "MapVolume.SetUpDevice"
+MAP_POD_DEVICE = "MapVolume.MapPodDevice"
+MAP_BLOCK_VOLUME = "MapVolume.MapBlockVolume"
 
 
 class MountOperationError(SetUpError):

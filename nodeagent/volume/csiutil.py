@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
+import datetime
 import hashlib
 import json
 import logging
@@ -155,6 +156,10 @@ class DriverInfo:
     fs_group_policy: str = FS_GROUP_POLICY_RWO_WITH_FSTYPE
     lifecycle_modes: tuple[str, ...] = (PERSISTENT,)
     exists: bool = False
+    #: spec.tokenRequests: (audience, expirationSeconds or None) of each token the driver gets at NodePublish.
+    token_requests: tuple[tuple[str, int | None], ...] = ()
+    #: spec.requiresRepublish: NodePublishVolume again at every remount (the pod's periodic sync).
+    requires_republish: bool = False
 
 
 def driver_info(obj: Mapping[str, Any] | None) -> DriverInfo:
@@ -171,6 +176,11 @@ def driver_info(obj: Mapping[str, Any] | None) -> DriverInfo:
         fs_group_policy=str(spec.get("fsGroupPolicy") or FS_GROUP_POLICY_RWO_WITH_FSTYPE),
         lifecycle_modes=tuple(str(m) for m in modes),
         exists=True,
+        token_requests=tuple(
+            (str(r.get("audience") or ""), None if r.get("expirationSeconds") is None else int(r["expirationSeconds"]))
+            for r in spec.get("tokenRequests") or ()
+        ),
+        requires_republish=bool(spec.get("requiresRepublish") or False),
     )
 
 
@@ -212,6 +222,8 @@ class CSIVolume:
     volume_attributes: Mapping[str, str] = field(default_factory=dict)
     node_stage_secret: SecretRef | None = None
     node_publish_secret: SecretRef | None = None
+    #: a Block PV a container uses as a device (volumeDevices): staged, published and mapped as csiblock says.
+    block: bool = False
 
     @property
     def ephemeral(self) -> bool:
@@ -281,6 +293,25 @@ def pod_attributes(pod: Mapping[str, Any], *, ephemeral: bool) -> dict[str, str]
     }
 
 
+SERVICE_ACCOUNT_TOKENS_KEY = "csi.storage.k8s.io/serviceAccount.tokens"
+# What the TokenRequest API makes of a request without expirationSeconds.
+TOKEN_REQUEST_DEFAULT_EXPIRATION = 3600
+
+
+def service_account_tokens(tokens: Mapping[str, tuple[str, float]]) -> dict[str, str]:
+    """The volume_context entry of a driver's tokenRequests (upstream podServiceAccountTokenAttrs): audience →
+    {token, expirationTimestamp} as Go marshals a map of TokenRequestStatus (keys sorted, compact, RFC 3339)."""
+    statuses = {
+        audience: {"token": token, "expirationTimestamp": rfc3339(expiration)}
+        for audience, (token, expiration) in sorted(tokens.items())
+    }
+    return {SERVICE_ACCOUNT_TOKENS_KEY: json.dumps(statuses, separators=(",", ":"))}
+
+
+def rfc3339(wall: float) -> str:
+    return datetime.datetime.fromtimestamp(int(wall), datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def supports_fs_group(volume: CSIVolume, fs_group: int | None, policy: str) -> bool:
     """Whether the kubelet itself applies the pod's fsGroup to the published volume (upstream supportsFSGroup)."""
     if fs_group is None or policy == FS_GROUP_POLICY_NONE or volume.read_only:
@@ -341,6 +372,35 @@ def bound_pv_error(
             f"found PV object {pv_name} but its pv.Spec.ClaimRef.UID ({ref.get('uid', '')}) does not point to "
             f"claim.UID ({claim_uid})"
         )
+    return None
+
+
+VOLUME_MODE_FILESYSTEM = "Filesystem"
+VOLUME_MODE_BLOCK = "Block"
+
+
+def volume_usage(pod: Mapping[str, Any], volume_name: str) -> tuple[bool, bool]:
+    """(in some container's volumeMounts, in some container's volumeDevices) of the pod's volume, over init, regular
+    and ephemeral containers (upstream GetPodVolumeNames)."""
+    spec: Mapping[str, Any] = pod.get("spec") or {}
+    mounted = device = False
+    for key in ("initContainers", "containers", "ephemeralContainers"):
+        for container in spec.get(key) or []:
+            mounted |= any(m.get("name") == volume_name for m in container.get("volumeMounts") or [])
+            device |= any(d.get("name") == volume_name for d in container.get("volumeDevices") or [])
+    return mounted, device
+
+
+def volume_mode_error(volume_name: str, pv: Mapping[str, Any], *, mounted: bool, device: bool) -> str | None:
+    """Upstream's populator (createVolumeSpec): a claim's PV must be Filesystem where a container mounts it and
+    Block where a container uses it as a device; a PV without volumeMode (the apiserver defaults it) cannot say."""
+    mode = (pv.get("spec") or {}).get("volumeMode")
+    if mode is None:
+        return f"cannot get volumeMode for volume: {(pv.get('metadata') or {}).get('name', '')}"
+    if mounted and mode != VOLUME_MODE_FILESYSTEM:
+        return f"volume {volume_name} has volumeMode {mode}, but is specified in volumeMounts"
+    if device and mode != VOLUME_MODE_BLOCK:
+        return f"volume {volume_name} has volumeMode {mode}, but is specified in volumeDevices"
     return None
 
 

@@ -84,9 +84,13 @@ class TokenManager:
         self._cache: dict[TokenKey, Token] = {}
 
     async def get_token(self, key: TokenKey) -> str:
+        return (await self.get(key)).token
+
+    async def get(self, key: TokenKey) -> Token:
+        """The token with its expiration (CSI tokenRequests hand both to the driver)."""
         cached = self._cache.get(key)
         if cached is not None and not requires_refresh(cached, self._now(), self._jitter()):
-            return cached.token
+            return cached
         try:
             fresh = await self._fetch(key)
         except SetUpError as exc:
@@ -95,9 +99,9 @@ class TokenManager:
             if self._now() > cached.expiration:
                 raise SetUpError(f"token {_describe(key)} expired and refresh failed: {exc}") from exc
             log.warning("could not refresh a service account token key=%s error=%s", _describe(key), exc)
-            return cached.token
+            return cached
         self._cache[key] = fresh
-        return fresh.token
+        return fresh
 
     async def _fetch(self, key: TokenKey) -> Token:
         if self._request is None:

@@ -12,7 +12,15 @@ from nodeagent.clock import Clock
 from nodeagent.kube import paths
 from nodeagent.kube.client import KubeClient
 from nodeagent.volume import VolumeHost, new_plugins
-from nodeagent.volume.csi import CSIPlugin, DriverClients, DriverRegistry, NoDrivers, cluster_getter, connect_node
+from nodeagent.volume.csi import (
+    CSIPlugin,
+    DriverClients,
+    DriverRegistry,
+    NoDrivers,
+    claim_status_patcher,
+    cluster_getter,
+    connect_node,
+)
 from nodeagent.volume.layout import PodDirs
 from nodeagent.volume.mounter import LinuxMounter
 from nodeagent.volume.objects import ObjectCache
@@ -51,5 +59,16 @@ def new_volume_manager(
     if client is not None:
         # kubernetes.io/csi needs the API (claims, PVs, CSIDrivers); `csi_drivers` is the plugin manager's registry.
         clients = DriverClients(csi_drivers or NoDrivers(), connect_node)
-        plugins.append(CSIPlugin(host, clients, get=cluster_getter(client), node_name=node_name, clock=clock))
+        plugins.append(
+            CSIPlugin(
+                host,
+                clients,
+                get=cluster_getter(client),
+                node_name=node_name,
+                clock=clock,
+                tokens=tokens,
+                patch_claim_status=claim_status_patcher(client),
+                events=events,
+            )
+        )
     return VolumeManager(plugins, dirs=dirs, mounter=mounter, clock=clock, events=events, tokens=tokens)

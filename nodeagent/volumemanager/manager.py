@@ -26,7 +26,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from cri.v1 import api_pb2
 from nodeagent.clock import Clock
-from nodeagent.volume import find_plugin
+from nodeagent.volume import csiblock, find_plugin
 from nodeagent.volume.container_mounts import PodVolume, make_mounts
 from nodeagent.volume.csierrors import event_message, is_uncertain
 from nodeagent.volume.emptydir import make_dir
@@ -261,6 +261,15 @@ class VolumeManager:
         return await asyncio.to_thread(
             make_mounts, pod, container, volumes, env, dirs=self.dirs, mounter=self._mounter, supports_rro=supports_rro
         )
+
+    async def container_devices(self, pod: Pod, container: Mapping[str, Any]) -> list[api_pb2.Device]:
+        """CRI devices for one container's volumeDevices (mapped Block volumes); raises CreateContainerConfigError
+        as upstream's makeBlockVolumes."""
+        if not container.get("volumeDevices"):
+            return []
+        volumes = self.mounted_volumes(pod_uid(pod))
+        mapped = csiblock.mapped_names([(name, v.host_path) for name, v in volumes.items()])
+        return csiblock.container_devices(pod, container, mapped)
 
     async def cleanup_orphaned_pod_dirs(self, wanted: Callable[[str], bool]) -> None:
         """Housekeeping (upstream cleanupOrphanedPodDirs): let go the volumes of pods no source or worker knows,

@@ -8,6 +8,13 @@
 // The driver keeps its volumes in memory. With --volumes-file, every CreateVolume and DeleteVolume that succeeded is
 // journaled there and replayed, in order, at the next start: a driver killed and restarted knows the volumes it made
 // before, under the same IDs (the mock numbers them in creation order). Staged and published state is not kept.
+//
+// With --faults-file, every call first reads that JSON file (absent: no faults) for its method's short name, as the
+// e2e suite's Hooks.Pre/Post do for the embedded mock: {"NodePublishVolume": {"sleep": 30, "code": 13, "message":
+// "..."}, "NodeGetVolumeStats": {"abnormal": "..."}}: sleep first (logged as `fault: sleeping` when it starts), then
+// fail with the gRPC code and message, or answer NodeGetVolumeStats with an abnormal volume condition. A
+// NodePublishVolume entry with "device": "/dev/loopN" publishes a Block volume as that device: the target the mock
+// made is replaced by a block device node of the same number, as a real driver's bind mount of its device would be.
 package main
 
 import (
@@ -20,10 +27,14 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 	mockdriver "k8s.io/kubernetes/test/e2e/storage/drivers/csi-test/driver"
 	"k8s.io/kubernetes/test/e2e/storage/drivers/csi-test/mock/service"
@@ -74,10 +85,81 @@ func replay(svc service.Service, path string) error {
 	return lines.Err()
 }
 
+// fault is what --faults-file asks of one method.
+type fault struct {
+	Sleep    float64 `json:"sleep"`
+	Code     uint32  `json:"code"`
+	Message  string  `json:"message"`
+	Abnormal string  `json:"abnormal"`
+	Device   string  `json:"device"`
+}
+
+// publishDevice makes the target of a published Block volume a device node of `device`.
+func publishDevice(target, device string) error {
+	var st syscall.Stat_t
+	if err := syscall.Stat(device, &st); err != nil {
+		return err
+	}
+	if st.Mode&syscall.S_IFMT != syscall.S_IFBLK {
+		return fmt.Errorf("%s is not a block device", device)
+	}
+	if err := os.RemoveAll(target); err != nil {
+		return err
+	}
+	return syscall.Mknod(target, syscall.S_IFBLK|0o660, int(st.Rdev))
+}
+
+func readFault(path, method string) (fault, bool) {
+	if path == "" {
+		return fault{}, false
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fault{}, false
+	}
+	var faults map[string]fault
+	if err := json.Unmarshal(data, &faults); err != nil {
+		klog.ErrorS(err, "faults file", "path", path)
+		return fault{}, false
+	}
+	f, ok := faults[method[strings.LastIndex(method, "/")+1:]]
+	return f, ok
+}
+
+// handle runs the call with the fault asked for its method, if any.
+func handle(ctx context.Context, faults string, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	f, ok := readFault(faults, info.FullMethod)
+	if !ok {
+		return handler(ctx, req)
+	}
+	if f.Sleep > 0 {
+		klog.InfoS("fault: sleeping", "method", info.FullMethod, "seconds", f.Sleep)
+		select {
+		case <-time.After(time.Duration(f.Sleep * float64(time.Second))):
+		case <-ctx.Done():
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+	}
+	if f.Code != 0 {
+		return nil, status.Error(codes.Code(f.Code), f.Message)
+	}
+	rsp, err := handler(ctx, req)
+	if stats, isStats := rsp.(*csi.NodeGetVolumeStatsResponse); isStats && err == nil && f.Abnormal != "" {
+		stats.VolumeCondition = &csi.VolumeCondition{Abnormal: true, Message: f.Abnormal}
+	}
+	if publish, isPublish := req.(*csi.NodePublishVolumeRequest); isPublish && err == nil && f.Device != "" &&
+		publish.GetVolumeCapability().GetBlock() != nil {
+		if derr := publishDevice(publish.GetTargetPath(), f.Device); derr != nil {
+			return nil, status.Errorf(codes.Internal, "publish device %s at %s: %v", f.Device, publish.GetTargetPath(), derr)
+		}
+	}
+	return rsp, err
+}
+
 // interceptor logs every call as the driver's own interceptor does, and journals the volumes made and deleted.
-func interceptor(journal string) grpc.UnaryServerInterceptor {
+func interceptor(journal, faults string) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		rsp, err := handler(ctx, req)
+		rsp, err := handle(ctx, faults, req, info, handler)
 		logCall(info.FullMethod, req, rsp, err)
 		if err == nil && journal != "" {
 			var entry journalEntry
@@ -142,6 +224,7 @@ func main() {
 	flag.BoolVar(&cfg.PermissiveTargetPath, "permissive-target-path", false, "accept a NodePublish target path that exists")
 	flag.BoolVar(&cfg.EnableTopology, "enable-topology", false, "report the "+service.TopologyKey+" topology segment")
 	volumesFile := flag.String("volumes-file", "", "journal of CreateVolume/DeleteVolume, replayed at start")
+	faultsFile := flag.String("faults-file", "", "JSON of faults per method, read at every call")
 	flag.Parse()
 	cfg.DisableAttach = !*enableAttach
 	if *endpoint == "" {
@@ -162,7 +245,7 @@ func main() {
 		}
 	}
 	driver := mockdriver.NewCSIDriver(&mockdriver.CSIDriverServers{Controller: svc, Identity: svc, Node: svc})
-	if err := driver.Start(listener, interceptor(*volumesFile)); err != nil {
+	if err := driver.Start(listener, interceptor(*volumesFile, *faultsFile)); err != nil {
 		klog.Exitf("start driver: %v", err)
 	}
 	klog.InfoS("csi-mock serving", "endpoint", *endpoint, "driver", cfg.DriverName, "attach", *enableAttach)

@@ -212,6 +212,7 @@ def pv(name: str = "pv-1", handle: str = "vol-1", claim_uid: str = "claim-uid", 
         "metadata": {"name": name},
         "spec": {
             "accessModes": ["ReadWriteOnce"],
+            "volumeMode": "Filesystem",  # the apiserver's default
             "mountOptions": ["noatime"],
             "claimRef": {"uid": claim_uid, "name": "claim", "namespace": "default"},
             "csi": {"driver": DRIVER, "volumeHandle": handle, "fsType": "ext4", **csi},
