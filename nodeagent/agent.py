@@ -18,12 +18,13 @@ from the static sources only (staticPodPath, staticPodURL) and `nodeagent pods` 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import logging
 import os
 import signal
 import socket
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -192,6 +193,24 @@ def _stop_on_signals(stop: asyncio.Event) -> None:
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, requested, sig)
+
+
+# How long an agent with static pods waits for its Node before it starts the pods anyway.
+STATIC_POD_REGISTRATION_WAIT = 5.0
+
+
+def registration_wait(static_pod_path: str | None) -> float | None:
+    """How long the Node's registration may hold back the pod sources (None: until it succeeds). Upstream registers
+    from syncNodeStatus, beside the pod workers, so static pods run while the apiserver is away: on a kubeadm
+    control plane the apiserver IS one of this node's static pods, and waiting for it would wait for ever. Without
+    static pods nothing can run before the apiserver answers, and registering first gives the first pods the Node's
+    allocatable (as it does with static pods when the apiserver answers within the bound)."""
+    return STATIC_POD_REGISTRATION_WAIT if static_pod_path else None
+
+
+async def _bounded(work: Coroutine[Any, Any, None], seconds: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(work, seconds)
 
 
 async def run_agent(options: AgentOptions) -> None:
@@ -404,8 +423,11 @@ async def _run(
             volumes_in_use=lambda: volume_managers[0].volumes_in_use() if volume_managers else (),
             node_labels=options.node_labels,
         )
-        # Retried for ever, as upstream (an unreachable apiserver, a credential that may not register this name).
-        await until_stopped(stop, "registering the node", node_status.register())
+        wait = registration_wait(config.static_pod_path)
+        # Retried for ever, as upstream (an unreachable apiserver, a credential that may not register this name);
+        # with static pods only for a while, then the node status loop goes on registering beside the pods.
+        registration = node_status.register() if wait is None else _bounded(node_status.register(), wait)
+        await until_stopped(stop, "registering the node", registration)
 
     allocatable: dict[str, str] = {}
     node_obj = node_status.node() if node_status is not None else None

@@ -1,5 +1,6 @@
 """The `nodeagent` command line: `up` (the embedded default), `run`, `pods`, `conformance`,
-`testbed install|up|down` and `vm box|network|check` (the Vagrant VM, nodeagent/vm)."""
+`testbed install|up|down`, `vm box|network|check` (the Vagrant VM, nodeagent/vm) and `cluster up|down` (a kubeadm
+cluster of nodeagent nodes, nodeagent/cluster)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,9 @@ import sys
 from pathlib import Path
 
 from nodeagent.agent import AgentError, AgentOptions, run_agent
+from nodeagent.cluster import command as cluster_command
+from nodeagent.cluster.cluster import ClusterError
+from nodeagent.cluster.node import NodeError
 from nodeagent.config import ConfigError, load_config
 from nodeagent.conformance import subset
 from nodeagent.conformance.errors import ConformanceError
@@ -75,7 +79,7 @@ async def _up(args: argparse.Namespace) -> int:
 
 async def _testbed(args: argparse.Namespace) -> int:
     if args.action == "install":
-        installer.install(with_kubelet=args.with_kubelet, with_csi=args.with_csi)
+        installer.install(with_kubelet=args.with_kubelet, with_csi=args.with_csi, with_kubeadm=args.with_kubeadm)
         return 0
     bed = Testbed(args.dir)
     if args.action == "up":
@@ -262,6 +266,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also build the CSI stack (mock driver, registration sidecar, external-attacher; testbed/csistack.py)",
     )
+    install.add_argument(
+        "--with-kubeadm",
+        action="store_true",
+        help="also build kubeadm, which `nodeagent cluster up` runs (testbed/kubeadm.py, docs/kubeadm.md)",
+    )
     for name in ("up", "down"):
         action = actions.add_parser(name)
         action.add_argument("--dir", type=Path, required=True)
@@ -288,6 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
     evict.add_argument("--image", default=None, help="the pods' image (sh, dd, sleep); default the testbed's busybox")
     evict.set_defaults(handler=_experiment)
     vm_command.add_parser(sub)
+    cluster_command.add_parser(sub)
     return parser
 
 
@@ -306,6 +316,8 @@ def main(argv: list[str] | None = None) -> int:
         ConformanceError,
         ExperimentError,
         VMError,
+        ClusterError,
+        NodeError,
     ) as exc:
         print(_error_text(exc), file=sys.stderr)
         return 1

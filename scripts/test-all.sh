@@ -11,8 +11,8 @@ step() { printf '\n== %s ==\n' "$*"; }
 step "python packages"
 python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore -e '.[dev]'
 
-step "testbed install (Debian packages, control plane, upstream kubelet and CSI stack builds; cached after the first run)"
-python3 -m nodeagent testbed install --with-kubelet --with-csi
+step "testbed install (Debian packages, control plane, upstream kubelet, kubeadm and CSI stack builds; cached after the first run)"
+python3 -m nodeagent testbed install --with-kubelet --with-csi --with-kubeadm
 
 step "vm install (QEMU, libvirt, Vagrant, mmdebstrap for the Vagrant VM's tests)"
 python3 -m nodeagent vm install

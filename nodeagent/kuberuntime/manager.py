@@ -54,10 +54,11 @@ from nodeagent.kuberuntime.sandbox_config import (
     pod_cgroup_parent,
     pod_log_directory,
 )
-from nodeagent.kuberuntime.service_env import service_env
+from nodeagent.kuberuntime.service_env import must_wait_for_services, service_env
 from nodeagent.kuberuntime.termination_message import TerminationMessages, create_message_file, remove_pod_dirs
 from nodeagent.podconfig.storage import pod_ref as _ref
 from nodeagent.podworkers import grace_period
+from nodeagent.staticpods import is_static_pod
 from nodeagent.volume.layout import PodDirs
 from pleg import inspect as pleg_inspect
 from pleg.status import PodStatus
@@ -518,7 +519,7 @@ class RuntimeManager:
         config_maps, secrets = await lookups_for(self._fetch, str(_meta(pod).get("namespace", "")), container)
         services_env: dict[str, str] = {}
         if self._services is not None:
-            if not self._services.synced:
+            if must_wait_for_services(static=is_static_pod(pod), synced=self._services.synced):
                 message = "services have not yet been read at least once, cannot construct envvars"
                 self._events(pod, "Warning", "Failed", f"Error: {message}", field_path)
                 return Waiting("CreateContainerConfigError", message)

@@ -74,3 +74,11 @@ def service_env(services: Iterable[Mapping[str, Any]], namespace: str, *, enable
         elif ns == namespace and enable_service_links:
             chosen[name] = service
     return from_services(chosen[k] for k in sorted(chosen))
+
+
+def must_wait_for_services(*, static: bool, synced: bool) -> bool:
+    """Whether a container's environment must wait for the first list of Services (CreateContainerConfigError
+    "services have not yet been read at least once"). As upstream's makeEnvironmentVariables, static pods never wait:
+    on a kubeadm control plane the apiserver that would serve that list is itself a static pod; they get the
+    Services known so far (none before the first list)."""
+    return not static and not synced

@@ -844,7 +844,9 @@ def build_csi_attacher(progress: Progress) -> Path:
 CSI_STEPS = (build_csi_mock, build_csi_registrar, build_csi_attacher)
 
 
-def install_steps(*, with_kubelet: bool = False, with_csi: bool = False) -> list[Callable[[Progress], object]]:
+def install_steps(
+    *, with_kubelet: bool = False, with_csi: bool = False, with_kubeadm: bool = False
+) -> list[Callable[[Progress], object]]:
     """The steps of an install, in order; the upstream kubelet only when asked for (`--with-kubelet`), after the
     control plane, whose build module it is built in; the CSI stack (`--with-csi`) last, as it needs that module
     too."""
@@ -861,16 +863,23 @@ def install_steps(*, with_kubelet: bool = False, with_csi: bool = False) -> list
     ]
     if with_kubelet:
         steps.insert(steps.index(build_kubernetes) + 1, build_kubelet)
+    if with_kubeadm:
+        # kubeadm (`nodeagent cluster up`, testbed/kubeadm.py), in the control plane's build module like the kubelet.
+        from nodeagent.testbed.kubeadm import build_kubeadm  # noqa: PLC0415 - kubeadm.py builds on this module
+
+        steps.insert(steps.index(build_kubernetes) + 1, build_kubeadm)
     if with_csi:
         steps.extend(CSI_STEPS)
     return steps
 
 
-def install(progress: Progress | None = None, *, with_kubelet: bool = False, with_csi: bool = False) -> None:
+def install(
+    progress: Progress | None = None, *, with_kubelet: bool = False, with_csi: bool = False, with_kubeadm: bool = False
+) -> None:
     progress = progress or Progress(write=lambda line: print(line, file=sys.stderr, flush=True))
     if os.geteuid() != 0:
         raise InstallError("nodeagent testbed install must run as root (it installs Debian packages)")
     started = time.monotonic()
-    for step in install_steps(with_kubelet=with_kubelet, with_csi=with_csi):
+    for step in install_steps(with_kubelet=with_kubelet, with_csi=with_csi, with_kubeadm=with_kubeadm):
         step(progress)
     progress.step(f"done in {time.monotonic() - started:.0f}s")

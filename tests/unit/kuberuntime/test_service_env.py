@@ -8,7 +8,7 @@ import pytest
 
 from nodeagent.kube.informer import Added, Deleted, Modified, Synced
 from nodeagent.kube.servicestore import ServiceStore
-from nodeagent.kuberuntime.service_env import from_services, service_env
+from nodeagent.kuberuntime.service_env import from_services, must_wait_for_services, service_env
 
 
 def svc(name: str, ns: str, ip: str, *ports: dict[str, Any]) -> dict[str, Any]:
@@ -80,3 +80,16 @@ def test_store_follows_the_reflector() -> None:
     assert next(s for s in store.list() if s["metadata"]["name"] == "my-web") is changed
     store.apply(Synced((), "9"))
     assert store.list() == []
+
+
+@pytest.mark.parametrize(
+    ("static", "synced", "wait"),
+    [
+        (False, False, True),  # an API pod before the first list: CreateContainerConfigError, retried
+        (False, True, False),
+        (True, False, False),  # a static pod never waits (the apiserver may be one of them)
+        (True, True, False),
+    ],
+)
+def test_only_api_pods_wait_for_the_first_service_list(static: bool, synced: bool, wait: bool) -> None:
+    assert must_wait_for_services(static=static, synced=synced) is wait

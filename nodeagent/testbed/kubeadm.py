@@ -1,0 +1,46 @@
+"""kubeadm of KUBERNETES_VERSION, built from `k8s.io/kubernetes/cmd/kubeadm` as the other commands of the release are.
+
+Built in a copy of the control plane's build module (as the upstream kubelet and agnhost are), stamped with the
+release's version (kubeadm refuses a control plane newer than itself, and picks its default image tags from it), into
+the versioned cache beside the control plane's binaries. Its presence there is the cache check.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from nodeagent.testbed.install import (
+    Progress,
+    build_in_release_module,
+    control_plane_module,
+    kubernetes_source,
+    kubernetes_version_ldflags,
+)
+from nodeagent.testbed.versions import KUBERNETES_VERSION, kubernetes_bin_dir
+
+KUBEADM_PACKAGE = "k8s.io/kubernetes/cmd/kubeadm"
+
+
+def kubeadm_path() -> Path:
+    return kubernetes_bin_dir() / "kubeadm"
+
+
+def build_kubeadm(progress: Progress) -> Path:
+    """kubeadm into the versioned cache; a no-op when it is there."""
+    binary = kubeadm_path()
+    if binary.exists():
+        progress.step(f"kubeadm {KUBERNETES_VERSION}: cached")
+        return binary
+    module = control_plane_module("kubeadm")
+    source = kubernetes_source()
+    progress.step(f"kubeadm {KUBERNETES_VERSION}: go build (several minutes on a cold cache)")
+    took = build_in_release_module(
+        source,
+        module,
+        binary,
+        package=KUBEADM_PACKAGE,
+        work=binary.parent.parent / "build-kubeadm",
+        ldflags=kubernetes_version_ldflags(),
+    )
+    progress.step(f"kubeadm: built in {took:.0f}s")
+    return binary
