@@ -1,6 +1,6 @@
 """The `nodeagent` command line: `up` (the embedded default), `run`, `pods`, `conformance`,
-`testbed install|up|down`, `vm box|network|check` (the Vagrant VM, nodeagent/vm) and `cluster up|down` (a kubeadm
-cluster of nodeagent nodes, nodeagent/cluster)."""
+`testbed install|up|down`, `vm install|box|network|check` (the Vagrant VM, nodeagent/vm) and `cluster up|down` (a
+kubeadm cluster of nodeagent nodes, nodeagent/cluster)."""
 
 from __future__ import annotations
 

@@ -76,6 +76,9 @@ ATTACH_POLL = 0.5
 # The first look again comes sooner: the external attacher usually attaches within about 0.1 s of the
 # VolumeAttachment's creation (benchmarks/csi.py), and a flat 0.5 s poll added half a second to every such pod start.
 ATTACH_POLL_FIRST = 0.05
+# ... and stays that quick for the first seconds, the time an attach takes when the attacher runs (upstream's
+# reconciler re-checks every 100 ms throughout, from its cache; this is one GET each time, so it slows down after).
+ATTACH_POLL_FAST_FOR = 2.0
 ATTACH_TIMEOUT = 600.0
 VOLUME_CONDITION_ABNORMAL = "VolumeConditionAbnormal"
 
@@ -775,7 +778,8 @@ class CSIPlugin:
         """Until the attach-detach controller's VolumeAttachment is attached (upstream: the reconciler waits for
         node.status.volumesAttached, then WaitForAttach for the VolumeAttachment); its attachmentMetadata."""
         attach_id = csiutil.attachment_name(vol.volume_handle, vol.driver, self._node_name)
-        deadline = self._clock.monotonic() + self._attach_timeout
+        start = self._clock.monotonic()
+        deadline = start + self._attach_timeout
         poll = min(ATTACH_POLL_FIRST, self._attach_poll)
         while True:
             # The node authorizer lets a node read only the VolumeAttachments of its graph, which one joins once it
@@ -796,7 +800,8 @@ class CSIPlugin:
                     spec_name=vol.spec_name,
                 )
             await self._clock.sleep(poll)
-            poll = min(poll * 2, self._attach_poll)
+            if self._clock.monotonic() - start >= ATTACH_POLL_FAST_FOR:
+                poll = min(poll * 2, self._attach_poll)
 
     # --- tear down -------------------------------------------------------------------------------------------
 
