@@ -73,6 +73,7 @@ from nodeagent.memorynotifier import enabled as memory_notifier_enabled
 from nodeagent.memorynotifier import memory_notifiers
 from nodeagent.nodestatus import NodeFacts, gather_node_facts
 from nodeagent.nodestatus.manager import NodeStatusManager
+from nodeagent.nodestatus.node import build_node_status
 from nodeagent.nodestatus.resources import allocatable as node_allocatable
 from nodeagent.pluginmanager.manager import PluginManager
 from nodeagent.podconfig import FAILED_VALIDATION, PodConfig
@@ -429,12 +430,15 @@ async def _run(
         registration = node_status.register() if wait is None else _bounded(node_status.register(), wait)
         await until_stopped(stop, "registering the node", registration)
 
-    allocatable: dict[str, str] = {}
     node_obj = node_status.node() if node_status is not None else None
     # A restart under pressure keeps the Node's pressure conditions until the eviction manager observes again.
     eviction.restore_conditions(node_obj, clock.wall())
-    if node_obj is not None:
-        allocatable = dict((node_obj.get("status") or {}).get("allocatable") or {})
+    # Capacity and allocatable computed here, as upstream does from its machine info, not read back from the Node:
+    # with static pods the Node may not be registered yet (a kubeadm control plane's apiserver is one of them), and
+    # a standalone agent has none; they are what the node status reports.
+    local_status = build_node_status(facts, config, ())
+    capacity = dict(local_status["capacity"])
+    allocatable = dict(local_status["allocatable"])
     # Service environment variables need the cluster's Services; without an apiserver there are none (upstream: no
     # service lister, no variables).
     services = ServiceStore() if client is not None else None
@@ -620,7 +624,6 @@ async def _run(
     # allocatableMemory.available is the kubepods cgroup against what upstream enforces on it
     # (GetNodeAllocatableAbsolute): capacity minus kube/system reserved, not minus the hard eviction thresholds
     # (those are the threshold itself; subtracting them too put a node with a high threshold under pressure at once).
-    capacity = dict(((node_obj or {}).get("status") or {}).get("capacity") or {})
     enforced = node_allocatable(capacity, config.system_reserved, config.kube_reserved, {})
     allocatable_memory = parse_quantity(enforced["memory"]) if "memory" in enforced else None
     # Memory threshold notification (upstream's kernelMemcgNotification, here on by default): a crossed memory

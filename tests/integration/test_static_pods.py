@@ -586,7 +586,12 @@ async def test_standalone_mode_runs_a_static_pod_without_any_apiserver(
     name = f"solo-{node}"
     manifests = tmp_path / "manifests"
     manifests.mkdir()
-    (manifests / "solo.yaml").write_text(yaml.safe_dump(pod_manifest("solo", configs.busybox_image(settings))))
+    solo_pod = pod_manifest("solo", configs.busybox_image(settings))
+    # No memory limit: the downward API gives the node's allocatable memory, which a standalone agent (no Node
+    # object to read it back from) computes itself, as upstream does.
+    limit_ref = {"resourceFieldRef": {"containerName": "main", "resource": "limits.memory"}}
+    solo_pod["spec"]["containers"][0]["env"] = [{"name": "MEM", "valueFrom": limit_ref}]
+    (manifests / "solo.yaml").write_text(yaml.safe_dump(solo_pod))
     port = settings.healthz_port
     config = agent_config(testbed, tmp_path / "standalone.yaml", staticPodPath=str(manifests), healthzPort=port)
     log = testbed.layout.logs / "agent-standalone.log"
@@ -621,7 +626,13 @@ async def _standalone_pod_runs(solo: Agent, name: str, port: int, config: Path, 
         return None
 
     pod = await eventually(running, timeout=90, what="the static pod Running (local /pods)", agent=solo)
-    assert len(await running_containers_of(cri_client, pod["metadata"]["uid"])) == 1
+    [container] = await running_containers_of(cri_client, pod["metadata"]["uid"])
+    printed = await cri_client.runtime.exec_sync(container.id, ["sh", "-c", "echo $MEM"], timeout=30)
+    memory = int(printed.stdout.decode().strip())
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    # Capacity minus the 100Mi hard eviction threshold (no reservations in the test's config); it was 0 when the
+    # allocatable came only from a registered Node.
+    assert total - 1024**3 < memory < total
 
     # What a user in a VM types.
     listed = await asyncio.to_thread(
