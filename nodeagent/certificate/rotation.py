@@ -27,7 +27,7 @@ import datetime
 import logging
 import os
 import random
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,7 +35,6 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from nodeagent.certificate.bootstrap import (
-    BACKOFF_CAP,
     BACKOFF_START,
     PAIR_PREFIX,
     key_pem,
@@ -50,6 +49,18 @@ from nodeagent.kube.kubeconfig import load_kubeconfig
 log = logging.getLogger(__name__)
 
 ROTATION_ENV = "NODEAGENT_CLIENT_CERT_ROTATION_SECONDS"
+# As upstream's certificate manager: a failed rotation is retried after 2, 4, 8 and 16 s, then every 32 s
+# (wait.ExponentialBackoff of 5 steps, then wait.PollInfinite(32s)), so a renewal follows an apiserver's return
+# within half a minute however long it was away.
+RETRY_CAP = 32.0
+# As upstream's certificateWaitTimeout: a request nobody approves is given up after this long (and a new one sent
+# after the retry delay) instead of being waited on for ever, e.g. past the certificate's expiry, when only the
+# bootstrap credential can still ask.
+WAIT_TIMEOUT = 15 * 60.0
+
+
+class CertificateNotIssued(RuntimeError):
+    """The request was neither issued nor denied within WAIT_TIMEOUT."""
 
 
 def next_deadline(
@@ -61,6 +72,11 @@ def next_deadline(
     if forced_after is not None:
         return now + datetime.timedelta(seconds=forced_after)
     return rotation_deadline(cert.not_valid_before_utc, cert.not_valid_after_utc, jitter)
+
+
+def next_retry_delay(delay: float) -> float:
+    """The wait after the next failure, given the wait after this one."""
+    return min(delay * 2, RETRY_CAP)
 
 
 def forced_rotation_seconds(environ: dict[str, str] | None = None) -> float | None:
@@ -84,6 +100,8 @@ class ClientCertificateManager:
     forced_after: float | None = None
     current: x509.Certificate | None = None
     rotations: int = 0
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    wait_timeout: float = WAIT_TIMEOUT
 
     @property
     def store(self) -> CertificateStore:
@@ -106,32 +124,53 @@ class ClientCertificateManager:
         if self.current is None and self.load_current() is None:
             log.info("client certificate rotation off: the kubeconfig has no client certificate")
             return
-        delay = BACKOFF_START
         while True:
             assert self.current is not None
             deadline = next_deadline(self.current, self.now(), self.jitter(), self.forced_after)
             wait = (deadline - self.now()).total_seconds()
             if wait > 0:
                 log.info("client certificate rotation scheduled deadline=%s", deadline.isoformat())
-                await asyncio.sleep(wait)
+                await self.sleep(wait)
+            await self._rotate_until_issued()
+
+    async def _rotate_until_issued(self) -> None:
+        """As upstream: once the deadline has passed, retry until a certificate is issued; no new jittered deadline
+        in between (it could put the retry as far as 20% of the certificate's life later)."""
+        delay = BACKOFF_START
+        while True:
             try:
                 await self.rotate()
-                delay = BACKOFF_START
-            except (ApiError, ApiUnavailable, CertificateDenied, KubeconfigError, OSError, ValueError) as exc:
+                return
+            except (
+                ApiError,
+                ApiUnavailable,
+                CertificateDenied,
+                CertificateNotIssued,
+                KubeconfigError,
+                OSError,
+                ValueError,
+            ) as exc:
                 log.warning("client certificate rotation failed error=%s retry_in=%.0fs", exc, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, BACKOFF_CAP)
+                await self.sleep(delay)
+                delay = next_retry_delay(delay)
 
     async def rotate(self) -> None:
         key = ec.generate_private_key(ec.SECP256R1())
         expired = self.current is not None and self.now() >= self.current.not_valid_after_utc
-        if expired and self.bootstrap_kubeconfig is not None:
-            # The node's own certificate no longer authenticates: ask with the bootstrap credential.
-            log.info("client certificate expired, requesting with the bootstrap kubeconfig")
-            async with KubeClient(load_kubeconfig(self.bootstrap_kubeconfig)) as bootstrap:
-                cert_pem = await request_certificate(bootstrap, key, self.node_name)
-        else:
-            cert_pem = await request_certificate(self.client, key, self.node_name)
+        try:
+            async with asyncio.timeout(self.wait_timeout):
+                if expired and self.bootstrap_kubeconfig is not None:
+                    # The node's own certificate no longer authenticates: ask with the bootstrap credential.
+                    log.info("client certificate expired, requesting with the bootstrap kubeconfig")
+                    async with KubeClient(load_kubeconfig(self.bootstrap_kubeconfig)) as bootstrap:
+                        cert_pem = await request_certificate(bootstrap, key, self.node_name)
+                else:
+                    cert_pem = await request_certificate(self.client, key, self.node_name)
+        except TimeoutError as exc:
+            raise CertificateNotIssued(
+                f"certificate request was not signed within {self.wait_timeout:.0f}s: timed out waiting for the "
+                "condition"
+            ) from exc
         path = await asyncio.to_thread(self.store.update, cert_pem, key_pem(key), self.now())
         self.client.reload_client_certificate(path)
         self.current = x509.load_pem_x509_certificate(cert_pem)

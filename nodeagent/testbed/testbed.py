@@ -258,9 +258,13 @@ class Testbed:
 
     __test__ = False  # not a pytest test class, despite the name
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, cluster_signing_duration: str | None = None) -> None:
         self.layout = Layout(root.resolve())
         self._apiserver_argv: list[str] = []  # remembered by stop_apiserver for start_apiserver
+        # The controller-manager's --cluster-signing-duration (e.g. "150s"): every certificate its csrsigning
+        # controller issues gets it, so only a testbed of its own sets it (certificate rotation tests); None keeps
+        # the default (a year).
+        self.cluster_signing_duration = cluster_signing_duration
 
     @property
     def settings(self) -> Settings:
@@ -623,6 +627,7 @@ class Testbed:
                 f"--root-ca-file={pki.ca.cert}",
                 f"--cluster-signing-cert-file={pki.ca.cert}",
                 f"--cluster-signing-key-file={pki.ca.key}",
+                *([f"--cluster-signing-duration={d}"] if (d := self.cluster_signing_duration) else []),
                 "--use-service-account-credentials=true",
                 "--leader-elect=false",
                 # Short, so that a stopped agent shows NotReady in seconds rather than after the 50 s default.
