@@ -44,6 +44,7 @@ from nodeagent.certificate.rotation import ClientCertificateManager, forced_rota
 from nodeagent.certificate.serving import ServingCertificateManager
 from nodeagent.clock import SystemClock
 from nodeagent.config import KubeletConfiguration, load_config
+from nodeagent.config.kubelet_config import CgroupDriver
 from nodeagent.config.quantity import parse_quantity
 from nodeagent.events import EventRecorder, ObjectRef
 from nodeagent.evictionmanager import EvictionInputs, EvictionManager, disk_layout, eviction_config
@@ -196,6 +197,17 @@ def _stop_on_signals(stop: asyncio.Event) -> None:
         loop.add_signal_handler(sig, requested, sig)
 
 
+def cgroup_driver_problem(config: KubeletConfiguration) -> str | None:
+    """Why the agent cannot run with this cgroupDriver, or None. Refused rather than read and ignored: pods' cgroups
+    are placed under cgroupRoot by cgroupfs paths only, and a runtime set up for systemd slices would disagree."""
+    if config.cgroup_driver == CgroupDriver.SYSTEMD:
+        return (
+            'cgroupDriver: "systemd" is not supported: nodeagent places pod cgroups by cgroupfs paths; set '
+            "cgroupDriver: cgroupfs (and the runtime to match: containerd's runc option SystemdCgroup = false)"
+        )
+    return None
+
+
 # How long an agent with static pods waits for its Node before it starts the pods anyway.
 STATIC_POD_REGISTRATION_WAIT = 5.0
 
@@ -234,6 +246,9 @@ async def _start(options: AgentOptions, stop: asyncio.Event) -> None:
         # as upstream, the flag wins over the file.
         config = replace(config, **options.config_overrides)
     node_name = (options.node_name or socket.gethostname()).lower()
+    problem = cgroup_driver_problem(config)
+    if problem is not None:
+        raise AgentError(problem)
     if not options.standalone and options.kubeconfig is None:
         raise AgentError("--kubeconfig is required (or --standalone for static pods only)")
     if options.standalone and options.kubeconfig is not None:
