@@ -254,13 +254,6 @@ def make_linux_resources(
 # --- security --------------------------------------------------------------------------------------------------
 
 
-def normalize_capability(name: str) -> str:
-    upper = name.upper()
-    if upper == "ALL" or upper.startswith("CAP_"):
-        return upper
-    return "CAP_" + upper
-
-
 def make_security_context(
     pod: Mapping[str, Any], container: Mapping[str, Any], *, image_user: str = ""
 ) -> api_pb2.LinuxContainerSecurityContext:
@@ -278,8 +271,11 @@ def make_security_context(
         raise CreateContainerConfigError(str(exc)) from exc
     out = api_pb2.LinuxContainerSecurityContext(
         capabilities=api_pb2.Capability(
-            add_capabilities=[normalize_capability(c) for c in caps.get("add") or []],
-            drop_capabilities=[normalize_capability(c) for c in caps.get("drop") or []],
+            # As upstream's convertToRuntimeCapabilities: the names as the pod spec has them ("NET_ADMIN"); the
+            # runtime adds the CAP_ prefix itself (containerd: "CAP_" + upper(name)), so a prefix added here made
+            # "CAP_CAP_NET_ADMIN", which runc ignores: capabilities were neither added nor dropped.
+            add_capabilities=[str(c) for c in caps.get("add") or []],
+            drop_capabilities=[str(c) for c in caps.get("drop") or []],
         ),
         privileged=bool(sc.get("privileged")),
         namespace_options=namespace_options(pod),
