@@ -24,11 +24,12 @@ from pathlib import Path
 
 from nodeagent.cluster import config, podnet
 from nodeagent.cluster.config import NodePlan
-from nodeagent.cluster.node import Node, NodeError
-from nodeagent.testbed import controlplaneimages, hostnet, kubeproxy, processes, registry
+from nodeagent.cluster.node import MOUNTNS, Node, NodeError
+from nodeagent.testbed import controlplaneimages, coredns, hostnet, kubeproxy, processes, registry
 from nodeagent.testbed.install import Progress as InstallProgress
 from nodeagent.testbed.kubeadm import build_kubeadm, kubeadm_path
 from nodeagent.testbed.layout import Layout
+from nodeagent.testbed.versions import kubernetes_bin_dir
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,7 @@ FIRST_HEALTHZ_PORT = 10248
 # What kubeadm's control plane listens on (the first node's address, or loopback): checked free before init, so a
 # taken port is a clear error rather than a control plane that never comes up.
 CONTROL_PLANE_PORTS = (config.API_SERVER_PORT, 2379, 2380, 2381, 10257, 10259, FIRST_KUBELET_PORT, FIRST_HEALTHZ_PORT)
+KUBE_PROXY_PORTS = (config.KUBE_PROXY_HEALTHZ_PORT, config.KUBE_PROXY_METRICS_PORT)
 
 
 class ClusterError(RuntimeError):
@@ -118,25 +120,22 @@ class Cluster:
             raise ClusterError("--nodes must be at least 1")
         if (self.root / STATE_FILE).exists():
             raise ClusterError(f"a cluster is already up in {self.root}: `nodeagent cluster down --dir {self.root}`")
-        taken = taken_ports(CONTROL_PLANE_PORTS)
+        taken = taken_ports(CONTROL_PLANE_PORTS + (KUBE_PROXY_PORTS if kube_proxy else ()))
         if taken:
             raise ClusterError(f"ports kubeadm's control plane needs are taken: {', '.join(map(str, taken))}")
         held = kubeproxy.live_owner()
         if kube_proxy and held is not None:
             # As a testbed does (testbed/kubeproxy.py): one kube-proxy per host, or two rewrite each other's iptables.
-            self.progress(f"kube-proxy: skipped, this host's kube-proxy is held by {held.root}")
-            kube_proxy = False
-        if kube_proxy and count > 1:
-            # kubeadm's DaemonSet would run one per node, all on this host's iptables.
-            self.progress("kube-proxy: skipped, its DaemonSet would run one kube-proxy per node on this one host")
+            self.progress(f"kube-proxy and CoreDNS: skipped, this host's kube-proxy is held by {held.root}")
             kube_proxy = False
         self.root.mkdir(parents=True, exist_ok=True)
         kubeadm = await asyncio.to_thread(build_kubeadm, InstallProgress(write=self.progress))
         state = self._plan()
         state.save(self.root / STATE_FILE)
         try:
-            await self._registry(state)
-            await self._init(self.nodes(state)[0], state, kubeadm, kube_proxy=kube_proxy)
+            await self._registry(state, coredns_image=kube_proxy)
+            addons = await self._init(self.nodes(state)[0], state, kubeadm, kube_proxy=kube_proxy)
+            self.progress(f"addons (kube-proxy, CoreDNS): {'on' if addons else 'skipped'}")
             for _ in range(count - 1):
                 await self.add_node()
         except BaseException:
@@ -183,7 +182,7 @@ class Cluster:
         service_cidr = hostnet.choose_pod_cidr(self.root / "services", {first.pod_cidr})
         return ClusterState(registry=f"127.0.0.1:{_free_port()}", service_cidr=service_cidr, nodes=(first,))
 
-    async def _registry(self, state: ClusterState) -> None:
+    async def _registry(self, state: ClusterState, *, coredns_image: bool) -> None:
         lay = self.registry_layout
         lay.registry_data.mkdir(parents=True, exist_ok=True)
         (lay.registry_data / "config.yml").write_text(
@@ -197,6 +196,12 @@ class Cluster:
         )
         self.progress("images: building the control-plane images (cached after the first run)")
         built = await asyncio.to_thread(controlplaneimages.build_control_plane_images)
+        if coredns_image:
+            # Only for the addon (it needs kube-proxy): its Go build is minutes on a cold cache.
+            binary = await asyncio.to_thread(coredns.build_coredns, InstallProgress(write=self.progress))
+            layout = controlplaneimages.default_cache() / coredns.COREDNS_IMAGE
+            dns = await asyncio.to_thread(coredns.build_coredns_image, layout, binary)
+            built.append(controlplaneimages.ControlPlaneImage(coredns.COREDNS_IMAGE, coredns.COREDNS_VERSION, dns))
         await registry.wait_ready(state.registry, timeout=30)
         for image in built:
             await registry.push_image(state.registry, image.repository, image.tag, image.image)
@@ -207,9 +212,12 @@ class Cluster:
         await registry.push_image(state.registry, pause.repository, PAUSE_IMAGE_TAG, pause.image)
         self.progress(f"images: pushed {len(built)} images to {state.registry}")
 
-    async def _init(self, node: Node, state: ClusterState, kubeadm: Path, *, kube_proxy: bool) -> None:
+    async def _init(self, node: Node, state: ClusterState, kubeadm: Path, *, kube_proxy: bool) -> bool:
+        """kubeadm init on the first node; whether it ran the addons (kube-proxy and CoreDNS)."""
         self.progress(f"{node.plan.name}: starting containerd and the pod network ({node.plan.pod_cidr})")
         await node.start(_free_port())
+        if kube_proxy:
+            kube_proxy = self._claim_kube_proxy(node)
         etcd_tag = controlplaneimages.installed_etcd_tag()
         text = config.init_config(
             node.plan,
@@ -220,12 +228,14 @@ class Cluster:
             cri_socket=node.cri_socket,
             token=new_token(),
             patches_dir=str(node.patches),
+            coredns_tag=coredns.COREDNS_VERSION,
         )
         path = node.root / "kubeadm-init.yaml"
         path.write_text(text)
         args = ["init", f"--config={path}"]
         skip = config.skipped_phases(kube_proxy=kube_proxy)
-        args.append(f"--skip-phases={','.join(skip)}")
+        if skip:
+            args.append(f"--skip-phases={','.join(skip)}")
         self.progress(f"{node.plan.name}: kubeadm init")
         self.started["init"] = time.monotonic()
         result = await node.kubeadm(args, kubeadm=kubeadm, timeout=INIT_TIMEOUT, progress=self.progress)
@@ -233,6 +243,43 @@ class Cluster:
         if result.returncode != 0:
             raise ClusterError(f"kubeadm init failed (exit {result.returncode}):\n{_tail(result.output)}")
         self.progress(f"{node.plan.name}: kubeadm init done in {result.seconds:.0f}s")
+        if kube_proxy:
+            # Before any join: the DaemonSet controller then never makes a kube-proxy pod for another node.
+            patch = json.dumps(config.pin_daemonset_patch(node.plan.name))
+            await self.kubectl("-n", "kube-system", "patch", "daemonset", "kube-proxy", "--type=merge", "-p", patch)
+            self.progress(f"kube-proxy: pinned to {node.plan.name} (one kube-proxy for the host's shared iptables)")
+        return kube_proxy
+
+    def _claim_kube_proxy(self, first: Node) -> bool:
+        """Record this cluster as the host's kube-proxy owner (testbed/kubeproxy.py, under its lock), by the first
+        node's namespace holder, which lives as long as the cluster's kube-proxy may; False (skip kube-proxy and
+        CoreDNS) when another testbed or cluster took the host meanwhile."""
+        holder = processes.load(first.layout.pids, MOUNTNS)
+        if holder is None:
+            raise ClusterError(f"{first.plan.name}: its mount namespace is not running")
+        with kubeproxy.host_lock():
+            held = kubeproxy.live_owner()
+            if held is not None:
+                self.progress(f"kube-proxy and CoreDNS: skipped, this host's kube-proxy is held by {held.root}")
+                return False
+            kubeproxy.record_owner(Layout(self.root), holder)
+        self.progress(f"kube-proxy: this host's kube-proxy is the cluster's ({self.root})")
+        return True
+
+    async def kubectl(self, *args: str) -> str:
+        """kubectl as the cluster's admin; its output, or ClusterError naming the command."""
+        proc = await asyncio.create_subprocess_exec(
+            str(kubernetes_bin_dir() / "kubectl"),
+            f"--kubeconfig={self.admin_kubeconfig}",
+            *args,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await proc.communicate()
+        if proc.returncode != 0:
+            raise ClusterError(f"kubectl {' '.join(args)}: {err.decode(errors='replace').strip()}")
+        return out.decode()
 
     def _join_command(self, first: Node) -> config.JoinCommand:
         """The endpoint, token and CA hash of the join line `kubeadm init` printed (its log)."""
@@ -292,6 +339,11 @@ class Cluster:
                 self.progress(f"{node.plan.name}: kubeadm reset failed: {exc}")
             removed += await node.stop()
         removed += await asyncio.to_thread(podnet.disconnect, [n.settings.bridge for n in self.nodes(state)])
+        # The cluster's kube-proxy pod is gone with its node: its iptables rules are not (kubeadm reset says so).
+        # As a testbed's release: `kube-proxy --cleanup`, only when this cluster owns the host's kube-proxy.
+        if kubeproxy.owned_by(Layout(self.root)):
+            await asyncio.to_thread(kubeproxy.release, Layout(self.root), str(kubernetes_bin_dir() / "kube-proxy"))
+            removed.append("kube-proxy iptables rules")
         proc = processes.load(self.registry_layout.pids, REGISTRY)
         if proc is not None:
             await asyncio.to_thread(processes.stop, proc, pid_dir=self.registry_layout.pids)

@@ -15,11 +15,16 @@ KUBEADM_API = "kubeadm.k8s.io/v1beta4"
 KUBELET_API = "kubelet.config.k8s.io/v1beta1"
 KUBE_PROXY_API = "kubeproxy.config.k8s.io/v1alpha1"
 API_SERVER_PORT = 6443
-# The phases `cluster up` never runs: CoreDNS has no image here (testbed/controlplaneimages.py).
-ALWAYS_SKIPPED_PHASES = ("addon/coredns",)
 # kube-proxy shares the host's iptables with any other kube-proxy on the machine (a testbed's, the conformance
-# run's): skipped when asked (`--skip-kube-proxy`), e.g. by the integration test.
+# run's): skipped when another holds the host, or when asked (`--skip-kube-proxy`), e.g. by the init/join test.
 KUBE_PROXY_PHASE = "addon/kube-proxy"
+# CoreDNS reaches the apiserver through the `kubernetes` Service's ClusterIP: without kube-proxy it never becomes
+# Ready, so it is skipped with it.
+COREDNS_PHASE = "addon/coredns"
+# kube-proxy's own listeners (the cluster's single kube-proxy, on the first node): healthz on the node's address
+# (upstream's port), metrics on loopback (upstream's default).
+KUBE_PROXY_HEALTHZ_PORT = 10256
+KUBE_PROXY_METRICS_PORT = 10249
 
 # Preflight checks that cannot hold on this machine, each with why (docs/kubeadm.md lists them too):
 PREFLIGHT_IGNORED: dict[str, str] = {
@@ -70,6 +75,7 @@ def init_config(
     cri_socket: str,
     token: str,
     patches_dir: str,
+    coredns_tag: str,
 ) -> str:
     """InitConfiguration + ClusterConfiguration + the cluster's KubeletConfiguration (+ kube-proxy's)."""
     init: dict[str, object] = {
@@ -93,6 +99,9 @@ def init_config(
         "controlPlaneEndpoint": f"{node.ip}:{API_SERVER_PORT}",
         "networking": {"serviceSubnet": service_cidr, "dnsDomain": "cluster.local"},
         "etcd": {"local": {"imageTag": etcd_tag, "dataDir": etcd_data_dir}},
+        # kubeadm names `<imageRepository>/coredns` for a repository of its own; the tag is the version built here
+        # (testbed/coredns.py: kubeadm's v1.12.1 is not served).
+        "dns": {"imageTag": coredns_tag},
         "apiServer": {
             # Only on the node's address: the host's other addresses (and other testbeds) never see it.
             "extraArgs": [{"name": "bind-address", "value": node.ip}],
@@ -104,14 +113,25 @@ def init_config(
         # No systemd on these machines: the cgroupfs driver, as the testbed runs nodeagent.
         "cgroupDriver": "cgroupfs",
     }
-    proxy: dict[str, object] = {
+    proxy = kube_proxy_config(node)
+    return _dump(init, cluster, kubelet, proxy)
+
+
+def kube_proxy_config(node: NodePlan) -> dict[str, object]:
+    """The cluster's one kube-proxy (pinned to the first node, cluster.py), as the testbed runs its own
+    (testbed/kubeproxy.py): iptables mode; NodePorts and healthz only on the node's address (no route_localnet
+    sysctl, nothing on the host's other addresses); no conntrack sysctls (a shared machine). No clusterCIDR (there
+    is no podSubnet): kube-proxy then masquerades only what it marks itself (a pod reaching itself through a
+    Service, NodePorts), never traffic merely leaving the cluster's ranges."""
+    return {
         "apiVersion": KUBE_PROXY_API,
         "kind": "KubeProxyConfiguration",
         "mode": "iptables",
-        # Not the host's conntrack sysctls: a shared machine.
-        "conntrack": {"maxPerCore": 0},
+        "healthzBindAddress": f"{node.ip}:{KUBE_PROXY_HEALTHZ_PORT}",
+        "metricsBindAddress": f"127.0.0.1:{KUBE_PROXY_METRICS_PORT}",
+        "nodePortAddresses": [f"{node.ip}/32"],
+        "conntrack": {"maxPerCore": 0, "tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s"},
     }
-    return _dump(init, cluster, kubelet, proxy)
 
 
 def node_registration(node: NodePlan, cri_socket: str) -> dict[str, object]:
@@ -179,4 +199,20 @@ def parse_join_command(output: str) -> JoinCommand:
 
 
 def skipped_phases(*, kube_proxy: bool) -> list[str]:
-    return [*ALWAYS_SKIPPED_PHASES, *(() if kube_proxy else (KUBE_PROXY_PHASE,))]
+    """kubeadm init's --skip-phases: none with kube-proxy; without it, CoreDNS too (it could not reach the
+    apiserver's ClusterIP)."""
+    return [] if kube_proxy else [KUBE_PROXY_PHASE, COREDNS_PHASE]
+
+
+def pin_daemonset_patch(node_name: str) -> dict[str, object]:
+    """A merge patch pinning a DaemonSet's pods to one node: kubeadm's kube-proxy DaemonSet would run one
+    kube-proxy per node, but every node of a `cluster up` shares the host's network namespace and iptables, so
+    the first node's kube-proxy serves them all (a second would rewrite the same chains). The template's other
+    selector (kubernetes.io/os) stays."""
+    return {"spec": {"template": {"spec": {"nodeSelector": {"kubernetes.io/hostname": node_name}}}}}
+
+
+def cluster_dns_ip(service_cidr: str) -> str:
+    """The DNS Service's ClusterIP: the 10th address of the Service range, as kubeadm's (and the clusterDNS it writes
+    into every kubelet's config.yaml)."""
+    return str(ipaddress.ip_network(service_cidr).network_address + 10)

@@ -11,8 +11,8 @@ ClusterConfiguration) at a local registry holding these images under kubeadm's n
   Debian version as its tag (ETCD_IMAGE_TAG, set in the ClusterConfiguration);
 - pause: the testbed's pause image under kubeadm's default pause tag.
 
-CoreDNS is not built: the release's CoreDNS tag (v1.12.1) would need its own Go module build on top; the cluster
-skips kubeadm's `addon/coredns` phase instead (docs/kubeadm.md).
+CoreDNS is a Go module build of its own (testbed/coredns.py), made and pushed by `cluster up` only when the cluster
+runs the addons (kube-proxy and CoreDNS, docs/kubeadm.md).
 
 As the testbed's images, builds are deterministic (images.py), so a cached layout is reused when its inputs match.
 """
@@ -37,6 +37,10 @@ PAUSE_IMAGE = "pause"
 PAUSE_TAG = "3.10.1"
 ETCD_IMAGE = "etcd"
 XTABLES = Path("/usr/sbin/xtables-nft-multi")
+# iptables' match and target extensions (libxt_conntrack.so, libxt_comment.so, ...), dlopened from this directory
+# (its compiled-in XTABLES_LIBDIR), so ldd of the multi binary does not list them: without them kube-proxy's first
+# rule (`-m conntrack`) fails with "Couldn't load match `conntrack'" and it never syncs.
+XTABLES_LIBDIR_GLOB = "usr/lib/*/xtables"
 # What kube-proxy execs in iptables mode (and ip6tables for its dual-stack probe): each a link to the multi binary.
 IPTABLES_APPLETS = (
     "iptables",
@@ -85,6 +89,18 @@ def iptables_files(xtables_path: str, host_files: Mapping[str, Path]) -> list[Ta
     return entries
 
 
+def xtables_extensions(root: Path = Path("/")) -> dict[str, Path]:
+    """Image path -> host file of every iptables extension on the host (`XTABLES_LIBDIR_GLOB`)."""
+    found = {
+        module.relative_to(root).as_posix(): module
+        for libdir in sorted(root.glob(XTABLES_LIBDIR_GLOB))
+        for module in sorted(libdir.glob("*.so"))
+    }
+    if not found:
+        raise ImageBuildError(f"no iptables extensions under /{XTABLES_LIBDIR_GLOB}: apt-get install iptables")
+    return found
+
+
 def _binary_config(name: str) -> dict[str, object]:
     return {"Entrypoint": [f"/usr/local/bin/{name}"], "Env": [DEFAULT_PATH], "WorkingDir": "/"}
 
@@ -93,7 +109,11 @@ def build_kubernetes_image(dest: Path, name: str, binary: Path) -> OCIImage:
     if not binary.is_file():
         raise ImageBuildError(f"{binary} is missing: `nodeagent testbed install` builds {name}")
     data = binary.read_bytes()
-    host_files = images.host_program_files({XTABLES.as_posix().lstrip("/"): XTABLES}) if name == "kube-proxy" else {}
+    host_files = (
+        images.host_program_files({XTABLES.as_posix().lstrip("/"): XTABLES, **xtables_extensions()})
+        if name == "kube-proxy"
+        else {}
+    )
     inputs = {
         "image": f"kubeadm-{name}",
         "binary": images.sha256_digest(data),
@@ -127,9 +147,14 @@ def build_etcd_image(dest: Path, binary: Path = ETCD_BINARY) -> OCIImage:
     return images._build(dest, inputs, files, _binary_config("etcd"))
 
 
+def default_cache() -> Path:
+    """Where the kubeadm images' layouts are kept (the machine's image cache)."""
+    return cache_root() / "images" / "kubeadm"
+
+
 def build_control_plane_images(cache: Path | None = None) -> list[ControlPlaneImage]:
     """Every image kubeadm pulls (but CoreDNS), built into `cache` (default: the machine's image cache)."""
-    cache = cache or cache_root() / "images" / "kubeadm"
+    cache = cache or default_cache()
     bin_dir = kubernetes_bin_dir()
     built = [
         ControlPlaneImage(name, KUBERNETES_VERSION, build_kubernetes_image(cache / name, name, bin_dir / name))

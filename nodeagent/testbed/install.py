@@ -865,9 +865,12 @@ def install_steps(
         steps.insert(steps.index(build_kubernetes) + 1, build_kubelet)
     if with_kubeadm:
         # kubeadm (`nodeagent cluster up`, testbed/kubeadm.py), in the control plane's build module like the kubelet.
+        # CoreDNS (its addon, testbed/coredns.py) right after it, from the Go module proxy.
+        from nodeagent.testbed.coredns import build_coredns  # noqa: PLC0415 - coredns.py builds on this module
         from nodeagent.testbed.kubeadm import build_kubeadm  # noqa: PLC0415 - kubeadm.py builds on this module
 
         steps.insert(steps.index(build_kubernetes) + 1, build_kubeadm)
+        steps.insert(steps.index(build_kubeadm) + 1, build_coredns)
     if with_csi:
         steps.extend(CSI_STEPS)
     return steps

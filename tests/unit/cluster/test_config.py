@@ -30,6 +30,7 @@ def init_docs() -> dict[str, dict[str, object]]:
             cri_socket="unix:///d/containerd.sock",
             token="abcdef.0123456789abcdef",
             patches_dir="/d/patches",
+            coredns_tag="v1.14.3",
         )
     )
 
@@ -138,7 +139,39 @@ def test_parse_join_command_without_one_is_an_error() -> None:
 
 @pytest.mark.parametrize(
     ("kube_proxy", "expected"),
-    [(True, ["addon/coredns"]), (False, ["addon/coredns", "addon/kube-proxy"])],
+    # CoreDNS goes with kube-proxy: without it the `kubernetes` ClusterIP it lists through is not served.
+    [(True, []), (False, ["addon/kube-proxy", "addon/coredns"])],
 )
 def test_skipped_phases(kube_proxy: bool, expected: list[str]) -> None:
     assert config.skipped_phases(kube_proxy=kube_proxy) == expected
+
+
+def test_coredns_is_the_image_built_here_under_the_clusters_repository() -> None:
+    cluster = init_docs()["ClusterConfiguration"]
+    # No imageRepository of its own: kubeadm then names <imageRepository>/coredns (not .../coredns/coredns).
+    assert cluster["dns"] == {"imageTag": "v1.14.3"}
+
+
+def test_kube_proxy_config_stays_on_the_first_nodes_address_and_off_the_hosts_sysctls() -> None:
+    proxy = init_docs()["KubeProxyConfiguration"]
+    assert proxy["mode"] == "iptables"
+    assert proxy["healthzBindAddress"] == "198.18.7.1:10256"
+    assert proxy["metricsBindAddress"] == "127.0.0.1:10249"
+    # NodePorts only on the node's address: kube-proxy sets route_localnet only for loopback NodePorts.
+    assert proxy["nodePortAddresses"] == ["198.18.7.1/32"]
+    assert proxy["conntrack"] == {"maxPerCore": 0, "tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s"}
+    # No clusterCIDR: no "masquerade what comes from outside the pod range" rule (see kube_proxy_config).
+    assert "clusterCIDR" not in proxy
+
+
+def test_kube_proxy_is_pinned_to_one_node_keeping_the_os_selector() -> None:
+    patch = config.pin_daemonset_patch("cp")
+    assert patch == {"spec": {"template": {"spec": {"nodeSelector": {"kubernetes.io/hostname": "cp"}}}}}
+
+
+@pytest.mark.parametrize(
+    ("service_cidr", "dns"),
+    [("198.18.200.0/24", "198.18.200.10"), ("198.19.4.0/24", "198.19.4.10"), ("198.18.0.0/16", "198.18.0.10")],
+)
+def test_cluster_dns_is_the_tenth_service_address(service_cidr: str, dns: str) -> None:
+    assert config.cluster_dns_ip(service_cidr) == dns

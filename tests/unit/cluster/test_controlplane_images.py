@@ -59,6 +59,28 @@ def test_kube_proxy_carries_iptables(tmp_path: Path) -> None:
         assert members[f"usr/sbin/{applet}"].issym() and members[f"usr/sbin/{applet}"].linkname == cpi.XTABLES.name
     # Its shared libraries, at their host paths (no ld.so.cache in the image).
     assert any(name.startswith(("lib/", "usr/lib/", "lib64/")) and ".so" in name for name in members)
+    # The extensions iptables dlopens (kube-proxy's first rule matches -m conntrack), and what they link.
+    extensions = cpi.xtables_extensions()
+    assert any(path.endswith("/xtables/libxt_conntrack.so") for path in extensions)
+    assert set(extensions) <= set(members)
+    assert any("libnetfilter_conntrack.so" in name for name in members)
+
+
+def test_xtables_extensions_are_found_under_the_libdir(tmp_path: Path) -> None:
+    libdir = tmp_path / "usr" / "lib" / "x86_64-linux-gnu" / "xtables"
+    libdir.mkdir(parents=True)
+    for name in ("libxt_conntrack.so", "libxt_comment.so"):
+        (libdir / name).write_bytes(b"\x7fELF")
+    (libdir / "README").write_text("not an extension")
+    assert cpi.xtables_extensions(tmp_path) == {
+        "usr/lib/x86_64-linux-gnu/xtables/libxt_comment.so": libdir / "libxt_comment.so",
+        "usr/lib/x86_64-linux-gnu/xtables/libxt_conntrack.so": libdir / "libxt_conntrack.so",
+    }
+
+
+def test_no_xtables_extensions_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ImageBuildError, match="no iptables extensions"):
+        cpi.xtables_extensions(tmp_path)
 
 
 def test_etcd_image_holds_the_program_and_its_libraries(tmp_path: Path) -> None:
