@@ -482,14 +482,7 @@ class CSIPlugin:
         staging: str,
         publish_context: Mapping[str, str],
     ) -> None:
-        secrets: dict[str, str] = {}
-        if vol.node_publish_secret is not None:
-            secrets = await self._secret(vol.node_publish_secret, "NodePublishSecretRef", SET_UP, vol)
-        context = csiutil.merge(
-            vol.volume_attributes,
-            csiutil.pod_attributes(pod, ephemeral=vol.ephemeral) if info.pod_info_on_mount else None,
-            await self._token_attributes(pod, info),
-        )
+        secrets, context = await self._publish_inputs(pod, vol, info, SET_UP, ephemeral=vol.ephemeral)
         republish = key in self._published
         try:
             await client.node_publish_volume(
@@ -581,14 +574,8 @@ class CSIPlugin:
                     ) from exc
                 self._staged.add(volume_key)
         publish = csiblock.publish_path(root, vol.spec_name, uid)
-        secrets = {}
-        if vol.node_publish_secret is not None:
-            secrets = await self._secret(vol.node_publish_secret, "NodePublishSecretRef", MAP_POD_DEVICE, vol)
-        attributes = csiutil.merge(
-            vol.volume_attributes,
-            csiutil.pod_attributes(pod, ephemeral=False) if info.pod_info_on_mount else None,
-            await self._token_attributes(pod, info),
-        )
+        # As upstream's publishVolumeForBlock: the pod's attributes always say a persistent volume.
+        secrets, attributes = await self._publish_inputs(pod, vol, info, MAP_POD_DEVICE, ephemeral=False)
         await asyncio.to_thread(os.makedirs, os.path.dirname(publish), 0o750, exist_ok=True)
         try:
             await client.node_publish_volume(
@@ -659,6 +646,23 @@ class CSIPlugin:
         except OSError as exc:
             # As upstream's TearDownDevice: what a driver left in the publish directory is logged, not retried.
             log.warning("csi block volume directories not removed spec_name=%s error=%s", spec, exc)
+
+    async def _publish_inputs(
+        self, pod: Pod, vol: CSIVolume, info: DriverInfo, step: str, *, ephemeral: bool
+    ) -> tuple[dict[str, str], dict[str, str]]:
+        """What NodePublishVolume is given besides its paths, for a mount (SetUpAt) and a block map
+        (publishVolumeForBlock) alike: the NodePublishSecretRef's data (a failure is the `step`'s) and the volume
+        context: the volume's attributes, the pod's with podInfoOnMount, its service account tokens with
+        tokenRequests."""
+        secrets: dict[str, str] = {}
+        if vol.node_publish_secret is not None:
+            secrets = await self._secret(vol.node_publish_secret, "NodePublishSecretRef", step, vol)
+        context = csiutil.merge(
+            vol.volume_attributes,
+            csiutil.pod_attributes(pod, ephemeral=ephemeral) if info.pod_info_on_mount else None,
+            await self._token_attributes(pod, info),
+        )
+        return secrets, context
 
     async def _token_attributes(self, pod: Pod, info: DriverInfo) -> dict[str, str] | None:
         """The pod's service account tokens for the driver's tokenRequests, one per audience, through the

@@ -15,10 +15,8 @@ import asyncio
 import contextlib
 import json
 import subprocess
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -27,27 +25,18 @@ from prometheus_client.parser import text_string_to_metric_families
 from nodeagent.kube import paths
 from nodeagent.kube.client import KubeClient
 from nodeagent.kube.errors import NotFound
-from nodeagent.testbed import configs, csistack
-from nodeagent.testbed.csistack import NO_ATTACH, DriverStack
+from nodeagent.testbed import csistack
+from nodeagent.testbed.csistack import NO_ATTACH
 from nodeagent.testbed.layout import Settings
 from nodeagent.testbed.testbed import Testbed
 from nodeagent.testbed.versions import kubernetes_bin_dir
-from tests.integration.agentproc import (
-    NS,
-    Agent,
-    agent_config,
-    clean_up,
-    eventually,
-    node_ready,
-    running_id,
-    start_agent,
-    stop_agent,
-)
+from tests.integration import csikit
+from tests.integration.agentproc import NS, agent_config, clean_up, eventually, start_agent, stop_agent
+from tests.integration.csikit import TIMEOUT, Bed, Obj
 
-Obj = dict[str, Any]
 CAPACITY = 3 << 20  # what the mock reports as the volume's total bytes: its CreateVolume capacity
 STATS = "/csi.v1.Node/NodeGetVolumeStats"
-TIMEOUT = 90.0
+PREFIX = "csi-stats"
 
 
 def _kubectl_raw(testbed: Testbed, path: str) -> str:
@@ -68,106 +57,42 @@ def _kubectl_raw(testbed: Testbed, path: str) -> str:
     return done.stdout
 
 
-class Made:
-    """What the test made, removed at the end even when it fails."""
-
-    def __init__(self) -> None:
-        self.pods: list[str] = []
-        self.claims: list[str] = []
-        self.pvs: list[str] = []
-        self.stack: DriverStack | None = None
-
-
 @pytest_asyncio.fixture(loop_scope="session")
-async def bed(
-    testbed: Testbed, settings: Settings, admin: KubeClient, tmp_path: Path
-) -> AsyncIterator[tuple[Agent, Made]]:
+async def bed(testbed: Testbed, settings: Settings, admin: KubeClient, tmp_path: Path) -> AsyncIterator[Bed]:
     config = agent_config(testbed, tmp_path / "nodeagent.yaml")
-    agent = start_agent(testbed, testbed.layout.logs / "agent-csi-volume-stats.log", config=config)
-    made = Made()
+    holder = Bed(
+        testbed, start_agent(testbed, testbed.layout.logs / "agent-csi-volume-stats.log", config=config), config
+    )
     try:
-        await eventually(lambda: node_ready(admin, settings.node_name), timeout=60, what="node Ready", agent=agent)
-        made.stack = await csistack.start_driver(testbed.layout, NO_ATTACH)
-        await csistack.delete_csidriver(admin, NO_ATTACH.name)
-        await csistack.create_csidriver(admin, NO_ATTACH)
-        yield agent, made
+        yield await csikit.start_drivers(holder, admin, settings, NO_ATTACH)
     finally:
-        for name in made.pods:
+        made = [p["metadata"]["name"] for p in (await admin.list(paths.pods(NS)))["items"]]
+        made = [name for name in made if name.startswith(PREFIX + "-")]
+        for name in made:
             with contextlib.suppress(NotFound):
                 await admin.delete(paths.pod(NS, name))
 
         async def pods_gone() -> bool:
             names = {p["metadata"]["name"] for p in (await admin.list(paths.pods(NS)))["items"]}
-            return not names & set(made.pods)
+            return not names & set(made)
 
         with contextlib.suppress(AssertionError):  # the agent unpublishes before the pod goes
-            await eventually(pods_gone, timeout=TIMEOUT, what="pods deleted", agent=agent)
-        stop_agent(agent)
-        for claim in made.claims:
-            with contextlib.suppress(NotFound):
-                await admin.delete(paths.api_path("persistentvolumeclaims", namespace=NS, name=claim))
-        for pv in made.pvs:
-            with contextlib.suppress(NotFound):
-                await admin.delete(paths.api_path("persistentvolumes", name=pv))
-        await csistack.delete_csidriver(admin, NO_ATTACH.name)
+            await eventually(pods_gone, timeout=TIMEOUT, what="pods deleted", agent=holder.agent)
+        stop_agent(holder.agent)
+        await csikit.delete_objects(admin, PREFIX, [NO_ATTACH])
         csistack.stop_driver(testbed.layout, NO_ATTACH.name)
         await clean_up(testbed, settings)
 
 
 @pytest.mark.asyncio(loop_scope="session")
 async def test_claim_volume_stats_come_from_the_driver(
-    bed: tuple[Agent, Made], admin: KubeClient, settings: Settings, testbed: Testbed
+    bed: Bed, admin: KubeClient, settings: Settings, testbed: Testbed
 ) -> None:
-    agent, made = bed
-    suffix = uuid.uuid4().hex[:5]
-    pv_name, claim, pod_name = f"csi-stats-pv-{suffix}", f"csi-stats-claim-{suffix}", f"csi-stats-pod-{suffix}"
-    stack = made.stack
-    assert stack is not None
-    made.pvs.append(pv_name)
-    volume = await csistack.provision(admin, stack, pv_name, capacity_bytes=CAPACITY)
-    made.claims.append(claim)
-    await admin.create(
-        paths.api_path("persistentvolumeclaims", namespace=NS),
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolumeClaim",
-            "metadata": {"name": claim, "namespace": NS},
-            "spec": {
-                "accessModes": ["ReadWriteOnce"],
-                "storageClassName": "",
-                "volumeName": pv_name,
-                "resources": {"requests": {"storage": "1Mi"}},
-            },
-        },
+    made = await csikit.claim_pod(
+        admin, bed, settings, NO_ATTACH.name, PREFIX, capacity_bytes=CAPACITY, command=("sh", "-c", "sleep 3600")
     )
-    made.pods.append(pod_name)
-    await admin.create(
-        paths.pods(NS),
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": pod_name, "namespace": NS},
-            "spec": {
-                "terminationGracePeriodSeconds": 1,
-                "automountServiceAccountToken": False,
-                "containers": [
-                    {
-                        "name": "main",
-                        "image": configs.busybox_image(settings),
-                        "command": ["sh", "-c", "sleep 3600"],
-                        "volumeMounts": [{"name": "data", "mountPath": "/data"}],
-                    }
-                ],
-                "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}],
-            },
-        },
-    )
-
-    async def running() -> Obj | None:
-        pod: Obj = await admin.get(paths.pod(NS, pod_name))
-        return pod if running_id(pod, "main") else None
-
-    pod = await eventually(running, timeout=TIMEOUT, what=f"{pod_name} running", agent=agent)
+    claim = made.claim
+    pod = await csikit.running(admin, bed.agent, made.pod["metadata"]["name"])
     uid = pod["metadata"]["uid"]
 
     async def summary_volume() -> Obj | None:
@@ -180,7 +105,7 @@ async def test_claim_volume_stats_come_from_the_driver(
                 return found[0] if found else None
         return None
 
-    got: Obj = await eventually(summary_volume, timeout=60, what="the volume in /stats/summary", agent=agent)
+    got: Obj = await eventually(summary_volume, timeout=60, what="the volume in /stats/summary", agent=bed.agent)
     got.pop("time")
     assert got == {
         "availableBytes": 0,
@@ -193,11 +118,7 @@ async def test_claim_volume_stats_come_from_the_driver(
         "pvcRef": {"name": claim, "namespace": NS},
     }
     # asked of the driver, for the published path (not walked)
-    calls = [
-        c
-        for c in csistack.driver_calls(testbed.layout, NO_ATTACH.name)
-        if c.get("Method") == STATS and (c.get("Request") or {}).get("volume_id") == volume.volume_id
-    ]
+    calls = bed.driver_calls(NO_ATTACH.name, made.volume_id, STATS)
     assert calls and calls[0]["Request"]["volume_path"].endswith(f"/pods/{uid}/volumes/kubernetes.io~csi/data/mount")
     assert not calls[0].get("Error")
 

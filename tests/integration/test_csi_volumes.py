@@ -17,13 +17,9 @@ real attach-detach, PV binder and ephemeral-volume controllers. The driver's own
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import signal
-import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -31,200 +27,36 @@ import pytest_asyncio
 from cri.client import connect as cri_connect
 from nodeagent.kube import paths
 from nodeagent.kube.client import KubeClient
-from nodeagent.kube.errors import NotFound
-from nodeagent.testbed import configs, csistack
-from nodeagent.testbed.csistack import ATTACH, NO_ATTACH, DriverSpec, DriverStack
+from nodeagent.testbed import csistack
+from nodeagent.testbed.csistack import ATTACH, NO_ATTACH, DriverSpec
 from nodeagent.testbed.layout import Settings
 from nodeagent.testbed.testbed import Testbed
 from nodeagent.volume import csiutil
-from tests.integration.agentproc import (
-    NS,
-    Agent,
-    agent_config,
-    clean_up,
-    events,
-    eventually,
-    node_ready,
-    running_id,
-    start_agent,
-    stop_agent,
-)
+from tests.integration import csikit
+from tests.integration.agentproc import NS, eventually, running_id
+from tests.integration.csikit import PUBLISH, STAGE, UNPUBLISH, UNSTAGE, Bed, Obj
 
-Obj = dict[str, Any]
 STORAGE = csistack.STORAGE
-NODE = "/csi.v1.Node/"
-STAGE, UNSTAGE = NODE + "NodeStageVolume", NODE + "NodeUnstageVolume"
-PUBLISH, UNPUBLISH = NODE + "NodePublishVolume", NODE + "NodeUnpublishVolume"
+PREFIX = "csi"
 # A driver started only once a pod waits for it.
 LATE = DriverSpec(name="late.csi-mock.nodeagent.test", attach_required=False)
-TIMEOUT = 90.0
+WRITE = ("sh", "-c", "echo hello > /data/written; sleep 3600")
 
 
-class Bed:
-    """The agent under test, its drivers and the objects the tests made (removed at the end, even on failure)."""
-
-    def __init__(self, testbed: Testbed, agent: Agent, config: Path, log: Path) -> None:
-        self.testbed = testbed
-        self.agent = agent
-        self.config = config
-        self.log = log
-        self.stacks: dict[str, DriverStack] = {}
-
-    def calls(self, driver: str, volume_id: str, *methods: str) -> list[str]:
-        """The driver's calls (methods in order) about `volume_id`, of the given methods only."""
-        out = []
-        for call in csistack.driver_calls(self.testbed.layout, driver):
-            request = call.get("Request") or {}
-            if call.get("Method") in methods and request.get("volume_id") == volume_id:
-                out.append(str(call["Method"]))
-        return out
-
-    def requests(self, driver: str, volume_id: str, method: str) -> list[Obj]:
-        return [
-            call.get("Request") or {}
-            for call in csistack.driver_calls(self.testbed.layout, driver)
-            if call.get("Method") == method and (call.get("Request") or {}).get("volume_id") == volume_id
-        ]
-
-    def restart(self) -> None:
-        self.agent = start_agent(self.testbed, self.log, config=self.config)
-
-
-@pytest.fixture(scope="module")
-def bed(testbed: Testbed, settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bed]:
-    config = agent_config(testbed, tmp_path_factory.mktemp("csi") / "nodeagent.yaml")
-    log = testbed.layout.logs / "agent-csi.log"
-    holder = Bed(testbed, start_agent(testbed, log, config=config), config, log)
-    try:
-        yield holder
-    finally:
-        stop_agent(holder.agent)
-        asyncio.run(_delete_objects(testbed))
-        for spec in (ATTACH, NO_ATTACH, LATE):
-            csistack.stop_driver(testbed.layout, spec.name)
-        asyncio.run(clean_up(testbed, settings))
-
-
-async def _delete_objects(testbed: Testbed) -> None:
-    async with KubeClient.from_kubeconfig(testbed.layout.admin_kubeconfig) as admin:
-        for pod in (await admin.list(paths.pods(NS)))["items"]:
-            if pod["metadata"]["name"].startswith("csi-"):
-                with contextlib.suppress(NotFound):
-                    await admin.delete(paths.pod(NS, pod["metadata"]["name"]), grace_period_seconds=0)
-        for claim in (await admin.list(paths.api_path("persistentvolumeclaims", namespace=NS)))["items"]:
-            if claim["metadata"]["name"].startswith("csi-"):
-                with contextlib.suppress(NotFound):
-                    await admin.delete(
-                        paths.api_path("persistentvolumeclaims", namespace=NS, name=claim["metadata"]["name"])
-                    )
-        for pv in (await admin.list(paths.api_path("persistentvolumes")))["items"]:
-            if pv["metadata"]["name"].startswith("csi-"):
-                with contextlib.suppress(NotFound):
-                    await admin.delete(paths.api_path("persistentvolumes", name=pv["metadata"]["name"]))
-        for spec in (ATTACH, NO_ATTACH, LATE):
-            await csistack.delete_csidriver(admin, spec.name)
+bed = csikit.module_bed("csi", prefix=PREFIX, drivers=(ATTACH, NO_ATTACH, LATE))
 
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def ready(bed: Bed, admin: KubeClient, settings: Settings) -> AsyncIterator[Bed]:
-    await eventually(lambda: node_ready(admin, settings.node_name), timeout=60, what="node Ready", agent=bed.agent)
-    for spec in (ATTACH, NO_ATTACH):
-        if spec.name not in bed.stacks:
-            bed.stacks[spec.name] = await csistack.start_driver(bed.testbed.layout, spec)
-            with contextlib.suppress(Exception):
-                await csistack.delete_csidriver(admin, spec.name)
-            await csistack.create_csidriver(admin, spec)
-    yield bed
+    yield await csikit.start_drivers(bed, admin, settings, ATTACH, NO_ATTACH)
 
 
-def _name(prefix: str) -> str:
-    return f"csi-{prefix}-{uuid.uuid4().hex[:5]}"
+def _name(what: str) -> str:
+    return csikit.name(PREFIX, what)
 
 
 def _pod(settings: Settings, name: str, volume: Obj) -> Obj:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {
-            "terminationGracePeriodSeconds": 1,
-            "automountServiceAccountToken": False,
-            "containers": [
-                {
-                    "name": "main",
-                    "image": configs.busybox_image(settings),
-                    "command": ["sh", "-c", "echo hello > /data/written; sleep 3600"],
-                    "volumeMounts": [{"name": volume["name"], "mountPath": "/data"}],
-                }
-            ],
-            "volumes": [volume],
-        },
-    }
-
-
-async def _claim(admin: KubeClient, name: str, pv_name: str) -> Obj:
-    body = {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {
-            "accessModes": ["ReadWriteOnce"],
-            "storageClassName": "",
-            "volumeName": pv_name,
-            "resources": {"requests": {"storage": "1Mi"}},
-        },
-    }
-    created: Obj = await admin.create(paths.api_path("persistentvolumeclaims", namespace=NS), body)
-    return created
-
-
-async def _bound(admin: KubeClient, bed: Bed, claim: str) -> None:
-    async def bound() -> bool:
-        obj = await admin.get(paths.api_path("persistentvolumeclaims", namespace=NS, name=claim))
-        return (obj.get("status") or {}).get("phase") == "Bound"
-
-    await eventually(bound, timeout=60, what=f"claim {claim} Bound", agent=bed.agent)
-
-
-async def _running(admin: KubeClient, bed: Bed, name: str) -> Obj:
-    async def running() -> Obj | None:
-        pod: Obj = await admin.get(paths.pod(NS, name))
-        return pod if running_id(pod, "main") else None
-
-    got: Obj = await eventually(running, timeout=TIMEOUT, what=f"{name} running", agent=bed.agent)
-    return got
-
-
-async def _gone(admin: KubeClient, bed: Bed, path: str, what: str) -> None:
-    async def gone() -> bool:
-        try:
-            await admin.get(path)
-        except NotFound:
-            return True
-        return False
-
-    await eventually(gone, timeout=TIMEOUT, what=what, agent=bed.agent)
-
-
-async def _delete_pod(admin: KubeClient, bed: Bed, name: str) -> None:
-    await admin.delete(paths.pod(NS, name))
-    await _gone(admin, bed, paths.pod(NS, name), f"pod {name} deleted")
-
-
-async def _calls_are(bed: Bed, driver: str, volume_id: str, methods: tuple[str, ...], expected: list[str]) -> None:
-    async def check() -> bool:
-        return bed.calls(driver, volume_id, *methods) == expected
-
-    try:
-        await eventually(check, timeout=30, what=f"driver calls {expected}", agent=bed.agent)
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}\ncalls: {bed.calls(driver, volume_id, *methods)}") from None
-
-
-def _read_from(path: Path, offset: int) -> str:
-    with path.open("rb") as f:
-        f.seek(offset)
-        return f.read().decode(errors="replace")
+    return csikit.volume_pod(settings, name, volume, command=WRITE)
 
 
 def _real(path: Path) -> str:
@@ -237,16 +69,8 @@ def _target(root: Path, uid: str, volume: str) -> str:
 
 async def _claim_pod(admin: KubeClient, bed: Bed, settings: Settings, spec: DriverSpec) -> tuple[Obj, str, str]:
     """A PV made as external-provisioner would, a claim bound to it, a pod using it; (pod, volume id, PV name)."""
-    pv_name = _name("pv")
-    provisioned = await csistack.provision(admin, bed.stacks[spec.name], pv_name, capacity_bytes=1 << 20)
-    claim = _name("claim")
-    await _claim(admin, claim, pv_name)
-    await _bound(admin, bed, claim)
-    name = _name("pod")
-    await admin.create(
-        paths.pods(NS), _pod(settings, name, {"name": "data", "persistentVolumeClaim": {"claimName": claim}})
-    )
-    return await _running(admin, bed, name), provisioned.volume_id, pv_name
+    made = await csikit.claim_pod(admin, bed, settings, spec.name, PREFIX, command=WRITE)
+    return await csikit.running(admin, bed.agent, made.pod["metadata"]["name"]), made.volume_id, made.pv_name
 
 
 @pytest.mark.asyncio(loop_scope="session")
@@ -258,7 +82,7 @@ async def test_claim_without_attach_is_staged_once_published_and_torn_down(
     pod, volume_id, _ = await _claim_pod(admin, bed, settings, NO_ATTACH)
     uid = pod["metadata"]["uid"]
     methods = (STAGE, PUBLISH, UNPUBLISH, UNSTAGE)
-    await _calls_are(bed, driver, volume_id, methods, [STAGE, PUBLISH])
+    await bed.calls_are(driver, volume_id, methods, [STAGE, PUBLISH])
     staging = csiutil.device_mount_path(_real(testbed.layout.kubelet_root), driver, volume_id)
     target = _target(testbed.layout.kubelet_root, uid, "data")
     stage = bed.requests(driver, volume_id, STAGE)[0]
@@ -274,8 +98,8 @@ async def test_claim_without_attach_is_staged_once_published_and_torn_down(
         what="the container's file in the target",
         agent=bed.agent,
     )
-    await _delete_pod(admin, bed, pod["metadata"]["name"])
-    await _calls_are(bed, driver, volume_id, methods, [STAGE, PUBLISH, UNPUBLISH, UNSTAGE])
+    await csikit.delete_pod(admin, bed.agent, pod["metadata"]["name"])
+    await bed.calls_are(driver, volume_id, methods, [STAGE, PUBLISH, UNPUBLISH, UNSTAGE])
     assert not await asyncio.to_thread(os.path.exists, os.path.dirname(target))
     assert not await asyncio.to_thread(os.path.exists, os.path.dirname(staging))
 
@@ -300,16 +124,18 @@ async def test_claim_with_attach_waits_for_the_attachment_and_is_detached_after_
         return unique in ((node.get("status") or {}).get("volumesInUse") or [])
 
     await eventually(in_use, timeout=30, what=f"{unique} in volumesInUse", agent=bed.agent)
-    await _delete_pod(admin, bed, pod["metadata"]["name"])
+    await csikit.delete_pod(admin, bed.agent, pod["metadata"]["name"])
     methods = (STAGE, PUBLISH, UNPUBLISH, UNSTAGE)
-    await _calls_are(bed, driver, volume_id, methods, [STAGE, PUBLISH, UNPUBLISH, UNSTAGE])
+    await bed.calls_are(driver, volume_id, methods, [STAGE, PUBLISH, UNPUBLISH, UNSTAGE])
 
     async def not_in_use() -> bool:
         return not await in_use()
 
     await eventually(not_in_use, timeout=30, what=f"{unique} out of volumesInUse", agent=bed.agent)
     # The claim still exists, but no pod uses it on the node: the controller detaches.
-    await _gone(admin, bed, paths.api_path("volumeattachments", group=STORAGE, name=attachment), "detached")
+    await csikit.wait_gone(
+        admin, bed.agent, paths.api_path("volumeattachments", group=STORAGE, name=attachment), "detached"
+    )
 
 
 @pytest.mark.asyncio(loop_scope="session")
@@ -321,13 +147,13 @@ async def test_inline_ephemeral_volume_is_published_without_a_stage(
     name = _name("inline")
     volume = {"name": "scratch", "csi": {"driver": driver, "volumeAttributes": {"purpose": "test"}}}
     await admin.create(paths.pods(NS), _pod(settings, name, volume))
-    pod = await _running(admin, bed, name)
+    pod = await csikit.running(admin, bed.agent, name)
     handle = csiutil.ephemeral_volume_handle(pod["metadata"]["uid"], "scratch")
-    await _calls_are(bed, driver, handle, (STAGE, PUBLISH, UNPUBLISH), [PUBLISH])
+    await bed.calls_are(driver, handle, (STAGE, PUBLISH, UNPUBLISH), [PUBLISH])
     context = bed.requests(driver, handle, PUBLISH)[0]["volume_context"]
     assert (context["purpose"], context["csi.storage.k8s.io/ephemeral"]) == ("test", "true")
-    await _delete_pod(admin, bed, name)
-    await _calls_are(bed, driver, handle, (STAGE, PUBLISH, UNPUBLISH), [PUBLISH, UNPUBLISH])
+    await csikit.delete_pod(admin, bed.agent, name)
+    await bed.calls_are(driver, handle, (STAGE, PUBLISH, UNPUBLISH), [PUBLISH, UNPUBLISH])
 
 
 @pytest.mark.asyncio(loop_scope="session")
@@ -358,14 +184,14 @@ async def test_generic_ephemeral_volume_is_mounted_and_its_claim_goes_with_the_p
     await admin.create(
         paths.pods(NS), _pod(settings, name, {"name": "data", "ephemeral": {"volumeClaimTemplate": template}})
     )
-    pod = await _running(admin, bed, name)
-    obj = await admin.get(paths.api_path("persistentvolumeclaims", namespace=NS, name=claim))
+    pod = await csikit.running(admin, bed.agent, name)
+    obj = await admin.get(csikit.claim_path(claim))
     assert obj["metadata"]["ownerReferences"][0]["uid"] == pod["metadata"]["uid"]
     volume_id = created.volume_id
-    await _calls_are(bed, driver, volume_id, (STAGE, PUBLISH), [STAGE, PUBLISH])
-    await _delete_pod(admin, bed, name)
-    await _calls_are(bed, driver, volume_id, (STAGE, PUBLISH, UNPUBLISH, UNSTAGE), [STAGE, PUBLISH, UNPUBLISH, UNSTAGE])
-    await _gone(admin, bed, paths.api_path("persistentvolumeclaims", namespace=NS, name=claim), "claim deleted")
+    await bed.calls_are(driver, volume_id, (STAGE, PUBLISH), [STAGE, PUBLISH])
+    await csikit.delete_pod(admin, bed.agent, name)
+    await bed.calls_are(driver, volume_id, (STAGE, PUBLISH, UNPUBLISH, UNSTAGE), [STAGE, PUBLISH, UNPUBLISH, UNSTAGE])
+    await csikit.wait_gone(admin, bed.agent, csikit.claim_path(claim), "claim deleted")
 
 
 @pytest.mark.asyncio(loop_scope="session")
@@ -379,27 +205,20 @@ async def test_unregistered_driver_waits_with_upstreams_message_then_runs(
     pv = csistack.persistent_volume(pv_name, driver=driver, volume_handle="1", capacity_bytes=1 << 20)
     await admin.create(paths.api_path("persistentvolumes"), pv)
     claim = _name("claim")
-    await _claim(admin, claim, pv_name)
-    await _bound(admin, bed, claim)
+    await csikit.bound_claim(admin, bed.agent, claim, pv_name)
     await csistack.create_csidriver(admin, LATE)
     name = _name("late")
-    created = await admin.create(
-        paths.pods(NS), _pod(settings, name, {"name": "data", "persistentVolumeClaim": {"claimName": claim}})
-    )
+    created = await admin.create(paths.pods(NS), _pod(settings, name, csikit.claim_volume(claim)))
     expected = (
         f'MountVolume.MountDevice failed for volume "{pv_name}" : kubernetes.io/csi: attacher.MountDevice failed to '
         f"create newCsiDriverClient: driver name {driver} not found in the list of registered CSI drivers"
     )
-
-    async def failed_mount() -> bool:
-        return any(e.get("message") == expected for e in await events(admin, created, "FailedMount"))
-
-    await eventually(failed_mount, timeout=60, what="FailedMount for the missing driver", agent=bed.agent)
+    await csikit.wait_failed_mount(admin, bed.agent, created, expected)
     bed.stacks[driver] = await csistack.start_driver(testbed.layout, LATE)
-    await _running(admin, bed, name)
-    await _calls_are(bed, driver, "1", (STAGE, PUBLISH), [STAGE, PUBLISH])
-    await _delete_pod(admin, bed, name)
-    await _calls_are(bed, driver, "1", (STAGE, PUBLISH, UNPUBLISH, UNSTAGE), [STAGE, PUBLISH, UNPUBLISH, UNSTAGE])
+    await csikit.running(admin, bed.agent, name)
+    await bed.calls_are(driver, "1", (STAGE, PUBLISH), [STAGE, PUBLISH])
+    await csikit.delete_pod(admin, bed.agent, name)
+    await bed.calls_are(driver, "1", (STAGE, PUBLISH, UNPUBLISH, UNSTAGE), [STAGE, PUBLISH, UNPUBLISH, UNSTAGE])
 
 
 @pytest.mark.asyncio(loop_scope="session")
@@ -410,10 +229,8 @@ async def test_agent_killed_and_restarted_calls_the_driver_for_nothing_more(
     driver = NO_ATTACH.name
     pod, volume_id, _ = await _claim_pod(admin, bed, settings, NO_ATTACH)
     methods = (STAGE, PUBLISH, UNPUBLISH, UNSTAGE)
-    await _calls_are(bed, driver, volume_id, methods, [STAGE, PUBLISH])
-    bed.agent.proc.send_signal(signal.SIGKILL)
-    bed.agent.proc.wait(10)
-    offset = bed.log.stat().st_size
+    await bed.calls_are(driver, volume_id, methods, [STAGE, PUBLISH])
+    offset = bed.kill()
     bed.restart()
     uid = pod["metadata"]["uid"]
     # Either line says the restarted agent's first sync of the pod set its volume up (again).
@@ -423,16 +240,16 @@ async def test_agent_killed_and_restarted_calls_the_driver_for_nothing_more(
     )
 
     async def synced() -> bool:
-        text = await asyncio.to_thread(_read_from, bed.log, offset)
+        text = await asyncio.to_thread(csikit.read_from, bed.agent.log, offset)
         return "reconstructed_volumes=" in text and any(line in text for line in lines)
 
     await eventually(synced, timeout=60, what="the restarted agent's first sync of the pod", agent=bed.agent)
     # It found the volume on disk: no driver call.
     assert bed.calls(driver, volume_id, *methods) == [STAGE, PUBLISH]
-    again = await _running(admin, bed, pod["metadata"]["name"])
+    again = await csikit.running(admin, bed.agent, pod["metadata"]["name"])
     assert running_id(again, "main") == running_id(pod, "main")
-    await _delete_pod(admin, bed, pod["metadata"]["name"])
-    await _calls_are(bed, driver, volume_id, methods, [STAGE, PUBLISH, UNPUBLISH, UNSTAGE])
+    await csikit.delete_pod(admin, bed.agent, pod["metadata"]["name"])
+    await bed.calls_are(driver, volume_id, methods, [STAGE, PUBLISH, UNPUBLISH, UNSTAGE])
 
 
 @pytest.mark.asyncio(loop_scope="session")
@@ -444,7 +261,7 @@ async def test_containers_see_the_published_directory(
     async with cri_connect(f"unix://{testbed.layout.containerd_socket}", timeout=30) as cri:
         response = await cri.runtime.exec_sync(running_id(pod, "main"), ["cat", "/data/written"], 10)
     assert (response.exit_code, response.stdout.decode().strip()) == (0, "hello")
-    await _delete_pod(admin, bed, pod["metadata"]["name"])
+    await csikit.delete_pod(admin, bed.agent, pod["metadata"]["name"])
 
 
 @pytest.mark.asyncio(loop_scope="session")
@@ -455,12 +272,11 @@ async def test_pod_deleted_while_the_agent_is_down_is_unpublished_and_unstaged_a
     driver = NO_ATTACH.name
     pod, volume_id, _ = await _claim_pod(admin, bed, settings, NO_ATTACH)
     methods = (STAGE, PUBLISH, UNPUBLISH, UNSTAGE)
-    await _calls_are(bed, driver, volume_id, methods, [STAGE, PUBLISH])
-    bed.agent.proc.send_signal(signal.SIGKILL)
-    bed.agent.proc.wait(10)
+    await bed.calls_are(driver, volume_id, methods, [STAGE, PUBLISH])
+    bed.kill()
     # Gone from the apiserver at once (no kubelet to confirm): the restarted agent never hears of it.
     await admin.delete(paths.pod(NS, pod["metadata"]["name"]), grace_period_seconds=0)
     bed.restart()
-    await _calls_are(bed, driver, volume_id, methods, [STAGE, PUBLISH, UNPUBLISH, UNSTAGE])
+    await bed.calls_are(driver, volume_id, methods, [STAGE, PUBLISH, UNPUBLISH, UNSTAGE])
     target = _target(testbed.layout.kubelet_root, pod["metadata"]["uid"], "data")
     assert not await asyncio.to_thread(os.path.exists, os.path.dirname(target))
