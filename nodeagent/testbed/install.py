@@ -412,22 +412,27 @@ def build_kubelet(progress: Progress) -> Path:
     Built in a copy of the control plane's build module (as agnhost is): the two share the module and build caches
     (under a minute with them warm) but never write the same go.mod.
     """
-    binary = kubelet_path()
+    return build_release_command(progress, "kubelet", KUBELET_PACKAGE, kubelet_path())
+
+
+def build_release_command(progress: Progress, name: str, package: str, binary: Path) -> Path:
+    """A command of the k8s.io/kubernetes release (kubelet, kubeadm) into `binary`, stamped as the control plane is;
+    a no-op when it is there. Built in a copy of the control plane's build module named after it."""
     if binary.exists():
-        progress.step(f"kubelet {KUBERNETES_VERSION}: cached")
+        progress.step(f"{name} {KUBERNETES_VERSION}: cached")
         return binary
-    module = control_plane_module("kubelet")
+    module = control_plane_module(name)
     source = kubernetes_source()
-    progress.step(f"kubelet {KUBERNETES_VERSION}: go build (several minutes on a cold cache)")
+    progress.step(f"{name} {KUBERNETES_VERSION}: go build (several minutes on a cold cache)")
     took = build_in_release_module(
         source,
         module,
         binary,
-        package=KUBELET_PACKAGE,
-        work=binary.parent.parent / "build-kubelet",
+        package=package,
+        work=binary.parent.parent / f"build-{name}",
         ldflags=kubernetes_version_ldflags(),
     )
-    progress.step(f"kubelet: built in {took:.0f}s")
+    progress.step(f"{name}: built in {took:.0f}s")
     return binary
 
 

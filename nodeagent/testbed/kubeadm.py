@@ -9,14 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nodeagent.testbed.install import (
-    Progress,
-    build_in_release_module,
-    control_plane_module,
-    kubernetes_source,
-    kubernetes_version_ldflags,
-)
-from nodeagent.testbed.versions import KUBERNETES_VERSION, kubernetes_bin_dir
+from nodeagent.testbed.install import Progress, build_release_command
+from nodeagent.testbed.versions import kubernetes_bin_dir
 
 KUBEADM_PACKAGE = "k8s.io/kubernetes/cmd/kubeadm"
 
@@ -27,20 +21,4 @@ def kubeadm_path() -> Path:
 
 def build_kubeadm(progress: Progress) -> Path:
     """kubeadm into the versioned cache; a no-op when it is there."""
-    binary = kubeadm_path()
-    if binary.exists():
-        progress.step(f"kubeadm {KUBERNETES_VERSION}: cached")
-        return binary
-    module = control_plane_module("kubeadm")
-    source = kubernetes_source()
-    progress.step(f"kubeadm {KUBERNETES_VERSION}: go build (several minutes on a cold cache)")
-    took = build_in_release_module(
-        source,
-        module,
-        binary,
-        package=KUBEADM_PACKAGE,
-        work=binary.parent.parent / "build-kubeadm",
-        ldflags=kubernetes_version_ldflags(),
-    )
-    progress.step(f"kubeadm: built in {took:.0f}s")
-    return binary
+    return build_release_command(progress, "kubeadm", KUBEADM_PACKAGE, kubeadm_path())
