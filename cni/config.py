@@ -111,6 +111,12 @@ def decode(stdin: bytes) -> dict[str, Any]:
         doc = json.loads(stdin)
     except (UnicodeDecodeError, ValueError) as exc:
         raise CNIError(Code.DECODE_FAILURE, f"the network configuration on stdin is not JSON: {exc}") from exc
+    except (
+        RecursionError
+    ) as exc:  # Python's decoder recurses per nesting level (Go's stops at 10000: "exceeded max depth")
+        raise CNIError(
+            Code.DECODE_FAILURE, "the network configuration on stdin is not JSON: it nests too deeply"
+        ) from exc
     if not isinstance(doc, dict):
         raise CNIError(Code.DECODE_FAILURE, "the network configuration on stdin must be a JSON object")
     return doc
@@ -120,7 +126,7 @@ def requested_version(stdin: bytes) -> str | None:
     """The input's cniVersion if it can be read at all: used to word error replies and VERSION."""
     try:
         doc = json.loads(stdin)
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):
         return None
     version = doc.get("cniVersion") if isinstance(doc, dict) else None
     return version if isinstance(version, str) else None

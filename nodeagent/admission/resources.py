@@ -7,12 +7,11 @@ pod overhead (RuntimeClass) is added on top.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
-from nodeagent.config.quantity import parse_quantity
+from nodeagent.config.quantity import ceil_int64, parse_quantity
 
 CPU = "cpu"
 MEMORY = "memory"
@@ -63,6 +62,5 @@ def pod_requests(pod: Mapping[str, Any]) -> Resources:
 
 def scaled(name: str, value: Decimal) -> int:
     """The integer the scheduler compares: millicores for cpu, rounded up as Quantity.MilliValue; else Value()."""
-    if name == CPU:
-        return math.ceil(value * 1000)
-    return math.ceil(value)
+    # Saturated at int64, as upstream's int64 fields hold it (a valid quantity can be as large as 1e999999).
+    return ceil_int64(value, milli=name == CPU)

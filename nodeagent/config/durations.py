@@ -27,6 +27,9 @@ _NS_PER_UNIT: dict[str, int] = {
     "h": 3600 * 1_000_000_000,
 }
 _MAX_NS = (1 << 63) - 1
+# Digits read of a number: a whole part longer than this is out of range anyway; fraction digits past it cannot
+# change whole nanoseconds (Go stops reading them sooner, once they would overflow an int64).
+_MAX_DIGITS = 40
 
 
 def _is_digit(c: str) -> bool:
@@ -72,8 +75,13 @@ def go_duration_nanoseconds(text: str) -> int:
         scale = _NS_PER_UNIT.get(unit)
         if scale is None:
             raise DurationError(f'unknown unit "{unit}" in duration "{text}"')
+        # Past any duration, and past what int() converts (sys.get_int_max_str_digits).
+        if len(whole.lstrip("0")) > _MAX_DIGITS:
+            raise DurationError(f'invalid duration "{text}": out of range')
         value = Fraction(int(whole or "0"))
         if fraction:
+            # Digits past nanoseconds cannot change the truncated result; Go reads at most that many too.
+            fraction = fraction[:_MAX_DIGITS]
             value += Fraction(int(fraction), 10 ** len(fraction))
         total += int(value * scale)  # int() truncates, like Go's per-piece arithmetic
         if total > _MAX_NS + (1 if negative else 0):

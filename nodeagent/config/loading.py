@@ -46,11 +46,17 @@ class _DuplicateKeyLoader(yaml.SafeLoader):
 
 
 def _parse_yaml(text: str, source: str) -> tuple[object, list[str]]:
-    loader = _DuplicateKeyLoader(text)
+    try:
+        # The reader checks the characters as the loader is made: a control character fails here already.
+        loader = _DuplicateKeyLoader(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{source}: not valid YAML or JSON: {e}") from e
     try:
         return loader.get_single_data(), loader.duplicates
     except yaml.YAMLError as e:
         raise ConfigError(f"{source}: not valid YAML or JSON: {e}") from e
+    except RecursionError as e:  # the pure-Python composer recurses once per nesting level
+        raise ConfigError(f"{source}: not valid YAML or JSON: it nests too deeply") from e
     finally:
         loader.dispose()
 

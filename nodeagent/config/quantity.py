@@ -19,6 +19,7 @@ parser. This module imports nothing from the rest of the project, so it can move
 from __future__ import annotations
 
 import decimal
+import math
 import re
 from decimal import Decimal
 
@@ -82,6 +83,22 @@ def parse_quantity(text: str) -> Decimal:
         return ctx.normalize(value)
     except decimal.DecimalException as e:
         raise QuantityError(f'invalid quantity "{text}": out of range') from e
+
+
+INT64_MAX = (1 << 63) - 1
+INT64_MIN = -(1 << 63)
+
+
+def ceil_int64(value: Decimal, *, milli: bool = False) -> int:
+    """ceil(value), or ceil(value * 1000) with `milli`, saturated to a Go int64 (Quantity.Value / MilliValue hold an
+    int64). The apiserver stores any quantity of the grammar, "1e999999" included: exact, it would overflow every
+    CRI field and take seconds to turn into an int."""
+    scaled = value.scaleb(3) if milli and INT64_MIN <= value <= INT64_MAX else value
+    if scaled > INT64_MAX:
+        return INT64_MAX
+    if scaled < INT64_MIN:
+        return INT64_MIN
+    return math.ceil(scaled)
 
 
 def parse_percentage(text: str) -> Decimal:

@@ -463,6 +463,8 @@ def load_scenario(path: Path) -> Scenario:
         raise ScenarioError(str(path), [f"cannot read it: {exc.strerror or exc}"]) from exc
     except yaml.YAMLError as exc:
         raise ScenarioError(str(path), [f"not YAML: {exc}"]) from exc
+    except RecursionError as exc:  # PyYAML's composer recurses once per nesting level
+        raise ScenarioError(str(path), ["not YAML: it nests too deeply"]) from exc
     return parse_scenario(doc, str(path))
 
 

@@ -32,7 +32,7 @@ from typing import Any
 
 from cri.v1 import api_pb2
 from nodeagent.config.errors import QuantityError
-from nodeagent.config.quantity import parse_quantity
+from nodeagent.config.quantity import INT64_MAX, ceil_int64, parse_quantity
 from nodeagent.kuberuntime import labels as kubelabels
 from nodeagent.kuberuntime.errors import CreateContainerConfigError, CreatePodSandboxConfigError
 from nodeagent.kuberuntime.expansion import expand
@@ -110,10 +110,10 @@ def _resource_field_value(
         raise CreateContainerConfigError(f"invalid divisor {divisor_text} for {resource}")
     if name == "cpu":
         # As upstream: millicores first (rounded up), then divided by the divisor's millicores, rounded up.
-        milli = math.ceil(value * 1000)
-        divisor_milli = max(1, math.ceil(divisor * 1000))
+        milli = ceil_int64(value, milli=True)  # MilliValue(): an int64
+        divisor_milli = max(1, ceil_int64(divisor, milli=True))
         return str(math.ceil(Decimal(milli) / Decimal(divisor_milli)))
-    return str(math.ceil(math.ceil(value) / math.ceil(divisor)))
+    return str(math.ceil(Decimal(ceil_int64(value)) / Decimal(max(1, ceil_int64(divisor)))))
 
 
 def _lookup_data(
@@ -225,7 +225,7 @@ def oom_score_adj(qos: QOSClass, container: Mapping[str, Any], memory_capacity: 
         return GUARANTEED_OOM_SCORE_ADJ
     if qos is QOSClass.BEST_EFFORT:
         return BEST_EFFORT_OOM_SCORE_ADJ
-    request = int(effective_requests(container).get("memory", Decimal(0)))
+    request = ceil_int64(effective_requests(container).get("memory", Decimal(0)))
     score = 1000 - (1000 * request) // memory_capacity if memory_capacity > 0 else 1000
     # Burstable stays strictly between Guaranteed (3 at full memory use) and BestEffort, as upstream.
     if score < 1000 + GUARANTEED_OOM_SCORE_ADJ:
@@ -239,14 +239,15 @@ def make_linux_resources(
     container: Mapping[str, Any], *, qos: QOSClass, memory_capacity: int
 ) -> api_pb2.LinuxContainerResources:
     requests, limits = effective_requests(container), effective_limits(container)
-    cpu_request_milli = math.ceil(requests.get("cpu", Decimal(0)) * 1000)
-    cpu_limit_milli = math.ceil(limits.get("cpu", Decimal(0)) * 1000)
+    # Saturated at int64 (the CRI's fields): the apiserver stores quantities as large as 1e999999.
+    cpu_request_milli = ceil_int64(requests.get("cpu", Decimal(0)), milli=True)
+    cpu_limit_milli = ceil_int64(limits.get("cpu", Decimal(0)), milli=True)
     shares_milli = cpu_request_milli or cpu_limit_milli
     return api_pb2.LinuxContainerResources(
         cpu_period=CPU_PERIOD,
-        cpu_quota=milli_cpu_to_quota(cpu_limit_milli),
+        cpu_quota=min(INT64_MAX, milli_cpu_to_quota(cpu_limit_milli)),
         cpu_shares=milli_cpu_to_shares(shares_milli),
-        memory_limit_in_bytes=int(limits.get("memory", Decimal(0))),
+        memory_limit_in_bytes=ceil_int64(limits.get("memory", Decimal(0))),
         oom_score_adj=oom_score_adj(qos, container, memory_capacity),
     )
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cri.v1 import api_pb2
-from nodeagent.config.quantity import parse_quantity
+from nodeagent.config.quantity import INT64_MAX, ceil_int64, parse_quantity
 from nodeagent.kuberuntime import labels as kubelabels
 from nodeagent.kuberuntime.errors import CreatePodSandboxConfigError
 from nodeagent.kuberuntime.qos import QOSClass
@@ -277,13 +277,14 @@ def _has_privileged_container(pod: Mapping[str, Any]) -> bool:
 def resources_from_quantities(cpu: str | None, memory: str | None) -> api_pb2.LinuxContainerResources:
     """Overhead as CRI resources: shares and quota from the cpu, a limit from the memory."""
     out = api_pb2.LinuxContainerResources()
+    # Saturated at int64 (the CRI's fields): the apiserver stores quantities as large as 1e999999.
     if cpu is not None:
-        milli = int(parse_quantity(cpu) * 1000)
-        out.cpu_shares = max(2, milli * 1024 // 1000)
+        milli = ceil_int64(parse_quantity(cpu), milli=True)
+        out.cpu_shares = min(INT64_MAX, max(2, milli * 1024 // 1000))
         out.cpu_period = 100000
-        out.cpu_quota = max(1000, milli * 100000 // 1000) if milli else 0
+        out.cpu_quota = min(INT64_MAX, max(1000, milli * 100000 // 1000)) if milli else 0
     if memory is not None:
-        out.memory_limit_in_bytes = int(parse_quantity(memory))
+        out.memory_limit_in_bytes = ceil_int64(parse_quantity(memory))
     return out
 
 

@@ -468,7 +468,10 @@ def volume_stats(response: csi_pb2.NodeGetVolumeStatsResponse, *, with_condition
         elif usage.unit == csi_pb2.VolumeUsage.INODES:
             stats = dataclasses.replace(stats, inodes_free=usage.available, inodes=usage.total, inodes_used=usage.used)
         else:
-            log.warning("csi unknown unit in VolumeUsage unit=%s", csi_pb2.VolumeUsage.Unit.Name(usage.unit))
+            # A unit this proto does not name arrives as its number (open enum; Go prints the number too).
+            unit = usage.unit
+            name = csi_pb2.VolumeUsage.Unit.Name(unit) if unit in csi_pb2.VolumeUsage.Unit.values() else str(unit)
+            log.warning("csi unknown unit in VolumeUsage unit=%s", name)
     if not with_condition:
         return stats
     condition = response.volume_condition  # unset: abnormal false, message "" (Go's getters on a nil message)

@@ -1,0 +1,122 @@
+"""Every input that ever crashed a fuzz target, exactly as found (or cut down by hand to what still crashed), with
+the fix. `tests/fuzz/test_fuzz.py` runs each through its target on every pytest run: none may crash again.
+
+`KNOWN_CRASHES` are crashes found and reported to the owner of the code but not fixed here; the test asserts they
+still crash the same way, so the day they are fixed the test says so and the case moves to `REGRESSIONS`. The
+fixed-seed budget tolerates a crash only when its signature is one of these."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from csi.v1 import csi_pb2
+
+
+@dataclass(frozen=True)
+class Regression:
+    target: str
+    input: Any
+    found: str  # what it did, and the fix
+
+
+_CNI_ENV = {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "abc", "CNI_NETNS": "/var/run/netns/x", "CNI_IFNAME": "eth0"}
+_API_POD: dict[str, Any] = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "web", "namespace": "default", "uid": "u1"},
+    "spec": {
+        "containers": [
+            {
+                "name": "c",
+                "image": "busybox",
+                "resources": {"limits": {"cpu": "1e999999", "memory": "1e999999"}, "requests": {"memory": "9Ei"}},
+                "env": [{"name": "CPU", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu"}}}],
+            }
+        ],
+        "overhead": {"cpu": "1e309", "memory": "1e309"},
+    },
+}
+
+REGRESSIONS = [
+    Regression(
+        "cni",
+        (_CNI_ENV, b'{"a":' * 5000 + b"1" + b"}" * 5000),
+        "RecursionError out of execute() (documented never to raise): requested_version's json.loads recursed per "
+        "level; decode() let it become code 999. Fixed in cni/config.py: decode failure (code 6), version unknown.",
+    ),
+    Regression(
+        "cni",
+        ({**_CNI_ENV, "CNI_COMMAND": "VERSION"}, b"[" * 100_000 + b"]" * 100_000),
+        "The same through VERSION, whose reply is built before the configuration is read.",
+    ),
+    Regression(
+        "kubeletconfig",
+        "\x80",
+        "yaml.ReaderError (not ConfigError) for a control character: the reader checks them as the loader is made, "
+        "which was outside the try. Fixed in nodeagent/config/loading.py.",
+    ),
+    Regression(
+        "kubeletconfig",
+        "".join(" " * i + "a:\n" for i in range(1200)) + " " * 1200 + "b: 1\n",
+        "RecursionError from PyYAML's composer on 1200 nested maps. Fixed in nodeagent/config/loading.py: "
+        "ConfigError 'nests too deeply'.",
+    ),
+    Regression(
+        "quantities",
+        ("7" * 4312 + "s", 0),
+        "ValueError (int's 4300-digit limit) from go_duration_nanoseconds. Fixed in nodeagent/config/durations.py: "
+        "DurationError 'out of range' past 40 significant digits; fraction digits past 40 are ignored.",
+    ),
+    Regression(
+        "quantities",
+        ("0." + "5" * 5000 + "s", 0),
+        "The same in the fraction.",
+    ),
+    Regression(
+        "eviction",
+        ("text", "a: " + "[" * 1200 + "]" * 1200 + "\n", {}, {}, {}, {}),
+        "RecursionError out of load_scenario. Fixed in nodeagent/experiment/scenario.py: ScenarioError.",
+    ),
+    Regression(
+        "csi",
+        csi_pb2.NodeGetVolumeStatsResponse(
+            usage=[csi_pb2.VolumeUsage(available=1, total=2, used=1, unit=-379)],  # type: ignore[arg-type]
+            volume_condition=csi_pb2.VolumeCondition(),
+        ),
+        "ValueError from VolumeUsage.Unit.Name() on a unit the proto does not name (an open enum), in the warning "
+        "about it. Fixed in nodeagent/volume/csiutil.py: the number is logged.",
+    ),
+    Regression(
+        "apipods",
+        _API_POD,
+        "A valid but huge quantity: decimal.Overflow in admission (scaled), ValueError 'Value out of range' from "
+        "the CRI int64 fields (memory limit, overhead), and a hang turning 1e999999 into an int. Fixed with "
+        "nodeagent.config.quantity.ceil_int64 (saturated at int64, as upstream's int64 fields hold it) in "
+        "admission/resources.py, kuberuntime/container_config.py and kuberuntime/sandbox_config.py.",
+    ),
+]
+
+
+@dataclass(frozen=True)
+class KnownCrash:
+    target: str
+    input: Any
+    where: str  # the crash signature's location
+    reported_to: str
+
+
+KNOWN_CRASHES = [
+    KnownCrash(
+        "kubeletapi",
+        ("GET", "/logs/..%00/etc/shadow", "/%", [], [], None, False),
+        "nodeagent/server/server.py:477 in _node_log_target",
+        "H1 (issue 34's NUL path: upstream answers 404)",
+    ),
+    KnownCrash(
+        "kubeletapi",
+        ("GET", "/logs/" + "A" * 300, "/", [], [], None, False),
+        "nodeagent/server/server.py:480 in _node_log_target",
+        "H1 (ENAMETOOLONG from Path.is_dir escapes: a 500 for a 300-character name)",
+    ),
+]
