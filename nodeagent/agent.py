@@ -79,6 +79,7 @@ from nodeagent.nodestatus.resources import allocatable as node_allocatable
 from nodeagent.pluginmanager.manager import PluginManager
 from nodeagent.podconfig import FAILED_VALIDATION, PodConfig
 from nodeagent.prober import Prober, ProberManager, ProberMetrics
+from nodeagent.runtimeclass import RuntimeClassManager, UnresolvedRuntimeClasses
 from nodeagent.server.host import AgentHost
 from nodeagent.server.http import HTTPServer
 from nodeagent.server.serve import build_auth, run_server, serving_files
@@ -457,6 +458,9 @@ async def _run(
     # Service environment variables need the cluster's Services; without an apiserver there are none (upstream: no
     # service lister, no variables).
     services = ServiceStore() if client is not None else None
+    # The pods' RuntimeClasses, by list and watch; without an apiserver every pod gets the default handler (as
+    # upstream, which has no RuntimeClass manager then), logged for a pod that names one.
+    runtime_classes = RuntimeClassManager() if client is not None else None
     # CSI drivers register through <rootDir>/plugins_registry (upstream's plugin manager); its registry is what the
     # kubernetes.io/csi volume plugin dials. Without an apiserver there is no CSINode to write, so no registration.
     plugin_manager = PluginManager(str(options.root_dir), client, node_name) if client is not None else None
@@ -497,6 +501,7 @@ async def _run(
         container_devices=volumes.container_devices,
         services=services,
         runtime_handlers=runtime_state.handlers,
+        runtime_classes=runtime_classes if runtime_classes is not None else UnresolvedRuntimeClasses(),
     )
     sources = [API_SOURCE] if client is not None else []
     if config.static_pod_path:
@@ -604,6 +609,8 @@ async def _run(
         log.warning("standalone mode without staticPodPath or staticPodURL: no pod will ever run")
     if services is not None and client is not None:
         supervisor.start("service-informer", services.run(client))
+    if runtime_classes is not None and client is not None:
+        supervisor.start("runtimeclass-informer", runtime_classes.run(client))
     supervisor.start("pleg", pleg.run())
     supervisor.start("volume-manager", volumes.run())
     if plugin_manager is not None:

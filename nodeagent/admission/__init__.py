@@ -1,6 +1,8 @@
-"""Kubelet-side pod admission (sysctls, GeneralPredicates): pure decisions over the pod, the node and the pods here."""
+"""Kubelet-side pod admission (sysctls, GeneralPredicates, AppArmor): pure decisions over the pod, the node and the
+pods here."""
 
 from nodeagent.admission.predicates import (
+    APPARMOR,
     NODE_AFFINITY,
     NODE_NAME,
     NODE_PORTS,
@@ -10,6 +12,7 @@ from nodeagent.admission.predicates import (
     OUT_OF_PODS,
     POD_OS_NOT_SUPPORTED,
     POD_OS_SELECTOR_NODE_LABEL_DOES_NOT_MATCH,
+    SUPPLEMENTAL_GROUPS_POLICY_NOT_SUPPORTED,
     TAINT_TOLERATION,
     AdmitResult,
     admit,
@@ -20,6 +23,7 @@ from nodeagent.admission.resources import pod_requests
 from nodeagent.admission.sysctls import SYSCTL_FORBIDDEN, SysctlAllowlist, new_allowlist
 
 __all__ = [
+    "APPARMOR",
     "NODE_AFFINITY",
     "NODE_NAME",
     "NODE_PORTS",
@@ -29,6 +33,7 @@ __all__ = [
     "OUT_OF_PODS",
     "POD_OS_NOT_SUPPORTED",
     "POD_OS_SELECTOR_NODE_LABEL_DOES_NOT_MATCH",
+    "SUPPLEMENTAL_GROUPS_POLICY_NOT_SUPPORTED",
     "SYSCTL_FORBIDDEN",
     "TAINT_TOLERATION",
     "AdmitResult",

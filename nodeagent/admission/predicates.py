@@ -3,7 +3,10 @@
 The checks, the order and the words are upstream's (pkg/kubelet/lifecycle/predicate.go and the scheduler plugins
 it reuses): the pod's OS, then resources fit allocatable, node affinity/selector, node name, host ports, and
 finally untolerated NoExecute taints (static pods exempt). Only the first failure is reported, as upstream does.
-Before them, as upstream's admit handlers are ordered, the sysctl allowlist (`sysctls`, SysctlForbidden).
+Before them, as upstream's admit handlers are ordered, the sysctl allowlist (`sysctls`, SysctlForbidden); after
+them the AppArmor handler (reason `AppArmor`: a profile asked for on a host that cannot enforce it; see
+nodeagent.apparmor). Among the predicates, right after the OS checks, supplementalGroupsPolicy Strict on a node
+whose runtime does not report the feature (SupplementalGroupsPolicyNotSupported).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from nodeagent import apparmor
 from nodeagent.admission.resources import CPU, EPHEMERAL_STORAGE, MEMORY, PODS, pod_requests, scaled
 from nodeagent.admission.sysctls import SYSCTL_FORBIDDEN, SysctlAllowlist
 from nodeagent.config.quantity import parse_quantity
@@ -24,6 +28,8 @@ OUT_OF_PODS = "OutOfpods"
 INSUFFICIENT_RESOURCE_PREFIX = "OutOf"
 POD_OS_SELECTOR_NODE_LABEL_DOES_NOT_MATCH = "PodOSSelectorNodeLabelDoesNotMatch"
 POD_OS_NOT_SUPPORTED = "PodOSNotSupported"
+SUPPLEMENTAL_GROUPS_POLICY_NOT_SUPPORTED = "SupplementalGroupsPolicyNotSupported"
+APPARMOR = apparmor.NOT_ADMITTED_REASON
 
 NODE_AFFINITY = "NodeAffinity"
 NODE_NAME = "NodeName"
@@ -214,6 +220,28 @@ def _is_static_pod(pod: Mapping[str, Any]) -> bool:
     return source is not None and source != "api"
 
 
+def _supplemental_groups_policy_refused(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
+    """Upstream rejectPodAdmissionBasedOnSupplementalGroupsPolicy (the feature is beta in v1.34): Strict asked for,
+    and the node's status.features does not say the runtime supports it."""
+    policy = ((pod.get("spec") or {}).get("securityContext") or {}).get("supplementalGroupsPolicy")
+    if policy is None:
+        return False
+    features = (node.get("status") or {}).get("features") or {}
+    return policy == "Strict" and not features.get("supplementalGroupsPolicy")
+
+
+def _apparmor(pod: Mapping[str, Any], host_apparmor: bool | None) -> AdmitResult:
+    """Upstream's AppArmor admit handler: only a Pending pod is checked (one already running keeps running)."""
+    phase = (pod.get("status") or {}).get("phase")
+    if phase not in (None, "", "Pending"):
+        return ADMITTED
+    enabled = apparmor.host_enabled() if host_apparmor is None else host_apparmor
+    why = apparmor.validate(pod, host_apparmor=enabled)
+    if why is None:
+        return ADMITTED
+    return AdmitResult(admit=False, reason=APPARMOR, message=f"Cannot enforce AppArmor: {why}")
+
+
 def admit(
     pod: Mapping[str, Any],
     node: Mapping[str, Any] | None,
@@ -221,18 +249,20 @@ def admit(
     *,
     node_os: str = "linux",
     sysctls: SysctlAllowlist | None = None,
+    host_apparmor: bool | None = None,
 ) -> AdmitResult:
     """Whether the kubelet may run `pod` on `node` next to `other_pods` (the pods it already admitted).
 
     Terminal pods and the pod itself are left out of `other_pods`, as the kubelet only counts active pods. Without
-    a Node (standalone, or before registration) only the sysctls are checked.
+    a Node (standalone, or before registration) only the sysctls and AppArmor are checked. `host_apparmor` None
+    reads this host (nodeagent.apparmor.host_enabled).
     """
     if sysctls is not None:
         forbidden = sysctls.forbidden(pod)
         if forbidden is not None:
             return AdmitResult(admit=False, reason=SYSCTL_FORBIDDEN, message=forbidden)
     if node is None:
-        return ADMITTED
+        return _apparmor(pod, host_apparmor)
     uid = (pod.get("metadata") or {}).get("uid")
     others = [
         p
@@ -256,6 +286,12 @@ def admit(
             reason=POD_OS_NOT_SUPPORTED,
             message="Failed to admit pod as the OS field doesn't match node OS",
         )
+    if _supplemental_groups_policy_refused(pod, node):
+        return AdmitResult(
+            admit=False,
+            reason=SUPPLEMENTAL_GROUPS_POLICY_NOT_SUPPORTED,
+            message="SupplementalGroupsPolicy=Strict is not supported in this node",
+        )
 
     result = _fits_resources(pod, node, others)
     if not result.admit:
@@ -270,4 +306,4 @@ def admit(
         return _predicate_failure(NODE_PORTS)
     if not _is_static_pod(pod) and has_untolerated_no_execute_taint(pod, node):
         return _predicate_failure(TAINT_TOLERATION)
-    return ADMITTED
+    return _apparmor(pod, host_apparmor)

@@ -15,22 +15,31 @@ Choices, each as upstream unless said:
   period 100000 always and quota from the cpu limit (at least 1000 when set, 0 without), memory limit in bytes,
   oom_score_adj by QoS (Guaranteed -997, BestEffort 1000, Burstable 1000 - 1000*request/capacity clamped to 3..999).
   Critical-pod OOM handling is not covered.
-- Security: pod context overridden by the container's. Capabilities are normalised to `CAP_`-prefixed upper case
-  (`ALL` is kept). no_new_privs is set when allowPrivilegeEscalation is false. The image's user (passed in, as the CRI
-  image status reports it: `image_user_of`) fills run_as_user or run_as_username only when the spec sets no runAsUser;
-  runAsNonRoot is verified against the spec's runAsUser, else the image's user (none at all is root).
+- Security (upstream determineEffectiveSecurityContext): the pod's runAsUser, runAsGroup, runAsNonRoot and
+  seLinuxOptions overridden by the container's; capabilities, privileged, readOnlyRootFilesystem,
+  allowPrivilegeEscalation and procMount are the container's own. Capability names go as the spec has them (the
+  runtime adds `CAP_`). no_new_privs is set when allowPrivilegeEscalation is false. Masked and read-only /proc paths
+  are upstream's defaults, none for procMount Unmasked. Seccomp: the container's profile, else the pod's, else
+  Unconfined; Localhost is a file under `<root-dir>/seccomp`. AppArmor: the profile nodeagent.apparmor finds (field,
+  deprecated annotation, pod), also in the deprecated string form. supplementalGroupsPolicy as the CRI enum. The
+  image's user (passed in, as the CRI image status reports it: `image_user_of`) fills run_as_user or run_as_username
+  only when the spec sets no runAsUser; runAsNonRoot is verified against the spec's runAsUser, else the image's user
+  (none at all is root).
 - log_path is `<container>/<restartCount>.log`, relative to the sandbox's log directory (the CRI contract). Mounts,
   devices and the termination message file are not covered here.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+import os
 from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
 from cri.v1 import api_pb2
+from nodeagent import apparmor
 from nodeagent.config.errors import QuantityError
 from nodeagent.config.quantity import INT64_MAX, ceil_int64, parse_quantity
 from nodeagent.kuberuntime import labels as kubelabels
@@ -38,7 +47,14 @@ from nodeagent.kuberuntime.errors import CreateContainerConfigError, CreatePodSa
 from nodeagent.kuberuntime.expansion import expand
 from nodeagent.kuberuntime.hashing import hash_container
 from nodeagent.kuberuntime.qos import QOSClass, effective_limits, effective_requests, pod_qos
-from nodeagent.kuberuntime.sandbox_config import namespace_options, seccomp_profile, supplemental_groups
+from nodeagent.kuberuntime.sandbox_config import (
+    DEFAULT_SECCOMP_PROFILE_ROOT,
+    namespace_options,
+    seccomp_profile,
+    selinux_option,
+    supplemental_groups,
+    supplemental_groups_policy,
+)
 
 #: (namespace, name) → the object's data, or None when it does not exist. Secret values are already decoded.
 DataLookup = Callable[[str, str], Mapping[str, str] | None]
@@ -255,8 +271,86 @@ def make_linux_resources(
 # --- security --------------------------------------------------------------------------------------------------
 
 
+# Upstream's securitycontext defaults for a Default procMount (ConvertToRuntimeMaskedPaths/ReadonlyPaths).
+DEFAULT_MASKED_PATHS = (
+    "/proc/asound",
+    "/proc/acpi",
+    "/proc/interrupts",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/proc/scsi",
+    "/sys/firmware",
+    "/sys/devices/virtual/powercap",
+)
+DEFAULT_READONLY_PATHS = ("/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger")
+_POSSIBLE_CPUS = "/sys/devices/system/cpu/possible"
+
+
+def _cpu_list(text: str) -> list[int]:
+    """A kernel CPU list ("0-3,6") as numbers; what does not parse is left out."""
+    cpus: list[int] = []
+    for part in text.strip().split(","):
+        first, sep, last = part.partition("-")
+        try:
+            cpus.extend(range(int(first), int(last) + 1) if sep else [int(first)])
+        except ValueError:
+            continue
+    return cpus
+
+
+@functools.cache
+def default_masked_paths() -> tuple[str, ...]:
+    """Upstream's defaultMaskedPaths: the list above plus each possible CPU's thermal_throttle directory that exists
+    on this host. Read once, as upstream's sync.OnceValue."""
+    try:
+        with open(_POSSIBLE_CPUS, encoding="ascii") as f:
+            cpus = _cpu_list(f.read())
+    except OSError:
+        cpus = []
+    throttles = [f"/sys/devices/system/cpu/cpu{cpu}/thermal_throttle" for cpu in cpus]
+    return DEFAULT_MASKED_PATHS + tuple(p for p in throttles if os.path.exists(p))
+
+
+def apparmor_profile(
+    pod: Mapping[str, Any], container: Mapping[str, Any]
+) -> tuple[api_pb2.SecurityProfile | None, str]:
+    """Upstream getAppArmorProfile: the CRI profile and its deprecated string form; (None, "") when none is asked
+    for. Admission has already refused a pod asking for one on a host without AppArmor."""
+    profile = apparmor.get_profile(pod, container)
+    if profile is None:
+        return None, ""
+    if profile.type == apparmor.RUNTIME_DEFAULT:
+        return (
+            api_pb2.SecurityProfile(profile_type=api_pb2.SecurityProfile.RuntimeDefault),
+            apparmor.DEPRECATED_RUNTIME_DEFAULT,
+        )
+    if profile.type == apparmor.UNCONFINED:
+        return (
+            api_pb2.SecurityProfile(profile_type=api_pb2.SecurityProfile.Unconfined),
+            apparmor.DEPRECATED_UNCONFINED,
+        )
+    if profile.type == apparmor.LOCALHOST:
+        if profile.localhost_profile is None:
+            raise CreateContainerConfigError("missing localhost apparmor profile name")
+        return (
+            api_pb2.SecurityProfile(
+                profile_type=api_pb2.SecurityProfile.Localhost, localhost_ref=profile.localhost_profile
+            ),
+            apparmor.DEPRECATED_LOCALHOST_PREFIX + profile.localhost_profile,
+        )
+    raise CreateContainerConfigError(f'unknown apparmor profile type: "{profile.type}"')
+
+
 def make_security_context(
-    pod: Mapping[str, Any], container: Mapping[str, Any], *, image_user: str = ""
+    pod: Mapping[str, Any],
+    container: Mapping[str, Any],
+    *,
+    image_user: str = "",
+    seccomp_profile_root: str = DEFAULT_SECCOMP_PROFILE_ROOT,
 ) -> api_pb2.LinuxContainerSecurityContext:
     spec: Mapping[str, Any] = pod.get("spec") or {}
     pod_sc: Mapping[str, Any] = spec.get("securityContext") or {}
@@ -267,9 +361,11 @@ def make_security_context(
 
     caps: Mapping[str, Any] = sc.get("capabilities") or {}
     try:
-        seccomp = seccomp_profile(pick("seccompProfile"))
+        seccomp = seccomp_profile(pick("seccompProfile"), profile_root=seccomp_profile_root)
     except CreatePodSandboxConfigError as exc:
         raise CreateContainerConfigError(str(exc)) from exc
+    armor, armor_deprecated = apparmor_profile(pod, container)
+    unmasked = sc.get("procMount") == "Unmasked"
     out = api_pb2.LinuxContainerSecurityContext(
         capabilities=api_pb2.Capability(
             # As upstream's convertToRuntimeCapabilities: the names as the pod spec has them ("NET_ADMIN"); the
@@ -282,9 +378,18 @@ def make_security_context(
         namespace_options=namespace_options(pod),
         readonly_rootfs=bool(sc.get("readOnlyRootFilesystem")),
         supplemental_groups=supplemental_groups(pod),
+        supplemental_groups_policy=supplemental_groups_policy(pod, CreateContainerConfigError),
         no_new_privs=sc.get("allowPrivilegeEscalation") is False,
+        masked_paths=() if unmasked else default_masked_paths(),
+        readonly_paths=() if unmasked else DEFAULT_READONLY_PATHS,
         seccomp=seccomp,
+        apparmor_profile=armor_deprecated,
     )
+    if armor is not None:
+        out.apparmor.CopyFrom(armor)
+    selinux = selinux_option(pick("seLinuxOptions"))
+    if selinux is not None:
+        out.selinux_options.CopyFrom(selinux)
     run_as_user = pick("runAsUser")
     uid, username = parse_image_user(image_user)
     if run_as_user is not None:
@@ -371,12 +476,14 @@ def make_container_config(
     get_secret: DataLookup = _no_objects,
     image_user: str = "",
     volume_mounts: Sequence[api_pb2.Mount] = (),
+    seccomp_profile_root: str = DEFAULT_SECCOMP_PROFILE_ROOT,
 ) -> api_pb2.ContainerConfig:
     """The config of one container of the pod; raises `CreateContainerConfigError` as upstream would report it.
 
     `pod_ips` is the sandbox's IPs, primary first (status.podIP is the first); `memory_capacity` is the node's memory
     capacity in bytes (for the Burstable OOM score); `node_allocatable` fills resourceFieldRef limits that are unset;
-    `volume_mounts` are the container's volume mounts, already made by the volume manager (nodeagent.volume).
+    `volume_mounts` are the container's volume mounts, already made by the volume manager (nodeagent.volume);
+    `seccomp_profile_root` is `<root-dir>/seccomp`, where Localhost seccomp profiles are.
     """
     name = str(container.get("name", ""))
     env = make_environment(
@@ -413,6 +520,9 @@ def make_container_config(
         tty=bool(container.get("tty")),
         mounts=list(volume_mounts),
         linux=api_pb2.LinuxContainerConfig(
-            resources=resources, security_context=make_security_context(pod, container, image_user=image_user)
+            resources=resources,
+            security_context=make_security_context(
+                pod, container, image_user=image_user, seccomp_profile_root=seccomp_profile_root
+            ),
         ),
     )

@@ -29,7 +29,7 @@ from nodeagent.kuberuntime import actions as acts
 from nodeagent.kuberuntime.backoff import Backoff, container_backoff_key
 from nodeagent.kuberuntime.cgroups import kill_cgroup_processes, remove_cgroup_tree
 from nodeagent.kuberuntime.container_config import image_user_of, make_container_config, make_environment
-from nodeagent.kuberuntime.errors import KubeRuntimeError, rpc_error_text
+from nodeagent.kuberuntime.errors import CreatePodSandboxConfigError, KubeRuntimeError, rpc_error_text
 from nodeagent.kuberuntime.etc_hosts import ETC_HOSTS_PATH, ensure_hosts_file, hosts_mount, wants_hosts_mount
 from nodeagent.kuberuntime.hooks import (
     FAILED_POST_START_HOOK,
@@ -47,6 +47,7 @@ from nodeagent.kuberuntime.qos import QOSClass, pod_qos
 from nodeagent.kuberuntime.references import ObjectFetcher, lookups_for, pull_auth
 from nodeagent.kuberuntime.runtime_handlers import DEFAULT_HANDLER, RuntimeHandler, supports_recursive_read_only_mounts
 from nodeagent.kuberuntime.sandbox_config import (
+    DEFAULT_SECCOMP_PROFILE_ROOT,
     DNSSettings,
     make_sandbox_config,
     missing_cluster_dns,
@@ -58,6 +59,7 @@ from nodeagent.kuberuntime.service_env import must_wait_for_services, service_en
 from nodeagent.kuberuntime.termination_message import TerminationMessages, create_message_file, remove_pod_dirs
 from nodeagent.podconfig.storage import pod_ref as _ref
 from nodeagent.podworkers import grace_period
+from nodeagent.runtimeclass import RuntimeClassError, RuntimeHandlerResolver, runtime_class_name
 from nodeagent.staticpods import is_static_pod
 from nodeagent.volume.layout import PodDirs
 from pleg import inspect as pleg_inspect
@@ -216,6 +218,7 @@ class RuntimeManager:
         container_devices: ContainerDevices | None = None,
         services: ServiceLister | None = None,
         runtime_handlers: Callable[[], Sequence[RuntimeHandler]] = tuple,
+        runtime_classes: RuntimeHandlerResolver | None = None,
     ) -> None:
         self._runtime = runtime
         self._images = images
@@ -232,6 +235,8 @@ class RuntimeManager:
         self._container_devices = container_devices
         self._services = services
         self._runtime_handlers = runtime_handlers
+        # The pods' RuntimeClass → runtime handler (nodeagent.runtimeclass); None: every pod gets the default.
+        self._runtime_classes = runtime_classes
         # Containers containerd will not let go of (see _remove_container): never tried again.
         self.unremovable: set[str] = set()
         self._kept_sandboxes: set[str] = set()
@@ -257,11 +262,25 @@ class RuntimeManager:
         once per container, as upstream's convertToKubeContainerStatus would on every read)."""
         return self._termination_messages.apply(status, acts.from_pod_status(status))
 
+    def runtime_handler(self, pod: Mapping[str, Any]) -> str:
+        """The runtime handler of the pod's RuntimeClass (upstream LookupRuntimeHandler); raises
+        CreatePodSandboxConfigError with the lookup's words (a missing RuntimeClass is the API's NotFound)."""
+        if self._runtime_classes is None:
+            return DEFAULT_HANDLER
+        try:
+            return self._runtime_classes.lookup_runtime_handler(runtime_class_name(pod))
+        except RuntimeClassError as exc:
+            raise CreatePodSandboxConfigError(str(exc)) from exc
+
     def supports_recursive_read_only(self, pod: Mapping[str, Any]) -> bool:
         """Upstream runtimeClassSupportsRecursiveReadOnlyMounts: whether the handler the pod runs with makes
-        recursive read-only mounts. Every sandbox runs with the default handler (RuntimeClass is not supported)."""
-        del pod
-        return supports_recursive_read_only_mounts(DEFAULT_HANDLER, self._runtime_handlers())
+        recursive read-only mounts; a RuntimeClass that cannot be looked up makes none (and a log line)."""
+        try:
+            handler = self.runtime_handler(pod)
+        except CreatePodSandboxConfigError as exc:
+            log.error("runtime handler lookup failed pod=%s error=%s", _ref(pod), exc)
+            return False
+        return supports_recursive_read_only_mounts(handler, self._runtime_handlers())
 
     # --- syncing -------------------------------------------------------------------------------------------
 
@@ -328,8 +347,12 @@ class RuntimeManager:
             try:
                 sandbox_id = await self._create_sandbox(pod, attempt)
             except (CRIError, KubeRuntimeError) as exc:
-                message = f"Failed to create pod sandbox: {exc}"
-                self._events(pod, "Warning", "FailedCreatePodSandBox", message, "")
+                # As upstream: "Failed to create pod sandbox: " + the error as Go prints it (a CRI error as
+                # "rpc error: code = ... desc = ...").
+                text = str(exc)
+                if isinstance(exc, CRIError):
+                    text = rpc_error_text(exc.code.name if exc.code is not None else None, exc.message)
+                self._events(pod, "Warning", "FailedCreatePodSandBox", f"Failed to create pod sandbox: {text}", "")
                 log.warning("sandbox create failed pod=%s uid=%s error=%s", _ref(pod), uid, exc)
                 return SyncResult(waiting, (), retry_after, changed)
         if not sandbox_id:
@@ -338,7 +361,15 @@ class RuntimeManager:
         ips = tuple(ip for ip in [sandbox_status.status.network.ip] if ip) + tuple(
             p.ip for p in sandbox_status.status.network.additional_ips
         )
-        sandbox_config = self._sandbox_config(pod, sandbox_status.status.metadata.attempt)
+        try:
+            sandbox_config = self._sandbox_config(pod, sandbox_status.status.metadata.attempt)
+        except KubeRuntimeError as exc:
+            # As upstream's SyncPod, which builds the sandbox config again before starting containers (its
+            # RuntimeClass may be gone by now): nothing is started, the next sync tries again.
+            message = f"Failed to generate sandbox config for pod {_ref(pod)}: {exc}"
+            self._events(pod, "Warning", "FailedCreatePodSandBox", message, "")
+            log.warning("sandbox config failed pod=%s uid=%s error=%s", _ref(pod), uid, exc)
+            return SyncResult(waiting, ips, retry_after, changed)
         started: set[str] = set()
         # As upstream's SyncPod: ephemeral containers first, so that a failing init container does not block them.
         for name in [*plan.ephemeral_containers_to_start, *plan.init_containers_to_start, *plan.containers_to_start]:
@@ -418,6 +449,8 @@ class RuntimeManager:
             cgroup_parent=cgroup_parent,
             dns=self._node.dns,
             pod_log_dir_root=self._node.pod_log_dir_root,
+            runtime_handler=self.runtime_handler(pod),
+            runtime_handlers=self._runtime_handlers(),
         )
 
     async def _create_sandbox(self, pod: Pod, attempt: int) -> str:
@@ -428,8 +461,16 @@ class RuntimeManager:
             self._node_events("Warning", "MissingClusterDNS", node_message)
             self._events(pod, "Warning", "MissingClusterDNS", pod_message, "")
         config = self._sandbox_config(pod, attempt)
-        sandbox_id = await self._runtime.run_pod_sandbox(config)
-        log.info("sandbox created pod=%s uid=%s sandbox=%s attempt=%d", _ref(pod), _uid(pod), sandbox_id[:12], attempt)
+        handler = self.runtime_handler(pod)
+        sandbox_id = await self._runtime.run_pod_sandbox(config, handler)
+        log.info(
+            "sandbox created pod=%s uid=%s sandbox=%s attempt=%d runtime_handler=%s",
+            _ref(pod),
+            _uid(pod),
+            sandbox_id[:12],
+            attempt,
+            handler or "<default>",
+        )
         return sandbox_id
 
     async def _ensure_image(
@@ -564,6 +605,9 @@ class RuntimeManager:
                 get_secret=secrets,
                 image_user=image_user,
                 volume_mounts=volume_mounts,
+                seccomp_profile_root=os.path.join(self._node.root_dir, "seccomp")
+                if self._node.root_dir
+                else DEFAULT_SECCOMP_PROFILE_ROOT,
             )
             if self._container_devices is not None:
                 # As upstream makeBlockVolumes: the container's volumeDevices, its mapped Block volumes.

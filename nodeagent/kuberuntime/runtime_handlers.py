@@ -6,15 +6,16 @@ the node status reports them (`status.runtimeHandlers`, `status.features`), and 
 handler supports recursive read-only mounts. A runtime that lists no handlers (containerd 1.7) supports none of
 these features, as upstream reads it.
 
-The agent runs every sandbox with the default handler (""): RuntimeClass is not supported, so that is the
-handler a pod's mounts are made by.
+A pod's handler is its RuntimeClass's (nodeagent.runtimeclass; "" without one): its mounts ask that handler about
+recursive read-only mounts, and `hostUsers: false` asks it about user namespaces (`user_namespace_error`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from cri.v1 import api_pb2
 
@@ -73,6 +74,41 @@ def supports_recursive_read_only_mounts(handler_name: str, handlers: Sequence[Ru
             return handler.supports_recursive_read_only_mounts
     log.error("unknown runtime handler runtime_handler=%r", handler_name)
     return False
+
+
+def handler_supports_user_namespaces(handler_name: str, handlers: Sequence[RuntimeHandler]) -> tuple[bool, str]:
+    """Upstream Kubelet.HandlerSupportsUserNamespaces: (supported, why not known). No handler list (an old runtime,
+    containerd 1.7) means no support; a handler the runtime does not list is an error."""
+    if not handlers:
+        return False, ""
+    for handler in handlers:
+        if handler.name == handler_name:
+            return handler.supports_user_namespaces, ""
+    return False, f'the handler "{handler_name}" is not known'
+
+
+def user_namespace_error(pod: Mapping[str, Any], handler_name: str, handlers: Sequence[RuntimeHandler]) -> str | None:
+    """Why the pod's sandbox cannot be made, from its `hostUsers`, or None (upstream
+    UsernsManager.GetOrCreateUserNamespaceMappings, UserNamespacesSupport on as in v1.34).
+
+    `hostUsers` unset or true is the node's user namespace (mode NODE, see sandbox_config.namespace_options).
+    `hostUsers: false` on a handler without user-namespace support fails in upstream's words, which the runtime
+    manager reports as FailedCreatePodSandBox. Where the handler does support them, upstream allocates the pod a
+    65536-ID range and sends the mappings; the agent does not allocate them, so it refuses in its own words rather
+    than run the pod in the node's user namespace.
+    """
+    if (pod.get("spec") or {}).get("hostUsers") is not False:
+        return None
+    supported, unknown = handler_supports_user_namespaces(handler_name, handlers)
+    if not supported:
+        message = "can't set `spec.hostUsers: false`, runtime does not support user namespaces"
+        if handler_name:
+            message = (
+                f'can\'t set `spec.hostUsers: false`, RuntimeClass handler "{handler_name}" does not support user '
+                "namespaces"
+            )
+        return f"{message}: {unknown}" if unknown else message
+    return "can't set `spec.hostUsers: false`, nodeagent does not allocate user namespace mappings"
 
 
 class RuntimeState:

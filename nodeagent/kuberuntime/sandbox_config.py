@@ -15,9 +15,16 @@ Choices, each as upstream unless said:
 - Port mappings: every container port, with its hostPort (0 when unset) and hostIP, as upstream; the CNI portmap
   plugin only acts on non-zero host ports.
 - Namespaces: hostNetwork → network NODE; hostPID → pid NODE, shareProcessNamespace → pid POD, else CONTAINER;
-  hostIPC → ipc NODE, else POD.
-- Seccomp: the pod's seccompProfile, else Unconfined (the kubelet's SeccompDefault is off by default).
-- Supplemental groups: fsGroup first, then supplementalGroups.
+  hostIPC → ipc NODE, else POD; the user namespace is the node's (mode NODE, UserNamespacesSupport being on in
+  v1.34). `hostUsers: false` is refused unless the pod's handler supports user namespaces
+  (runtime_handlers.user_namespace_error), before anything is sent.
+- Seccomp: the sandbox (pause) always gets RuntimeDefault, as upstream's generatePodSandboxLinuxConfig; the pod's
+  seccompProfile is the containers' (container_config, `seccomp_profile`: a Localhost profile is a file under
+  `<root-dir>/seccomp`; no profile is Unconfined, the kubelet's SeccompDefault being off by default).
+- Supplemental groups: fsGroup first, then supplementalGroups; supplementalGroupsPolicy as its CRI enum value.
+- seLinuxOptions are passed as they are: on a host without SELinux the runtime ignores them, as it does for upstream.
+- Overhead (`spec.overhead`, set by the RuntimeClass admission plugin) as CRI resources, as upstream's
+  convertOverheadToLinuxResources.
 
 `pod_cgroup_parent` spells the cgroupfs driver's pod cgroup; the systemd driver's slice names are not covered.
 """
@@ -34,6 +41,7 @@ from nodeagent.config.quantity import INT64_MAX, ceil_int64, parse_quantity
 from nodeagent.kuberuntime import labels as kubelabels
 from nodeagent.kuberuntime.errors import CreatePodSandboxConfigError
 from nodeagent.kuberuntime.qos import QOSClass
+from nodeagent.kuberuntime.runtime_handlers import DEFAULT_HANDLER, RuntimeHandler, user_namespace_error
 
 DEFAULT_POD_LOG_DIR_ROOT = "/var/log/pods"
 DEFAULT_SECCOMP_PROFILE_ROOT = "/var/lib/kubelet/seccomp"
@@ -239,6 +247,9 @@ def namespace_options(pod: Mapping[str, Any]) -> api_pb2.NamespaceOption:
         network=api_pb2.NODE if spec.get("hostNetwork") else api_pb2.POD,
         pid=pid,
         ipc=api_pb2.NODE if spec.get("hostIPC") else api_pb2.POD,
+        # As upstream with UserNamespacesSupport on: the node's user namespace, said explicitly. A pod with
+        # hostUsers false never gets this far (user_namespace_error).
+        userns_options=api_pb2.UserNamespace(mode=api_pb2.NODE),
     )
 
 
@@ -251,13 +262,12 @@ def seccomp_profile(
     if kind == "Localhost":
         ref = (profile or {}).get("localhostProfile")
         if not ref:
-            raise CreatePodSandboxConfigError("localhostProfile must be set if seccomp profile type is Localhost")
+            raise CreatePodSandboxConfigError("localhostProfile must be set if seccompProfile type is Localhost.")
         return api_pb2.SecurityProfile(
             profile_type=api_pb2.SecurityProfile.Localhost, localhost_ref=posixpath.join(profile_root, str(ref))
         )
-    if kind == "Unconfined":
-        return api_pb2.SecurityProfile(profile_type=api_pb2.SecurityProfile.Unconfined)
-    raise CreatePodSandboxConfigError(f"unknown seccomp profile type {kind!r}")
+    # Unconfined, and (as upstream's fieldSeccompProfile) any other type the apiserver would not have let through.
+    return api_pb2.SecurityProfile(profile_type=api_pb2.SecurityProfile.Unconfined)
 
 
 def supplemental_groups(pod: Mapping[str, Any]) -> list[int]:
@@ -266,23 +276,59 @@ def supplemental_groups(pod: Mapping[str, Any]) -> list[int]:
     return groups + [int(g) for g in sc.get("supplementalGroups") or []]
 
 
+_SUPPLEMENTAL_GROUPS_POLICIES = {"Merge": api_pb2.Merge, "Strict": api_pb2.Strict}
+
+
+def supplemental_groups_policy(
+    pod: Mapping[str, Any], error: type[Exception]
+) -> api_pb2.SupplementalGroupsPolicy.ValueType:
+    """The pod's supplementalGroupsPolicy as the CRI enum (unset is Merge, the enum's zero); an unknown value raises
+    `error` in upstream's words. Strict on a node whose runtime cannot do it is refused at admission
+    (SupplementalGroupsPolicyNotSupported), not here."""
+    sc: Mapping[str, Any] = _spec(pod).get("securityContext") or {}
+    policy = sc.get("supplementalGroupsPolicy")
+    if policy is None:
+        return api_pb2.Merge
+    if policy not in _SUPPLEMENTAL_GROUPS_POLICIES:
+        raise error(f"unsupported supplementalGroupsPolicy: {policy}")
+    return _SUPPLEMENTAL_GROUPS_POLICIES[policy]
+
+
+def selinux_option(options: Mapping[str, Any] | None) -> api_pb2.SELinuxOption | None:
+    """seLinuxOptions as CRI has them (upstream convertToRuntimeSELinuxOption); None when unset."""
+    if options is None:
+        return None
+    return api_pb2.SELinuxOption(
+        user=str(options.get("user") or ""),
+        role=str(options.get("role") or ""),
+        type=str(options.get("type") or ""),
+        level=str(options.get("level") or ""),
+    )
+
+
 def _has_privileged_container(pod: Mapping[str, Any]) -> bool:
+    # Upstream HasPrivilegedContainer visits every container, ephemeral ones included.
     spec = _spec(pod)
     return any(
         (c.get("securityContext") or {}).get("privileged")
-        for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+        for c in [
+            *(spec.get("initContainers") or []),
+            *(spec.get("containers") or []),
+            *(spec.get("ephemeralContainers") or []),
+        ]
     )
 
 
 def resources_from_quantities(cpu: str | None, memory: str | None) -> api_pb2.LinuxContainerResources:
-    """Overhead as CRI resources: shares and quota from the cpu, a limit from the memory."""
-    out = api_pb2.LinuxContainerResources()
-    # Saturated at int64 (the CRI's fields): the apiserver stores quantities as large as 1e999999.
-    if cpu is not None:
-        milli = ceil_int64(parse_quantity(cpu), milli=True)
-        out.cpu_shares = min(INT64_MAX, max(2, milli * 1024 // 1000))
-        out.cpu_period = 100000
-        out.cpu_quota = min(INT64_MAX, max(1000, milli * 100000 // 1000)) if milli else 0
+    """Overhead as CRI resources, as upstream's convertOverheadToLinuxResources (calculateLinuxResources with the
+    overhead's cpu as request and limit): shares (at least 2) and quota (at least 1000, 0 for no cpu) from the cpu,
+    period 100000, a memory limit when there is one. An unset cpu counts as zero, as Overhead.Cpu() reads it."""
+    milli = ceil_int64(parse_quantity(cpu), milli=True) if cpu is not None else 0
+    out = api_pb2.LinuxContainerResources(
+        cpu_shares=min(262144, max(2, milli * 1024 // 1000)),
+        cpu_period=100000,
+        cpu_quota=min(INT64_MAX, max(1000, milli * 100000 // 1000)) if milli else 0,
+    )
     if memory is not None:
         out.memory_limit_in_bytes = ceil_int64(parse_quantity(memory))
     return out
@@ -295,19 +341,32 @@ def make_sandbox_config(
     cgroup_parent: str,
     dns: DNSSettings,
     pod_log_dir_root: str = DEFAULT_POD_LOG_DIR_ROOT,
-    seccomp_profile_root: str = DEFAULT_SECCOMP_PROFILE_ROOT,
+    runtime_handler: str = DEFAULT_HANDLER,
+    runtime_handlers: Sequence[RuntimeHandler] = (),
 ) -> api_pb2.PodSandboxConfig:
+    """The sandbox's config; raises CreatePodSandboxConfigError as upstream's generatePodSandboxConfig fails.
+
+    `runtime_handler` is the pod's (its RuntimeClass's), `runtime_handlers` what the runtime's Status lists: together
+    they decide whether `hostUsers: false` can be honoured.
+    """
     meta, spec = _meta(pod), _spec(pod)
     name, namespace, uid = str(meta.get("name", "")), str(meta.get("namespace", "")), str(meta.get("uid", ""))
     if not (name and namespace and uid):
         raise CreatePodSandboxConfigError("pod needs metadata.name, metadata.namespace and metadata.uid")
+    refused = user_namespace_error(pod, runtime_handler, runtime_handlers)
+    if refused is not None:
+        raise CreatePodSandboxConfigError(refused)
     pod_sc: Mapping[str, Any] = spec.get("securityContext") or {}
     security = api_pb2.LinuxSandboxSecurityContext(
         namespace_options=namespace_options(pod),
         supplemental_groups=supplemental_groups(pod),
+        supplemental_groups_policy=supplemental_groups_policy(pod, CreatePodSandboxConfigError),
         privileged=_has_privileged_container(pod),
-        seccomp=seccomp_profile(pod_sc.get("seccompProfile"), profile_root=seccomp_profile_root),
+        seccomp=api_pb2.SecurityProfile(profile_type=api_pb2.SecurityProfile.RuntimeDefault),
     )
+    selinux = selinux_option(pod_sc.get("seLinuxOptions"))
+    if selinux is not None:
+        security.selinux_options.CopyFrom(selinux)
     if pod_sc.get("runAsUser") is not None:
         security.run_as_user.value = int(pod_sc["runAsUser"])
     if pod_sc.get("runAsGroup") is not None:
@@ -317,8 +376,10 @@ def make_sandbox_config(
         security_context=security,
         sysctls={str(s["name"]): str(s["value"]) for s in pod_sc.get("sysctls") or []},
     )
-    overhead: Mapping[str, Any] = spec.get("overhead") or {}
-    if overhead:
+    overhead: Mapping[str, Any] | None = spec.get("overhead")
+    # As upstream, the overhead is always sent: empty without one.
+    linux.overhead.SetInParent()
+    if overhead is not None:
         linux.overhead.CopyFrom(resources_from_quantities(overhead.get("cpu"), overhead.get("memory")))
     return api_pb2.PodSandboxConfig(
         metadata=api_pb2.PodSandboxMetadata(name=name, uid=uid, namespace=namespace, attempt=attempt),

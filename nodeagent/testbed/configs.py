@@ -41,6 +41,10 @@ NGINX_IMAGE_TAG, NGINX_NEW_IMAGE_TAG = NGINX_IMAGE_TAGS
 REFERENCE_CNI_DIR = "/usr/lib/cni"
 # The bridge's MTU, in the conflist and where `up` creates the bridge: the plugin's ADD must find it as it makes it.
 BRIDGE_MTU = 1500
+# A second, real runtime handler: runc again, under upstream's e2e name for a preconfigured handler
+# (e2eruntimeclass.PreconfiguredRuntimeClassHandler), so a RuntimeClass naming it runs pods and a sandbox's
+# PodSandboxStatus.runtime_handler shows which handler made it.
+ALT_RUNTIME_HANDLER = "test-handler"
 
 
 def pause_image(settings: Settings) -> str:
@@ -78,6 +82,7 @@ def agent_cgroup_root(settings: Settings) -> str:
 
 def containerd_config(layout: Layout, settings: Settings) -> str:
     """containerd 1.7 (config version 2): own root, state and sockets, cgroupfs, CNI and registry from the testbed.
+    Two runtime handlers, both runc: `runc` (the default) and `ALT_RUNTIME_HANDLER` for RuntimeClass.
 
     `restrict_oom_score_adj` is required on these machines: lowering oom_score_adj is refused even for root, and
     without it every sandbox fails.
@@ -122,6 +127,12 @@ disabled_plugins = [
   runtime_type = "io.containerd.runc.v2"
 
 [{cri}.containerd.runtimes.runc.options]
+  SystemdCgroup = false
+
+[{cri}.containerd.runtimes.{ALT_RUNTIME_HANDLER}]
+  runtime_type = "io.containerd.runc.v2"
+
+[{cri}.containerd.runtimes.{ALT_RUNTIME_HANDLER}.options]
   SystemdCgroup = false
 
 [{cri}.cni]

@@ -9,6 +9,10 @@ import pytest
 from cri.v1 import api_pb2
 from nodeagent.kuberuntime import labels as kl
 from nodeagent.kuberuntime.container_config import (
+    DEFAULT_MASKED_PATHS,
+    DEFAULT_READONLY_PATHS,
+    apparmor_profile,
+    default_masked_paths,
     image_user_of,
     make_container_config,
     make_environment,
@@ -378,3 +382,141 @@ def test_image_user_of_the_cri_image_status(image: api_pb2.Image | None, user: s
 )
 def test_parse_image_user(user: str, parsed: tuple[int | None, str]) -> None:
     assert parse_image_user(user) == parsed
+
+
+# --- the securityContext fields beyond users and capabilities (issue 29) ---------------------------------------------
+
+
+def test_seccomp_container_over_pod_and_localhost_under_the_root_dir() -> None:
+    container = {
+        "name": "c",
+        "securityContext": {"seccompProfile": {"type": "Localhost", "localhostProfile": "a.json"}},
+    }
+    pod = make_pod(container, securityContext={"seccompProfile": {"type": "RuntimeDefault"}})
+    sc = make_security_context(pod, container, seccomp_profile_root="/var/lib/agent/seccomp")
+    assert sc.seccomp == api_pb2.SecurityProfile(
+        profile_type=api_pb2.SecurityProfile.Localhost, localhost_ref="/var/lib/agent/seccomp/a.json"
+    )
+    # The pod's profile when the container has none; Unconfined when neither has (SeccompDefault off).
+    other = {"name": "d"}
+    assert make_security_context(pod, other).seccomp.profile_type == api_pb2.SecurityProfile.RuntimeDefault
+    assert make_security_context(make_pod(other), other).seccomp.profile_type == api_pb2.SecurityProfile.Unconfined
+    bad = {"name": "e", "securityContext": {"seccompProfile": {"type": "Localhost"}}}
+    with pytest.raises(CreateContainerConfigError, match="localhostProfile must be set"):
+        make_security_context(make_pod(bad), bad)
+
+
+def test_selinux_options_container_over_pod() -> None:
+    pod_level = {"user": "system_u", "role": "system_r", "type": "pod_t", "level": "s0:c1"}
+    container = {"name": "c", "securityContext": {"seLinuxOptions": {"type": "ctr_t", "level": "s0:c2"}}}
+    pod = make_pod(container, securityContext={"seLinuxOptions": pod_level})
+    # As upstream DetermineEffectiveSecurityContext: the container's options replace the pod's whole.
+    assert make_security_context(pod, container).selinux_options == api_pb2.SELinuxOption(type="ctr_t", level="s0:c2")
+    other = {"name": "d"}
+    assert make_security_context(pod, other).selinux_options == api_pb2.SELinuxOption(**pod_level)
+    assert not make_security_context(make_pod(other), other).HasField("selinux_options")
+
+
+def test_proc_mount_default_masks_and_unmasked_does_not() -> None:
+    default = {"name": "c"}
+    sc = make_security_context(make_pod(default), default)
+    assert list(sc.masked_paths) == list(default_masked_paths())
+    assert list(sc.masked_paths[: len(DEFAULT_MASKED_PATHS)]) == list(DEFAULT_MASKED_PATHS)
+    assert all(p.endswith("/thermal_throttle") for p in sc.masked_paths[len(DEFAULT_MASKED_PATHS) :])
+    assert list(sc.readonly_paths) == list(DEFAULT_READONLY_PATHS)
+    unmasked = {"name": "c", "securityContext": {"procMount": "Unmasked"}}
+    sc = make_security_context(make_pod(unmasked, hostUsers=False), unmasked)
+    assert list(sc.masked_paths) == [] and list(sc.readonly_paths) == []
+
+
+def test_supplemental_groups_policy() -> None:
+    container = {"name": "c"}
+    assert make_security_context(make_pod(container), container).supplemental_groups_policy == api_pb2.Merge
+    strict = make_pod(container, securityContext={"supplementalGroupsPolicy": "Strict"})
+    assert make_security_context(strict, container).supplemental_groups_policy == api_pb2.Strict
+    bad = make_pod(container, securityContext={"supplementalGroupsPolicy": "Loose"})
+    with pytest.raises(CreateContainerConfigError, match="unsupported supplementalGroupsPolicy: Loose"):
+        make_security_context(bad, container)
+
+
+def test_user_namespace_is_the_nodes() -> None:
+    container = {"name": "c"}
+    sc = make_security_context(make_pod(container), container)
+    assert sc.namespace_options.userns_options == api_pb2.UserNamespace(mode=api_pb2.NODE)
+
+
+ANNOTATION = "container.apparmor.security.beta.kubernetes.io/"
+RUNTIME_DEFAULT = api_pb2.SecurityProfile(profile_type=api_pb2.SecurityProfile.RuntimeDefault)
+UNCONFINED = api_pb2.SecurityProfile(profile_type=api_pb2.SecurityProfile.Unconfined)
+
+
+@pytest.mark.parametrize(
+    ("container_sc", "pod_sc", "annotations", "profile", "deprecated"),
+    [
+        ({}, {}, {}, None, ""),
+        ({}, {"appArmorProfile": {"type": "RuntimeDefault"}}, {}, RUNTIME_DEFAULT, "runtime/default"),
+        (
+            {"appArmorProfile": {"type": "Unconfined"}},
+            {"appArmorProfile": {"type": "RuntimeDefault"}},
+            {},
+            UNCONFINED,
+            "unconfined",
+        ),
+        (
+            {"appArmorProfile": {"type": "Localhost", "localhostProfile": "k8s-deny-write"}},
+            {},
+            {},
+            api_pb2.SecurityProfile(profile_type=api_pb2.SecurityProfile.Localhost, localhost_ref="k8s-deny-write"),
+            "localhost/k8s-deny-write",
+        ),
+        # The deprecated annotation comes between the container's field and the pod's.
+        (
+            {},
+            {"appArmorProfile": {"type": "Unconfined"}},
+            {ANNOTATION + "c": "runtime/default"},
+            RUNTIME_DEFAULT,
+            "runtime/default",
+        ),
+        (
+            {},
+            {},
+            {ANNOTATION + "c": "localhost/p1"},
+            api_pb2.SecurityProfile(profile_type=api_pb2.SecurityProfile.Localhost, localhost_ref="p1"),
+            "localhost/p1",
+        ),
+        (
+            {"appArmorProfile": {"type": "Unconfined"}},
+            {},
+            {ANNOTATION + "c": "runtime/default"},
+            UNCONFINED,
+            "unconfined",
+        ),
+        # Another container's annotation, or a value the kubelet does not know, is not this container's profile.
+        ({}, {}, {ANNOTATION + "other": "runtime/default"}, None, ""),
+        ({}, {}, {ANNOTATION + "c": "bogus"}, None, ""),
+    ],
+)
+def test_apparmor_profile_reaches_cri_as_upstream(
+    container_sc: dict[str, Any],
+    pod_sc: dict[str, Any],
+    annotations: dict[str, str],
+    profile: api_pb2.SecurityProfile | None,
+    deprecated: str,
+) -> None:
+    """The path taken on a host with AppArmor (this one has none: such pods are refused at admission)."""
+    container = {"name": "c", "securityContext": container_sc}
+    pod = make_pod(container, securityContext=pod_sc)
+    pod["metadata"]["annotations"].update(annotations)
+    assert apparmor_profile(pod, container) == (profile, deprecated)
+    sc = make_security_context(pod, container)
+    assert sc.apparmor_profile == deprecated
+    if profile is None:
+        assert not sc.HasField("apparmor")
+    else:
+        assert sc.apparmor == profile
+
+
+def test_apparmor_localhost_without_a_name_fails_the_container() -> None:
+    container = {"name": "c", "securityContext": {"appArmorProfile": {"type": "Localhost"}}}
+    with pytest.raises(CreateContainerConfigError, match="missing localhost apparmor profile name"):
+        make_security_context(make_pod(container), container)

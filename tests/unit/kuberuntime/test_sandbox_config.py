@@ -9,6 +9,7 @@ from cri.v1 import api_pb2
 from nodeagent.kuberuntime import labels as kl
 from nodeagent.kuberuntime.errors import CreatePodSandboxConfigError
 from nodeagent.kuberuntime.qos import QOSClass
+from nodeagent.kuberuntime.runtime_handlers import RuntimeHandler
 from nodeagent.kuberuntime.sandbox_config import (
     DNSSettings,
     ResolvConf,
@@ -20,6 +21,7 @@ from nodeagent.kuberuntime.sandbox_config import (
     sandbox_hostname,
 )
 
+NODE_USERNS = api_pb2.UserNamespace(mode=api_pb2.NODE)
 HOST = ResolvConf(nameservers=("192.168.1.1",), searches=("corp.example",), options=("edns0",))
 DNS = DNSSettings(cluster_dns=("10.96.0.10",), cluster_domain="cluster.local", host=HOST)
 
@@ -131,11 +133,19 @@ def test_make_sandbox_config_defaults() -> None:
     assert dict(config.labels) == kl.sandbox_labels(pod())
     assert config.linux.cgroup_parent == "/kubepods/besteffort/podu-1"
     sc = config.linux.security_context
-    assert sc.namespace_options == api_pb2.NamespaceOption(network=api_pb2.POD, pid=api_pb2.CONTAINER, ipc=api_pb2.POD)
-    assert sc.seccomp.profile_type == api_pb2.SecurityProfile.Unconfined
+    assert sc.namespace_options == api_pb2.NamespaceOption(
+        network=api_pb2.POD, pid=api_pb2.CONTAINER, ipc=api_pb2.POD, userns_options=NODE_USERNS
+    )
+    # As upstream: the sandbox's own seccomp is always RuntimeDefault (the pod's profile is its containers').
+    assert sc.HasField("seccomp")
+    assert sc.seccomp.profile_type == api_pb2.SecurityProfile.RuntimeDefault
     assert not sc.HasField("run_as_user")
+    assert not sc.HasField("selinux_options")
+    assert sc.supplemental_groups_policy == api_pb2.Merge
     assert not sc.privileged
-    assert not config.linux.HasField("overhead")
+    # As upstream's convertOverheadToLinuxResources: sent, empty, without an overhead.
+    assert config.linux.HasField("overhead")
+    assert config.linux.overhead == api_pb2.LinuxContainerResources()
     assert list(config.port_mappings) == []
 
 
@@ -151,6 +161,8 @@ def test_make_sandbox_config_full() -> None:
             "supplementalGroups": [4000, 5000],
             "sysctls": [{"name": "net.core.somaxconn", "value": "1024"}],
             "seccompProfile": {"type": "Localhost", "localhostProfile": "p.json"},
+            "supplementalGroupsPolicy": "Strict",
+            "seLinuxOptions": {"user": "u", "role": "r", "type": "t", "level": "s0:c1,c2"},
         },
         "overhead": {"cpu": "250m", "memory": "120Mi"},
         "containers": [
@@ -170,13 +182,15 @@ def test_make_sandbox_config_full() -> None:
     assert config.hostname == ""
     assert config.log_directory == "/logs/ns1_web_u-1"
     sc = config.linux.security_context
-    assert sc.namespace_options == api_pb2.NamespaceOption(network=api_pb2.NODE, pid=api_pb2.NODE, ipc=api_pb2.NODE)
+    assert sc.namespace_options == api_pb2.NamespaceOption(
+        network=api_pb2.NODE, pid=api_pb2.NODE, ipc=api_pb2.NODE, userns_options=NODE_USERNS
+    )
     assert (sc.run_as_user.value, sc.run_as_group.value) == (1000, 2000)
     assert list(sc.supplemental_groups) == [3000, 4000, 5000]
+    assert sc.supplemental_groups_policy == api_pb2.Strict
+    assert sc.selinux_options == api_pb2.SELinuxOption(user="u", role="r", type="t", level="s0:c1,c2")
     assert sc.privileged
-    assert sc.seccomp == api_pb2.SecurityProfile(
-        profile_type=api_pb2.SecurityProfile.Localhost, localhost_ref="/var/lib/kubelet/seccomp/p.json"
-    )
+    assert sc.seccomp == api_pb2.SecurityProfile(profile_type=api_pb2.SecurityProfile.RuntimeDefault)
     assert dict(config.linux.sysctls) == {"net.core.somaxconn": "1024"}
     assert list(config.port_mappings) == [
         api_pb2.PortMapping(protocol=api_pb2.TCP, container_port=80, host_port=8080),
@@ -199,7 +213,7 @@ def test_share_process_namespace() -> None:
         (lambda p: p["metadata"].pop("uid"), "metadata.uid"),
         (lambda p: p["spec"].update(dnsPolicy="Bogus"), "dnsPolicy"),
         (lambda p: p["spec"]["containers"][0].update(ports=[{"containerPort": 1, "protocol": "ICMP"}]), "protocol"),
-        (lambda p: p["spec"].update(securityContext={"seccompProfile": {"type": "Localhost"}}), "localhostProfile"),
+        (lambda p: p["spec"].update(securityContext={"supplementalGroupsPolicy": "Loose"}), "supplementalGroupsPolicy"),
     ],
 )
 def test_sandbox_config_errors(mutate: Any, match: str) -> None:
@@ -233,3 +247,75 @@ def test_missing_cluster_dns_messages_are_upstreams() -> None:
         'Falling back to "Default" policy.'
     )
     assert for_pod == f'pod: "p_ns(u-1)". {node}'
+
+
+def test_privileged_ephemeral_container_makes_the_sandbox_privileged() -> None:
+    # Upstream's HasPrivilegedContainer visits ephemeral containers too.
+    spec = {"ephemeralContainers": [{"name": "debug", "securityContext": {"privileged": True}}]}
+    config = make_sandbox_config(pod(**spec), attempt=0, cgroup_parent="/x", dns=DNS)
+    assert config.linux.security_context.privileged
+
+
+@pytest.mark.parametrize(
+    ("overhead", "expected"),
+    [
+        # As upstream's calculateLinuxResources(cpu, cpu, memory): an unset cpu is zero (the minimum shares, no
+        # quota), the period is always set.
+        (
+            {"memory": "64Mi"},
+            api_pb2.LinuxContainerResources(cpu_shares=2, cpu_period=100000, memory_limit_in_bytes=64 << 20),
+        ),
+        ({"cpu": "10m"}, api_pb2.LinuxContainerResources(cpu_shares=10, cpu_period=100000, cpu_quota=1000)),
+        ({}, api_pb2.LinuxContainerResources(cpu_shares=2, cpu_period=100000)),
+    ],
+)
+def test_overhead_as_runtime_resources(overhead: dict[str, str], expected: api_pb2.LinuxContainerResources) -> None:
+    config = make_sandbox_config(pod(overhead=overhead), attempt=0, cgroup_parent="/x", dns=DNS)
+    assert config.linux.overhead == expected
+
+
+HANDLERS_WITHOUT_USERNS = (RuntimeHandler(name=""), RuntimeHandler(name="test-handler"))
+
+
+@pytest.mark.parametrize(
+    ("handler", "handlers", "message"),
+    [
+        # containerd 1.7 lists no handlers at all: upstream reads that as no support.
+        ("", (), "can't set `spec.hostUsers: false`, runtime does not support user namespaces"),
+        (
+            "test-handler",
+            HANDLERS_WITHOUT_USERNS,
+            'can\'t set `spec.hostUsers: false`, RuntimeClass handler "test-handler" does not support user namespaces',
+        ),
+        (
+            "nosuch",
+            HANDLERS_WITHOUT_USERNS,
+            'can\'t set `spec.hostUsers: false`, RuntimeClass handler "nosuch" does not support user namespaces: '
+            'the handler "nosuch" is not known',
+        ),
+        # A handler that supports them: upstream would map a 65536-ID range; nodeagent does not, and says so.
+        (
+            "",
+            (RuntimeHandler(name="", supports_user_namespaces=True),),
+            "can't set `spec.hostUsers: false`, nodeagent does not allocate user namespace mappings",
+        ),
+    ],
+)
+def test_host_users_false_is_refused(handler: str, handlers: tuple[RuntimeHandler, ...], message: str) -> None:
+    with pytest.raises(CreatePodSandboxConfigError) as caught:
+        make_sandbox_config(
+            pod(hostUsers=False),
+            attempt=0,
+            cgroup_parent="/x",
+            dns=DNS,
+            runtime_handler=handler,
+            runtime_handlers=handlers,
+        )
+    assert str(caught.value) == message
+
+
+@pytest.mark.parametrize("host_users", [None, True])
+def test_host_users_unset_or_true_is_the_nodes_user_namespace(host_users: bool | None) -> None:
+    spec = {} if host_users is None else {"hostUsers": host_users}
+    config = make_sandbox_config(pod(**spec), attempt=0, cgroup_parent="/x", dns=DNS)
+    assert config.linux.security_context.namespace_options.userns_options == NODE_USERNS
