@@ -24,7 +24,9 @@ Choices, each as upstream unless said:
 - Supplemental groups: fsGroup first, then supplementalGroups; supplementalGroupsPolicy as its CRI enum value.
 - seLinuxOptions are passed as they are: on a host without SELinux the runtime ignores them, as it does for upstream.
 - Overhead (`spec.overhead`, set by the RuntimeClass admission plugin) as CRI resources, as upstream's
-  convertOverheadToLinuxResources.
+  convertOverheadToLinuxResources; `resources` the containers' requests and limits summed as the scheduler sums them
+  (overhead excluded), as upstream's calculateSandboxResources (containerd turns them into the pause container's
+  io.kubernetes.cri.sandbox-* annotations). Pod-level `spec.resources` are not summed here.
 
 `pod_cgroup_parent` spells the cgroupfs driver's pod cgroup; the systemd driver's slice names are not covered.
 """
@@ -34,9 +36,11 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 from cri.v1 import api_pb2
+from nodeagent.admission.resources import pod_requests
 from nodeagent.config.quantity import INT64_MAX, ceil_int64, parse_quantity
 from nodeagent.kuberuntime import labels as kubelabels
 from nodeagent.kuberuntime.errors import CreatePodSandboxConfigError
@@ -319,19 +323,68 @@ def _has_privileged_container(pod: Mapping[str, Any]) -> bool:
     )
 
 
+def _linux_resources(
+    cpu_request: Decimal | None, cpu_limit: Decimal, memory_limit: Decimal
+) -> api_pb2.LinuxContainerResources:
+    """Upstream calculateLinuxResources (cpuCFSQuota on, the default): shares from the cpu request, or from the limit
+    when there is no request; quota from the limit (0 for none), period 100000; the memory limit when not zero.
+    Saturated at int64, the CRI's fields."""
+    limit_milli = ceil_int64(cpu_limit, milli=True)
+    shares_milli = limit_milli if cpu_request is None else ceil_int64(cpu_request, milli=True)
+    return api_pb2.LinuxContainerResources(
+        cpu_shares=min(262144, max(2, shares_milli * 1024 // 1000)),
+        cpu_period=100000,
+        cpu_quota=min(INT64_MAX, max(1000, limit_milli * 100000 // 1000)) if limit_milli else 0,
+        memory_limit_in_bytes=ceil_int64(memory_limit),
+    )
+
+
+def _limits(container: Mapping[str, Any]) -> dict[str, Decimal]:
+    raw = (container.get("resources") or {}).get("limits") or {}
+    return {str(name): parse_quantity(str(value)) for name, value in raw.items()}
+
+
+def pod_limits(pod: Mapping[str, Any]) -> dict[str, Decimal]:
+    """The pod's limits without overhead, as upstream's AggregateContainerLimits: app containers and sidecars add up,
+    other init containers count by their peak (each with the sidecars started before it)."""
+    spec = _spec(pod)
+    total: dict[str, Decimal] = {}
+    for container in spec.get("containers") or ():
+        for name, value in _limits(container).items():
+            total[name] = total.get(name, Decimal(0)) + value
+    sidecars: dict[str, Decimal] = {}
+    init_peak: dict[str, Decimal] = {}
+    for container in spec.get("initContainers") or ():
+        own = _limits(container)
+        if container.get("restartPolicy") == "Always":
+            for name, value in own.items():
+                total[name] = total.get(name, Decimal(0)) + value
+                sidecars[name] = sidecars.get(name, Decimal(0)) + value
+            step = dict(sidecars)
+        else:
+            step = dict(own)
+            for name, value in sidecars.items():
+                step[name] = step.get(name, Decimal(0)) + value
+        for name, value in step.items():
+            init_peak[name] = max(init_peak.get(name, Decimal(0)), value)
+    for name, value in init_peak.items():
+        total[name] = max(total.get(name, Decimal(0)), value)
+    return total
+
+
+def sandbox_resources(pod: Mapping[str, Any]) -> api_pb2.LinuxContainerResources:
+    """Upstream calculateSandboxResources: the pod's requests and limits, overhead excluded, as CRI resources."""
+    requests = pod_requests({**pod, "spec": {**_spec(pod), "overhead": None}})
+    limits = pod_limits(pod)
+    return _linux_resources(requests.get("cpu"), limits.get("cpu", Decimal(0)), limits.get("memory", Decimal(0)))
+
+
 def resources_from_quantities(cpu: str | None, memory: str | None) -> api_pb2.LinuxContainerResources:
     """Overhead as CRI resources, as upstream's convertOverheadToLinuxResources (calculateLinuxResources with the
     overhead's cpu as request and limit): shares (at least 2) and quota (at least 1000, 0 for no cpu) from the cpu,
     period 100000, a memory limit when there is one. An unset cpu counts as zero, as Overhead.Cpu() reads it."""
-    milli = ceil_int64(parse_quantity(cpu), milli=True) if cpu is not None else 0
-    out = api_pb2.LinuxContainerResources(
-        cpu_shares=min(262144, max(2, milli * 1024 // 1000)),
-        cpu_period=100000,
-        cpu_quota=min(INT64_MAX, max(1000, milli * 100000 // 1000)) if milli else 0,
-    )
-    if memory is not None:
-        out.memory_limit_in_bytes = ceil_int64(parse_quantity(memory))
-    return out
+    amount = parse_quantity(cpu) if cpu is not None else Decimal(0)
+    return _linux_resources(amount, amount, parse_quantity(memory) if memory is not None else Decimal(0))
 
 
 def make_sandbox_config(
@@ -377,6 +430,7 @@ def make_sandbox_config(
         sysctls={str(s["name"]): str(s["value"]) for s in pod_sc.get("sysctls") or []},
     )
     overhead: Mapping[str, Any] | None = spec.get("overhead")
+    linux.resources.CopyFrom(sandbox_resources(pod))
     # As upstream, the overhead is always sent: empty without one.
     linux.overhead.SetInParent()
     if overhead is not None:

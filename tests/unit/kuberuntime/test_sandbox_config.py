@@ -319,3 +319,55 @@ def test_host_users_unset_or_true_is_the_nodes_user_namespace(host_users: bool |
     spec = {} if host_users is None else {"hostUsers": host_users}
     config = make_sandbox_config(pod(**spec), attempt=0, cgroup_parent="/x", dns=DNS)
     assert config.linux.security_context.namespace_options.userns_options == NODE_USERNS
+
+
+def _resources(requests: dict[str, str] | None = None, limits: dict[str, str] | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if requests:
+        out["requests"] = requests
+    if limits:
+        out["limits"] = limits
+    return out
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        # No requests or limits: the minimum shares, no quota (upstream sends these too; containerd makes the pause
+        # container's io.kubernetes.cri.sandbox-* annotations of them).
+        ({}, api_pb2.LinuxContainerResources(cpu_shares=2, cpu_period=100000)),
+        (
+            {
+                "containers": [
+                    {"name": "a", "resources": _resources({"cpu": "100m"}, {"cpu": "200m", "memory": "64Mi"})},
+                    {"name": "b", "resources": _resources({"cpu": "150m"}, {"cpu": "300m", "memory": "64Mi"})},
+                ],
+                "overhead": {"cpu": "1", "memory": "1Gi"},  # excluded, as upstream's ExcludeOverhead
+            },
+            api_pb2.LinuxContainerResources(
+                cpu_shares=256, cpu_period=100000, cpu_quota=50000, memory_limit_in_bytes=128 << 20
+            ),
+        ),
+        # Limits only: the shares follow the limit (a cpu request is absent).
+        (
+            {"containers": [{"name": "a", "resources": _resources(limits={"cpu": "500m"})}]},
+            api_pb2.LinuxContainerResources(cpu_shares=512, cpu_period=100000, cpu_quota=50000),
+        ),
+        # An init container bigger than the app containers sets the peak; a sidecar adds to everything after it.
+        (
+            {
+                "initContainers": [
+                    {"name": "s", "restartPolicy": "Always", "resources": _resources({"cpu": "100m"}, {"cpu": "100m"})},
+                    {"name": "i", "resources": _resources({"cpu": "1"}, {"cpu": "1"})},
+                ],
+                "containers": [{"name": "a", "resources": _resources({"cpu": "200m"}, {"cpu": "200m"})}],
+            },
+            api_pb2.LinuxContainerResources(cpu_shares=1126, cpu_period=100000, cpu_quota=110000),
+        ),
+    ],
+)
+def test_sandbox_resources_are_the_pods_requests_and_limits(
+    spec: dict[str, Any], expected: api_pb2.LinuxContainerResources
+) -> None:
+    config = make_sandbox_config(pod(**spec), attempt=0, cgroup_parent="/x", dns=DNS)
+    assert config.linux.resources == expected
