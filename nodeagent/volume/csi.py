@@ -61,7 +61,7 @@ from nodeagent.volume.csiutil import CSIVolume, DriverInfo, SecretRef, log_prefi
 from nodeagent.volume.errors import SetUpError, TearDownError
 from nodeagent.volume.fsutil import remove_all_one_filesystem
 from nodeagent.volume.mounter import Mounter, mount_at
-from nodeagent.volume.ownership import pod_fs_group, set_volume_ownership
+from nodeagent.volume.ownership import pod_fs_group, pod_fs_group_change_policy, set_volume_ownership
 from nodeagent.volume.plugin import Pod, Volume, VolumeHost, pod_name, pod_namespace, pod_uid, volume_name
 from nodeagent.volume.token import TokenKey, TokenManager
 
@@ -511,7 +511,14 @@ class CSIPlugin:
         await asyncio.to_thread(os.makedirs, target, 0o750, exist_ok=True)
         fs_group = pod_fs_group(pod)
         if _RPC.VOLUME_MOUNT_GROUP not in caps and csiutil.supports_fs_group(vol, fs_group, info.fs_group_policy):
-            await asyncio.to_thread(set_volume_ownership, target, fs_group, read_only=vol.read_only)
+            # As upstream's csi_mounter: the pod's fsGroupChangePolicy goes with it (OnRootMismatch may skip).
+            await asyncio.to_thread(
+                set_volume_ownership,
+                target,
+                fs_group,
+                read_only=vol.read_only,
+                change_policy=pod_fs_group_change_policy(pod),
+            )
         self._published[key] = _Publication(vol.driver, vol.volume_handle, vol.lifecycle_mode)
         self._unpublished.discard(key)
         log.info(

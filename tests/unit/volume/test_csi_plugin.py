@@ -656,6 +656,25 @@ async def test_fs_group_is_applied_by_the_kubelet_for_rwo_with_fstype(env: Env) 
     assert not env.node.args("NodePublishVolume")[0]["capability"].mount.volume_mount_group
 
 
+@pytest.mark.parametrize(("policy", "walked"), [("OnRootMismatch", False), ("Always", True)])
+async def test_fs_group_change_policy_reaches_the_walk(env: Env, policy: str, walked: bool) -> None:
+    # As upstream's csi_mounter: the pod's fsGroupChangePolicy goes to the ownership change; with OnRootMismatch a
+    # volume whose root already has the group, setgid and rwx for the group is not walked (a file inside that has
+    # another group keeps it).
+    group = 4321
+    target = env.target()
+    os.makedirs(target)
+    os.chown(target, -1, group)
+    os.chmod(target, 0o2770)
+    inner = os.path.join(target, "data")
+    Path(inner).write_text("x")  # noqa: ASYNC240
+    os.chown(inner, -1, 1234)
+    p = pod()
+    p["spec"]["securityContext"] = {"fsGroup": group, "fsGroupChangePolicy": policy}
+    await env.plugin().set_up(p, PVC_VOLUME)
+    assert (os.stat(inner).st_gid == group) is walked
+
+
 async def test_volume_mount_group_driver_gets_the_fs_group_instead(env: Env) -> None:
     env.node.caps = {_RPC.STAGE_UNSTAGE_VOLUME, _RPC.VOLUME_MOUNT_GROUP}
     p = pod()

@@ -6,7 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.volume.ownership import pod_fs_group, set_volume_ownership
+from nodeagent.volume.ownership import (
+    pod_fs_group,
+    pod_fs_group_change_policy,
+    requires_permission_change,
+    set_volume_ownership,
+)
 
 GROUP = 4321
 
@@ -57,3 +62,53 @@ def test_no_fs_group_changes_nothing(volume: Path) -> None:
 def test_pod_fs_group() -> None:
     assert pod_fs_group({"spec": {"securityContext": {"fsGroup": 2000}}}) == 2000
     assert pod_fs_group({"spec": {}}) is None
+
+
+OTHER_GROUP = 1234
+
+
+def _done_root(volume: Path, root_mode: int = 0o2770) -> None:
+    """A volume whose root already looks owned by GROUP, with a file inside that still has another group."""
+    os.chown(volume, -1, GROUP)
+    volume.chmod(root_mode)
+    os.chown(volume / "file", -1, OTHER_GROUP)
+
+
+@pytest.mark.parametrize(
+    ("policy", "root_gid", "root_mode", "read_only", "walked"),
+    [
+        # Upstream's skipPermissionChange: only OnRootMismatch skips, and only when the root matches.
+        ("OnRootMismatch", GROUP, 0o2770, False, False),
+        ("OnRootMismatch", GROUP, 0o2775, False, False),  # a superset of the bits matches too
+        ("OnRootMismatch", GROUP, 0o2550, True, False),  # read-only: r-x for user and group is enough
+        ("OnRootMismatch", GROUP, 0o2550, False, True),  # read-write wants rwx
+        ("OnRootMismatch", GROUP, 0o0770, False, True),  # no setgid bit
+        ("OnRootMismatch", GROUP, 0o2760, False, True),  # no group search
+        ("OnRootMismatch", OTHER_GROUP, 0o2770, False, True),  # another group
+        ("Always", GROUP, 0o2770, False, True),
+        (None, GROUP, 0o2770, False, True),
+    ],
+)
+def test_fs_group_change_policy(
+    volume: Path, policy: str | None, root_gid: int, root_mode: int, read_only: bool, walked: bool
+) -> None:
+    _done_root(volume, root_mode)
+    os.chown(volume, -1, root_gid)
+    set_volume_ownership(str(volume), GROUP, read_only=read_only, change_policy=policy)
+    assert (os.lstat(volume / "file").st_gid == GROUP) is walked
+    assert (os.lstat(volume / "sub" / "inner").st_gid == GROUP) is walked
+
+
+def test_on_root_mismatch_walks_a_root_that_is_not_a_directory(tmp_path: Path) -> None:
+    single = tmp_path / "single"
+    single.write_text("x")
+    os.chown(single, -1, GROUP)
+    single.chmod(0o2770)
+    assert requires_permission_change(str(single), GROUP, read_only=False)
+    assert requires_permission_change(str(tmp_path / "missing"), GROUP, read_only=False)
+
+
+def test_pod_fs_group_change_policy() -> None:
+    spec = {"spec": {"securityContext": {"fsGroup": 1, "fsGroupChangePolicy": "OnRootMismatch"}}}
+    assert pod_fs_group_change_policy(spec) == "OnRootMismatch"
+    assert pod_fs_group_change_policy({"spec": {}}) is None
