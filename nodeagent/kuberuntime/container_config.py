@@ -13,8 +13,9 @@ Choices, each as upstream unless said:
   the divisor, memory and ephemeral-storage too. An unset or zero divisor means 1.
 - Resources: cpu shares from the request (or the limit when there is no request; at least 2, at most 262144),
   period 100000 always and quota from the cpu limit (at least 1000 when set, 0 without), memory limit in bytes,
-  oom_score_adj by QoS (Guaranteed -997, BestEffort 1000, Burstable 1000 - 1000*request/capacity clamped to 3..999).
-  Critical-pod OOM handling is not covered.
+  oom_score_adj as upstream's GetContainerOOMScoreAdjust (`oom_score_adj`): node-critical pods and Guaranteed -997,
+  BestEffort 1000, Burstable 1000 - 1000*request/capacity clamped to 3..999 (the request with the pod-level memory
+  request's unclaimed share; a sidecar never above the regular containers).
 - Security (upstream determineEffectiveSecurityContext): the pod's runAsUser, runAsGroup, runAsNonRoot and
   seLinuxOptions overridden by the container's; capabilities, privileged, readOnlyRootFilesystem,
   allowPrivilegeEscalation and procMount are the container's own. Capability names go as the spec has them (the
@@ -40,8 +41,10 @@ from typing import Any
 
 from cri.v1 import api_pb2
 from nodeagent import apparmor
+from nodeagent.admission.resources import pod_requests
 from nodeagent.config.errors import QuantityError
 from nodeagent.config.quantity import INT64_MAX, ceil_int64, parse_quantity
+from nodeagent.criticalpod import is_node_critical_pod
 from nodeagent.kuberuntime import labels as kubelabels
 from nodeagent.kuberuntime.errors import CreateContainerConfigError, CreatePodSandboxConfigError
 from nodeagent.kuberuntime.expansion import expand
@@ -236,13 +239,57 @@ def milli_cpu_to_quota(milli: int, period: int = CPU_PERIOD) -> int:
     return max(MIN_QUOTA_PERIOD, milli * period // 1000)
 
 
-def oom_score_adj(qos: QOSClass, container: Mapping[str, Any], memory_capacity: int) -> int:
+def _memory_request(container: Mapping[str, Any]) -> int:
+    return ceil_int64(effective_requests(container).get("memory", Decimal(0)))
+
+
+def _remaining_pod_memory_per_container(pod: Mapping[str, Any]) -> int:
+    """Upstream remainingPodMemReqPerContainer (PodLevelResources, beta and on in v1.34): the pod-level memory
+    request the containers do not claim, shared equally by every regular and init container."""
+    spec: Mapping[str, Any] = pod.get("spec") or {}
+    pod_memory = ((spec.get("resources") or {}).get("requests") or {}).get("memory")
+    if pod_memory is None or parse_quantity(str(pod_memory)) == 0:
+        return 0
+    count = len(spec.get("containers") or ()) + len(spec.get("initContainers") or ())
+    # The containers' aggregate (sidecar-aware) request, without the overhead (upstream AggregateContainerRequests).
+    aggregate = pod_requests({"spec": {k: v for k, v in spec.items() if k != "overhead"}}).get("memory", Decimal(0))
+    remaining = ceil_int64(parse_quantity(str(pod_memory))) - ceil_int64(aggregate)
+    share = abs(remaining) // count if count else 0
+    return share if remaining >= 0 else -share  # Go's integer division truncates toward zero
+
+
+def _is_sidecar(pod: Mapping[str, Any], container: Mapping[str, Any]) -> bool:
+    if container.get("restartPolicy") != "Always":
+        return False
+    names = {c.get("name") for c in (pod.get("spec") or {}).get("initContainers") or ()}
+    return container.get("name") in names
+
+
+def oom_score_adj(
+    qos: QOSClass, container: Mapping[str, Any], memory_capacity: int, pod: Mapping[str, Any] | None = None
+) -> int:
+    """Upstream GetContainerOOMScoreAdjust (pkg/kubelet/qos/policy.go, v1.34). `pod` (as allocated) brings the
+    node-critical rule, the pod-level memory request and the sidecar rule; without it only the QoS counts.
+
+    The value goes to the runtime as is. On these machines containerd runs with restrict_oom_score_adj = true (the
+    kernel refuses to lower it), so the -997 of Guaranteed and node-critical pods is clamped there to containerd's own.
+    """
+    if pod is not None and is_node_critical_pod(pod):
+        # Only node-critical pods should be the last to be killed.
+        return GUARANTEED_OOM_SCORE_ADJ
     if qos is QOSClass.GUARANTEED:
         return GUARANTEED_OOM_SCORE_ADJ
     if qos is QOSClass.BEST_EFFORT:
         return BEST_EFFORT_OOM_SCORE_ADJ
-    request = ceil_int64(effective_requests(container).get("memory", Decimal(0)))
-    score = 1000 - (1000 * request) // memory_capacity if memory_capacity > 0 else 1000
+    if memory_capacity <= 0:
+        return BEST_EFFORT_OOM_SCORE_ADJ - 1
+    remaining = _remaining_pod_memory_per_container(pod) if pod is not None else 0
+    score = 1000 - (1000 * (_memory_request(container) + remaining)) // memory_capacity
+    if pod is not None and _is_sidecar(pod, container):
+        # A sidecar matches or falls below the OOM score of the pod's regular container with the smallest request.
+        regular = [_memory_request(c) for c in (pod.get("spec") or {}).get("containers") or ()]
+        if regular:
+            score = min(score, 1000 - (1000 * (min(regular) + remaining)) // memory_capacity)
     # Burstable stays strictly between Guaranteed (3 at full memory use) and BestEffort, as upstream.
     if score < 1000 + GUARANTEED_OOM_SCORE_ADJ:
         return 1000 + GUARANTEED_OOM_SCORE_ADJ
@@ -252,7 +299,7 @@ def oom_score_adj(qos: QOSClass, container: Mapping[str, Any], memory_capacity: 
 
 
 def make_linux_resources(
-    container: Mapping[str, Any], *, qos: QOSClass, memory_capacity: int
+    container: Mapping[str, Any], *, qos: QOSClass, memory_capacity: int, pod: Mapping[str, Any] | None = None
 ) -> api_pb2.LinuxContainerResources:
     requests, limits = effective_requests(container), effective_limits(container)
     # Saturated at int64 (the CRI's fields): the apiserver stores quantities as large as 1e999999.
@@ -264,7 +311,7 @@ def make_linux_resources(
         cpu_quota=min(INT64_MAX, milli_cpu_to_quota(cpu_limit_milli)),
         cpu_shares=milli_cpu_to_shares(shares_milli),
         memory_limit_in_bytes=ceil_int64(limits.get("memory", Decimal(0))),
-        oom_score_adj=oom_score_adj(qos, container, memory_capacity),
+        oom_score_adj=oom_score_adj(qos, container, memory_capacity, pod),
     )
 
 
@@ -500,7 +547,7 @@ def make_container_config(
     env_map = dict(env)
     try:
         qos = pod_qos(pod)
-        resources = make_linux_resources(container, qos=qos, memory_capacity=memory_capacity)
+        resources = make_linux_resources(container, qos=qos, memory_capacity=memory_capacity, pod=pod)
     except QuantityError as exc:
         raise CreateContainerConfigError(f"invalid resources of container {name}: {exc}") from exc
     return api_pb2.ContainerConfig(

@@ -232,6 +232,87 @@ def test_oom_score_adj(qos: QOSClass, memory_request: str | None, expected: int)
     assert oom_score_adj(qos, {"name": "c", "resources": resources}, 8 * GI) == expected
 
 
+def _mem(request: str | None = None) -> dict[str, Any]:
+    return {"requests": {"memory": request}} if request else {}
+
+
+def _oom_pod(
+    containers: list[dict[str, Any]],
+    init: list[dict[str, Any]] | None = None,
+    *,
+    priority: int | None = None,
+    priority_class: str = "",
+    source: str = "api",
+    pod_memory: str | None = None,
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": containers, "initContainers": init or []}
+    if priority is not None:
+        spec["priority"] = priority
+    if priority_class:
+        spec["priorityClassName"] = priority_class
+    if pod_memory:
+        spec["resources"] = {"requests": {"memory": pod_memory}}
+    return {"metadata": {"annotations": {"kubernetes.io/config.source": source}}, "spec": spec}
+
+
+_APP = {"name": "app", "resources": _mem("2Gi")}
+_SIDECAR = {"name": "side", "restartPolicy": "Always", "resources": _mem("1Gi")}
+
+
+@pytest.mark.parametrize(
+    ("pod", "container", "qos", "expected"),
+    [
+        # Upstream IsNodeCriticalPod: critical (priority >= 2e9, or static/mirror) and of system-node-critical.
+        (_oom_pod([{"name": "app"}], priority=2000001000, priority_class="system-node-critical"), 0, "be", -997),
+        (_oom_pod([_APP], priority=2000001000, priority_class="system-node-critical"), 0, "bu", -997),
+        (_oom_pod([{"name": "app"}], priority_class="system-node-critical", source="file"), 0, "be", -997),
+        # Critical but not node-critical, or the class name without the priority: the QoS decides.
+        (_oom_pod([{"name": "app"}], priority=2000000000, priority_class="system-cluster-critical"), 0, "be", 1000),
+        (_oom_pod([{"name": "app"}], priority=1000, priority_class="system-node-critical"), 0, "be", 1000),
+        (_oom_pod([_APP], priority=2000000000, priority_class="system-cluster-critical"), 0, "bu", 750),
+        # Pod-level memory request (PodLevelResources): the unclaimed 3Gi is the one container's share.
+        (_oom_pod([{"name": "app", "resources": _mem("1Gi")}], pod_memory="4Gi"), 0, "bu", 500),
+        # ... shared by the regular and init containers: (4Gi - 2Gi - 1Gi) / 2 = 512Mi each.
+        (_oom_pod([_APP], [_SIDECAR], pod_memory="4Gi"), 0, "bu", 688),
+        # A sidecar scores no higher than the regular container with the smallest request (2Gi: 750, not 875).
+        (_oom_pod([_APP], [_SIDECAR]), "side", "bu", 750),
+        (_oom_pod([_APP], [_SIDECAR]), 0, "bu", 750),
+        (_oom_pod([_APP], [{**_SIDECAR, "resources": _mem("4Gi")}]), "side", "bu", 500),
+        (_oom_pod([_APP, {"name": "small"}], [_SIDECAR]), "side", "bu", 875),
+        # A plain init container is no sidecar.
+        (_oom_pod([_APP], [{"name": "side", "resources": _mem("1Gi")}]), "side", "bu", 875),
+    ],
+)
+def test_oom_score_adj_of_the_pod(pod: dict[str, Any], container: int | str, qos: str, expected: int) -> None:
+    spec = pod["spec"]
+    found = (
+        spec["containers"][container]
+        if isinstance(container, int)
+        else next(c for c in spec["initContainers"] if c["name"] == container)
+    )
+    klass = QOSClass.BEST_EFFORT if qos == "be" else QOSClass.BURSTABLE
+    assert oom_score_adj(klass, found, 8 * GI, pod) == expected
+
+
+def test_node_critical_pod_config_carries_upstreams_oom_score_adj() -> None:
+    # The CRI config carries upstream's value; containerd's restrict_oom_score_adj clamps it on these machines.
+    container = {"name": "app", "image": "busybox"}
+    pod = make_pod(container, priority=2000001000, priorityClassName="system-node-critical")
+    config = make_container_config(
+        pod,
+        container,
+        restart_count=0,
+        pod_ips=[],
+        node_name="node-a",
+        host_ip="10.0.0.1",
+        service_env={},
+        image_ref="sha256:abc",
+        memory_capacity=8 * GI,
+        node_allocatable={},
+    )
+    assert config.linux.resources.oom_score_adj == -997
+
+
 def test_security_context() -> None:
     container = {
         "name": "c",
