@@ -11,6 +11,13 @@ restart every check reads the runtime as a whole, in every state:
 - the API: every pod Running with restartCount 0 (a container that never ran has not restarted);
 - the testbed bridge: one veth per ready sandbox; the IPAM directory: exactly the live addresses, each owned by its
   pod's sandbox.
+
+The module runs on a testbed of its own (its own containerd, apiserver, bridge and directory), brought up before its
+first test and down after its last, whatever the outcome: a kill cut into StartContainer can leave a task containerd
+will not delete ("cannot delete running task ...: failed precondition") until containerd itself goes, and on the
+shared session testbed that task would fail every later test that expects an empty containerd (issue 34). The
+fixtures `testbed`, `settings`, `admin` and `cri_client` below shadow the session's of the same names, so the tests
+read as they would on the shared one.
 """
 
 from __future__ import annotations
@@ -20,7 +27,9 @@ import contextlib
 import ipaddress
 import os
 import re
+import shutil
 import subprocess
+import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -30,7 +39,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from cri.client import CRIClient
+from cri.client import CRIClient, connect
 from cri.v1 import api_pb2
 from nodeagent.kube import paths
 from nodeagent.kube.client import KubeClient
@@ -59,6 +68,41 @@ REPLICAS = 20
 COMMAND = ["sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"]
 STATE_NAMES = {v: k for k, v in api_pb2.ContainerState.items()}
 SANDBOX_STATE_NAMES = {v: k for k, v in api_pb2.PodSandboxState.items()}
+
+
+@pytest.fixture(scope="module")
+def testbed() -> Iterator[Testbed]:
+    """This module's own testbed; down (every process, shim, mount, bridge) and its directory removed even when a
+    test failed. NODEAGENT_KEEP_TESTBED keeps the directory (logs) as for the session's."""
+    root = Path(tempfile.mkdtemp(prefix="nodeagent-crash-", dir=os.environ.get("NODEAGENT_TEST_DIR")))
+    bed = Testbed(root)
+    try:  # one `finally` for every way out, a pytest-timeout in `up` (a BaseException) among them
+        try:
+            asyncio.run(bed.up())
+        except Exception as exc:
+            pytest.fail(f"the crash test's testbed did not come up: {exc}", pytrace=False)
+        yield bed
+    finally:
+        asyncio.run(bed.down())
+        if not os.environ.get("NODEAGENT_KEEP_TESTBED"):
+            shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def settings(testbed: Testbed) -> Settings:
+    return testbed.settings
+
+
+@pytest_asyncio.fixture(loop_scope="session", scope="module")
+async def admin(testbed: Testbed) -> AsyncIterator[KubeClient]:
+    async with KubeClient.from_kubeconfig(testbed.layout.admin_kubeconfig) as client:
+        yield client
+
+
+@pytest_asyncio.fixture(loop_scope="session", scope="module")
+async def cri_client(testbed: Testbed) -> AsyncIterator[CRIClient]:
+    async with connect(f"unix://{testbed.layout.containerd_socket}", timeout=60.0) as client:
+        yield client
 
 
 @pytest.fixture(scope="module")
@@ -269,7 +313,7 @@ async def deployment(admin: KubeClient, cri_client: CRIClient, agent: Agent, tes
 
         async def gone() -> bool:
             left = (await admin.list(paths.pods(NS), label_selector=f"app={name}"))["items"]
-            objects = [c for c in await cri_client.runtime.list_containers() if c.labels.get(UID_LABEL)]
+            objects: list[Any] = [c for c in await cri_client.runtime.list_containers() if c.labels.get(UID_LABEL)]
             objects += [s for s in await cri_client.runtime.list_pod_sandbox() if s.labels.get(UID_LABEL)]
             return not left and not objects
 
@@ -414,7 +458,7 @@ async def test_created_containers_and_not_ready_sandboxes_left_by_a_crash_are_cl
             restart(agent, testbed)  # so the agent removes what this test made
 
         async def gone() -> bool:
-            objects = [c for c in await cri_client.runtime.list_containers() if c.labels.get(UID_LABEL)]
+            objects: list[Any] = [c for c in await cri_client.runtime.list_containers() if c.labels.get(UID_LABEL)]
             objects += [s for s in await cri_client.runtime.list_pod_sandbox() if s.labels.get(UID_LABEL)]
             return not objects
 
