@@ -39,6 +39,7 @@ from eviction.messages import REASON as EVICTED
 from eviction.thresholds import ThresholdError
 from nodeagent.admission import new_allowlist
 from nodeagent.admission.sysctls import kernel_release
+from nodeagent.allocation import AllocationManager, AllocationStateError
 from nodeagent.certificate.bootstrap import BootstrapError, load_client_cert
 from nodeagent.certificate.rotation import ClientCertificateManager, forced_rotation_seconds
 from nodeagent.certificate.serving import ServingCertificateManager
@@ -64,6 +65,7 @@ from nodeagent.kube.errors import KubeconfigError, NotFound
 from nodeagent.kube.metrics import RestClientMetrics
 from nodeagent.kube.servicestore import ServiceStore
 from nodeagent.kubelet import Kubelet, Pod, PodEviction
+from nodeagent.kuberuntime.cgroups import CgroupfsPodCgroups
 from nodeagent.kuberuntime.logrotation import ContainerLogManager
 from nodeagent.kuberuntime.manager import NodeContext, RuntimeManager
 from nodeagent.kuberuntime.references import ObjectFetcher
@@ -477,6 +479,18 @@ async def _run(
     )
     volume_managers.append(volumes)
     await volumes.start()  # the actual state from disk and the mount table, before any pod syncs
+    try:
+        # In-place resize's allocated and actuated resources, checkpointed in the root dir (upstream's allocation
+        # manager); checked against allocatable before eviction thresholds (GetNodeAllocatableAbsolute).
+        allocation = AllocationManager(
+            str(options.root_dir),
+            node_allocatable(capacity, config.system_reserved, config.kube_reserved, {}),
+            wall=clock.wall,
+            monotonic=clock.monotonic,
+            record_event=lambda pod, type_, reason, message: pod_event(dict(pod), type_, reason, message, ""),
+        )
+    except AllocationStateError as exc:
+        raise AgentError(str(exc)) from exc
     runtime = RuntimeManager(
         runtime_service,
         image_service,
@@ -502,6 +516,8 @@ async def _run(
         services=services,
         runtime_handlers=runtime_state.handlers,
         runtime_classes=runtime_classes if runtime_classes is not None else UnresolvedRuntimeClasses(),
+        resources=allocation,
+        pod_cgroups=CgroupfsPodCgroups(),
     )
     sources = [API_SOURCE] if client is not None else []
     if config.static_pod_path:
@@ -541,6 +557,8 @@ async def _run(
         host_ips=(facts.internal_ip,),
         record_event=pod_event,
         request_relist=pleg.request_relist,
+        request_reinspect=pleg.request_reinspect,
+        allocation=allocation,
         sync_frequency=config.sync_frequency.total_seconds(),
         prober=probes,
         mirror_pods=mirror_pods,

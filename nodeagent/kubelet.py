@@ -42,6 +42,9 @@ from typing import Any, Protocol
 from cri.errors import CRIError
 from nodeagent import activedeadline as active_deadline
 from nodeagent.admission import SysctlAllowlist, admit
+from nodeagent.allocation import AllocationManager
+from nodeagent.allocation import manager as allocation_triggers
+from nodeagent.allocation.resize import ERROR as RESIZE_ERROR
 from nodeagent.kube import paths
 from nodeagent.kube.client import KubeClient
 from nodeagent.kube.errors import Conflict, NotFound
@@ -54,6 +57,7 @@ from nodeagent.podworkers import PodStatusSource, PodWorkers, UpdatePodOptions, 
 from nodeagent.prober import ContainerProbeStatus, FailedProbes, ProbeManager
 from nodeagent.staticpods import MirrorPods, StaticPodGate, full_name, is_mirror_pod, is_static_pod
 from nodeagent.status import failed_pod_status, generate_pod_status
+from nodeagent.status._common import pod_generation
 from nodeagent.status.conditions import need_to_reconcile_pod_readiness
 from nodeagent.status.container_status import ContainerInput, RuntimeState, TerminatedRun
 from nodeagent.status.terminate import terminated_pod_status
@@ -137,6 +141,7 @@ def container_inputs(
     probes: ProbeView | None = None,
     *,
     message_limit: int | None = None,
+    actuated_memory: Mapping[str, str] | None = None,
 ) -> list[ContainerInput]:
     """What status generation needs per spec container: its newest instance, the run before it, why an earlier sync
     could not start it (`reasons`, by container name), and (from the prober) whether it has started and is ready.
@@ -166,6 +171,11 @@ def container_inputs(
         running = current.state is acts.ContainerState.RUNNING
         view = probes(name, current.id, running) if probes is not None else ContainerProbeStatus(running, running)
         previous = next((c for c in instances[1:] if c.state is acts.ContainerState.EXITED), None)
+        applied = current.resources
+        # As upstream's toKubeContainerResources: only values the runtime reports as set.
+        cpu_limit = applied.cpu_limit_milli if applied is not None and applied.cpu_period > 0 else 0
+        cpu_request = applied.cpu_request_milli if applied is not None else 0
+        memory_limit = applied.memory_limit if applied is not None else 0
         last = None
         if previous is not None:
             last = TerminatedRun(
@@ -194,9 +204,18 @@ def container_inputs(
                 waiting_message=waiting.message if waiting else "",
                 ready=view.ready,
                 started=view.started,
+                cpu_limit_milli=cpu_limit or None,
+                cpu_request_milli=cpu_request or None,
+                memory_limit=memory_limit or None,
+                actuated_memory_request=(actuated_memory or {}).get(name),
             )
         )
     return out
+
+
+def _running(status: acts.RuntimePodStatus, name: str) -> bool:
+    found = status.find_container(name)
+    return found is not None and found.state is acts.ContainerState.RUNNING
 
 
 class PodStatusStore(Protocol):
@@ -223,6 +242,8 @@ class Kubelet:
     prober: ProbeManager | None = None
     # The PLEG's on-demand relist of one pod (upstream: RequestPodRelist after a SyncPod that acted).
     request_relist: Callable[[str], None] = lambda uid: None
+    # The PLEG's relist of one pod that inspects it even when no container changed state (after a resize).
+    request_reinspect: Callable[[str], None] = lambda uid: None
     sync_frequency: float = 60.0
     mirror_pods: MirrorPods | None = None  # None without an apiserver (standalone)
     sysctls: SysctlAllowlist | None = None  # the sysctls pods may set (safe + allowedUnsafeSysctls)
@@ -232,6 +253,8 @@ class Kubelet:
     supports_recursive_read_only: Callable[[Pod], bool] = lambda pod: False
     # Upstream's eviction admit handler, the first admit handler: None admits, else (reason, message).
     eviction_admit: Callable[[Pod], tuple[str, str] | None] = lambda pod: None
+    # In-place resize (upstream's allocation manager): None runs every pod as its spec says, never resized.
+    allocation: AllocationManager | None = None
     monotonic: Callable[[], float] = time.monotonic
     wall: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC)
     workers: PodWorkers = field(init=False)
@@ -271,12 +294,15 @@ class Kubelet:
                     self._reject(pod, *refused)
                     continue
                 active = [p for p in known if self._active(p) and _uid(p) != _uid(pod)]
-                # Without a Node (standalone) only the node-independent checks (sysctls) apply.
-                verdict = admit(pod, self.node(), active, sysctls=self.sysctls)
-                if not verdict.admit:
-                    self._reject(pod, verdict.reason, verdict.message)
+                # As upstream's allocation manager AddPod: the pod and the others as allocated (a restart keeps an
+                # accepted resize; admission counts what is allocated, not what a spec asks for).
+                refused = self._admit_allocated(pod, active)
+                if refused is not None:
+                    self._reject(pod, *refused)
                     continue
             self.workers.update_pod(UpdatePodOptions(UpdateType.CREATE, pod))
+        if self.allocation is not None:
+            self._retry_resizes(allocation_triggers.TRIGGER_PODS_ADDED)
 
     async def handle_pod_updates(self, pods: Sequence[Pod]) -> None:
         for pod in pods:
@@ -293,6 +319,14 @@ class Kubelet:
             if deleting:
                 # A worker that already finished (a completed Job, say) starts again only to clean up.
                 self.workers.forget(_uid(pod))
+            elif self.allocation is not None:
+                # As upstream's HandlePodUpdates: a spec that differs from the allocation is a resize to decide; one
+                # that no longer differs (a resize reverted) is no longer pending.
+                if self.allocation.update_pod_from_allocation(pod)[1]:
+                    self.allocation.push_pending_resize(_uid(pod))
+                    self._retry_resizes(allocation_triggers.TRIGGER_POD_UPDATED)
+                else:
+                    self.allocation.clear_pending(_uid(pod))
             self.workers.update_pod(UpdatePodOptions(UpdateType.UPDATE, pod))
 
     async def handle_pod_removes(self, pods: Sequence[Pod]) -> None:
@@ -301,7 +335,11 @@ class Kubelet:
                 self._handle_mirror_pod(pod)
                 continue
             self._rejected.discard(_uid(pod))
+            if self.allocation is not None:
+                self.allocation.remove_pod(_uid(pod))
             self.workers.update_pod(UpdatePodOptions(UpdateType.KILL, pod))
+        if self.allocation is not None:
+            self._retry_resizes(allocation_triggers.TRIGGER_PODS_REMOVED)
 
     async def handle_pod_reconcile(self, pods: Sequence[Pod]) -> None:
         for pod in pods:
@@ -333,6 +371,10 @@ class Kubelet:
             # As upstream ("Failed cleaning pods"): the runtime may be down; the next housekeeping tries again.
             log.warning("housekeeping failed cleaning pods error=%s", exc)
         self.status_manager.remove_orphans(known)
+        if self.allocation is not None:
+            self.allocation.remove_orphans(known | busy)
+            if self.allocation.has_pending_resizes() and self.allocation.retry_due():
+                self._retry_resizes(allocation_triggers.TRIGGER_PERIODIC)
         for uid in [u for u in self._evictions if u not in known and self.workers.state(u) is None]:
             del self._evictions[uid]
         for uid in [u for u in self._reasons if u not in known and self.workers.state(u) is None]:
@@ -389,6 +431,9 @@ class Kubelet:
     async def sync_pod(self, update_type: UpdateType, pod: Pod, status: PodStatus) -> bool:
         del update_type
         uid = _uid(pod)
+        if self.allocation is not None:
+            # As upstream's pod workers: the pod synced is the pod as allocated (a pending resize is not acted on).
+            pod = self.allocation.allocated_pod(pod)
         api_phase = (pod.get("status") or {}).get("phase")
         if api_phase in TERMINAL_PHASES:
             return True
@@ -400,6 +445,10 @@ class Kubelet:
             if self.mirror_pods is not None:
                 await self.mirror_pods.sync(pod)
         runtime_status = self.runtime.runtime_status(status)
+        if self.allocation is not None:
+            # As upstream's SyncPod: whether a resize is still being actuated (PodResizeInProgress), or done
+            # (ResizeCompleted), before the status is generated.
+            self.allocation.check_resize_in_progress(pod, lambda name: _running(runtime_status, name))
         # As upstream's SyncPod, the status is generated and set FIRST, from what the sync decides on (the PLEG's
         # status) and why earlier syncs could not start containers: what this sync does (a sandbox and its IP, a
         # failed start) shows in the next sync's status, which the relist asked for below brings on at once.
@@ -431,9 +480,17 @@ class Kubelet:
             # Workers start with the containers in this status and stop with those that are gone; what this sync
             # started gets its workers at the next sync, which the relist asked for below brings on at once.
             self.prober.ensure_probes(pod, runtime_status, self._pod_ips(pod, runtime_status, result))
+        if result.resize_error is not None and self.allocation is not None:
+            # As upstream: a failed actuation shows in PodResizeInProgress (reason Error) until a sync completes it.
+            self.allocation.set_in_progress(uid, RESIZE_ERROR, result.resize_error, pod_generation(pod))
         reasons_changed = self._remember_reasons(uid, result)
         self._schedule(uid, result, deadline_in=active_deadline.time_left(pod, generated, self.wall()))
-        if result.changed:
+        if result.resized:
+            # As upstream's SetPodWatchCondition after doPodResizeAction: the runtime's view of the resized
+            # containers is read again, and the pod synced on it (PodResizeInProgress cleared, ResizeCompleted).
+            self.request_reinspect(uid)
+            asyncio.get_running_loop().call_soon(self._resync, uid)
+        elif result.changed:
             self.request_relist(uid)
         elif reasons_changed:
             # Nothing changed in the runtime, so no relist brings the next sync: ask for it, so that the new
@@ -597,14 +654,30 @@ class Kubelet:
             def probes(name: str, container_id: str, running: bool) -> ContainerProbeStatus:
                 return prober.container_probe_status(pod, name, container_id, running=running)
 
+        resize_conditions: list[dict[str, Any]] = []
+        if self.allocation is not None:
+            if terminal:
+                self.allocation.clear_for_terminal(_uid(pod))
+            resize_conditions = self.allocation.resize_conditions(_uid(pod))
+        actuated = self._actuated_memory_requests(pod)
         return generate_pod_status(
             base,
             now=self.wall(),
             containers=container_inputs(
-                spec.get("containers") or [], runtime_status, reasons, probes, message_limit=limit
+                spec.get("containers") or [],
+                runtime_status,
+                reasons,
+                probes,
+                message_limit=limit,
+                actuated_memory=actuated,
             ),
             init_containers=container_inputs(
-                spec.get("initContainers") or [], runtime_status, reasons, probes, message_limit=limit
+                spec.get("initContainers") or [],
+                runtime_status,
+                reasons,
+                probes,
+                message_limit=limit,
+                actuated_memory=actuated,
             ),
             # Ephemeral containers have no probes.
             ephemeral_containers=container_inputs(
@@ -616,7 +689,70 @@ class Kubelet:
             pod_is_terminal=terminal,
             old_status=published,
             supports_recursive_read_only=self.supports_recursive_read_only(pod),
+            resize_conditions=resize_conditions,
         )
+
+    def _actuated_memory_requests(self, pod: Pod) -> dict[str, str]:
+        """Each container's memory request as last actuated, which upstream's status reports for running ones."""
+        if self.allocation is None:
+            return {}
+        out = {}
+        spec = pod.get("spec") or {}
+        for container in [*(spec.get("initContainers") or ()), *(spec.get("containers") or ())]:
+            name = str(container.get("name", ""))
+            record = self.allocation.get_actuated(_uid(pod), name)
+            memory = ((record or {}).get("requests") or {}).get("memory")
+            if memory is not None:
+                out[name] = str(memory)
+        return out
+
+    def _admit_allocated(self, pod: Pod, active: Sequence[Pod]) -> tuple[str, str] | None:
+        """The admit handlers (after the eviction manager's) for `pod` among `active`, both as allocated; an
+        admitted pod's allocation is recorded (upstream's allocation manager AddPod)."""
+
+        def predicates(candidate: Mapping[str, Any], others: Sequence[Mapping[str, Any]]) -> tuple[str, str] | None:
+            # Without a Node (standalone) only the node-independent checks (sysctls) apply.
+            verdict = admit(dict(candidate), self.node(), [dict(p) for p in others], sysctls=self.sysctls)
+            return None if verdict.admit else (verdict.reason, verdict.message)
+
+        if self.allocation is None:
+            return predicates(pod, active)
+        others = [self.allocation.allocated_pod(p) for p in active]
+        refused = self.allocation.add_pod(pod, lambda allocated: predicates(allocated, others))
+        if refused is None:
+            self.allocation.backfill(pod)
+            if self.allocation.update_pod_from_allocation(pod)[1]:
+                self.allocation.push_pending_resize(_uid(pod))
+        return refused
+
+    def _resize_admit(self, pod: Mapping[str, Any], others: Sequence[Mapping[str, Any]]) -> tuple[str, str] | None:
+        """The admit handlers a resize must pass (upstream canAdmitPod): the eviction manager's, then the
+        predicates, against the other pods as allocated."""
+        refused = self.eviction_admit(dict(pod))
+        if refused is not None:
+            return refused
+        verdict = admit(dict(pod), self.node(), [dict(p) for p in others], sysctls=self.sysctls)
+        return None if verdict.admit else (verdict.reason, verdict.message)
+
+    def _retry_resizes(self, trigger: str) -> None:
+        """Upstream RetryPendingResizes: decide the pending resizes again; the pods whose resize was allocated or
+        whose resize conditions changed sync now."""
+        assert self.allocation is not None
+        if not self.allocation.has_pending_resizes():
+            return
+        to_sync = self.allocation.retry_pending_resizes(
+            trigger,
+            pod_by_uid=self._resizable_pod,
+            active_pods=self.active_pods,
+            admit=self._resize_admit,
+        )
+        for uid in to_sync:
+            self._resync(uid)
+
+    def _resizable_pod(self, uid: str) -> Pod | None:
+        if uid in self._rejected or self.workers.state(uid) is not WorkState.SYNCING:
+            return None
+        return self.pod_config.pod_by_uid(uid)
 
     def _pod_ips(self, pod: Pod, runtime_status: acts.RuntimePodStatus, result: SyncResult | None) -> tuple[str, ...]:
         if (pod.get("spec") or {}).get("hostNetwork"):

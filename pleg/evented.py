@@ -152,6 +152,9 @@ class EventedPLEG:
     def request_relist(self, uid: str) -> None:
         self._generic.request_relist(uid)
 
+    def request_reinspect(self, uid: str) -> None:
+        self._generic.request_reinspect(uid)
+
     async def run(self) -> None:
         self._use_evented()
         async with asyncio.TaskGroup() as tasks:

@@ -44,6 +44,10 @@ class PodLifecycleEventGenerator(Protocol):
         """Relist this pod soon, out of the period (never waits)."""
         ...
 
+    def request_reinspect(self, uid: str) -> None:
+        """Relist this pod soon and inspect it even when no container changed state (after an in-place resize)."""
+        ...
+
     async def run(self) -> None: ...
 
 

@@ -166,6 +166,13 @@ class GenericPLEG:
         """Wall time at which the last successful relist started: every change before it is in the cache."""
         return self._last_relist_wall
 
+    def request_reinspect(self, uid: str) -> None:
+        """Relist this pod soon and inspect it even if no container changed state (upstream's SetPodWatchCondition
+        after an in-place resize: what the runtime reports of a container's resources changed, and no event says
+        so)."""
+        self._reinspect.add(uid)
+        self.request_relist(uid)
+
     def request_relist(self, uid: str) -> None:
         try:
             self._requests.put_nowait((uid, wall_seconds(self._clock)))

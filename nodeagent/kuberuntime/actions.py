@@ -55,12 +55,15 @@ records a restart with `Backoff.next` when it starts the container.
 from __future__ import annotations
 
 import enum
+import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from decimal import Decimal
 from typing import Any
 
 from cri.v1 import api_pb2
+from nodeagent.config.quantity import parse_quantity
 from nodeagent.kuberuntime import labels as kubelabels
 from nodeagent.kuberuntime.backoff import BackoffView, container_backoff_key, crash_loop_message
 from nodeagent.kuberuntime.errors import LabelsError
@@ -117,6 +120,50 @@ class ContainerStatus:
     image: str = ""
     image_ref: str = ""
     pod_sandbox_id: str = ""
+    # What the runtime reports it applied (CRI ContainerStatus.resources.linux); None when it reports nothing.
+    resources: RuntimeResources | None = None
+
+
+@dataclass(frozen=True)
+class RuntimeResources:
+    """A container's cgroup values as the runtime reports them (CRI LinuxContainerResources)."""
+
+    cpu_shares: int = 0
+    cpu_quota: int = 0
+    cpu_period: int = 0
+    memory_limit: int = 0
+
+    @property
+    def cpu_request_milli(self) -> int:
+        """Upstream sharesToMilliCPU: 0 below the minimum shares."""
+        return -(-self.cpu_shares * 1000 // 1024) if self.cpu_shares >= 2 else 0
+
+    @property
+    def cpu_limit_milli(self) -> int:
+        """Upstream quotaToMilliCPU: 0 without a quota."""
+        if self.cpu_quota <= 0 or self.cpu_period <= 0:
+            return 0
+        return self.cpu_quota * 1000 // self.cpu_period
+
+
+@dataclass(frozen=True)
+class ResourceValues:
+    """cpu in millicores, memory in bytes; 0 for unset (upstream's containerResources)."""
+
+    cpu_request: int = 0
+    cpu_limit: int = 0
+    memory_request: int = 0
+    memory_limit: int = 0
+
+
+@dataclass(frozen=True)
+class ContainerToUpdate:
+    """A running container whose resources change in place (upstream containerToUpdateInfo)."""
+
+    name: str
+    container_id: str
+    desired: ResourceValues
+    current: ResourceValues
 
 
 @dataclass(frozen=True)
@@ -175,6 +222,10 @@ class PodActions:
     # Removed after the kills and before anything is created: containers first, then these sandboxes (stopped first).
     containers_to_remove: tuple[ContainerToRemove, ...] = ()
     sandboxes_to_remove: tuple[str, ...] = ()
+    # In-place resize: per resource ("memory", "cpu"), the containers to update, decreases first (upstream
+    # ContainersToUpdate); and whether a container is restarted for a resize (UpdatePodResources).
+    containers_to_update: Mapping[str, tuple[ContainerToUpdate, ...]] = field(default_factory=dict)
+    update_pod_resources: bool = False
 
 
 # --- builders from CRI -------------------------------------------------------------------------------------------
@@ -229,8 +280,18 @@ def container_from_cri(
         "image_ref": container.image_ref,
     }
     if isinstance(container, api_pb2.ContainerStatus):
+        resources = None
+        if container.HasField("resources") and container.resources.HasField("linux"):
+            linux = container.resources.linux
+            resources = RuntimeResources(
+                cpu_shares=linux.cpu_shares,
+                cpu_quota=linux.cpu_quota,
+                cpu_period=linux.cpu_period,
+                memory_limit=linux.memory_limit_in_bytes,
+            )
         return ContainerStatus(
             **common,
+            resources=resources,
             exit_code=container.exit_code,
             started_at=container.started_at,
             finished_at=container.finished_at,
@@ -364,6 +425,80 @@ class _Plan:
     init_to_start: list[str] = field(default_factory=list)
     to_start: list[str] = field(default_factory=list)
     to_kill: list[ContainerToKill] = field(default_factory=list)
+    to_update: dict[str, list[ContainerToUpdate]] = field(default_factory=dict)
+    update_pod_resources: bool = False
+
+
+# (container name) -> the resources last actuated for it (the allocation manager's record), None when there is none.
+ActuatedLookup = Callable[[str], Mapping[str, Any] | None]
+
+
+def resource_values(resources: Mapping[str, Any] | None) -> ResourceValues:
+    """Upstream containerResourcesFromRequirements (millicores rounded up, bytes)."""
+    resources = resources or {}
+
+    def get(part: str, name: str) -> Decimal:
+        raw = (resources.get(part) or {}).get(name)
+        return parse_quantity(str(raw)) if raw is not None else Decimal(0)
+
+    return ResourceValues(
+        cpu_request=math.ceil(get("requests", "cpu") * 1000),
+        cpu_limit=math.ceil(get("limits", "cpu") * 1000),
+        memory_request=math.ceil(get("requests", "memory")),
+        memory_limit=math.ceil(get("limits", "memory")),
+    )
+
+
+def resize_restart_message(name: str) -> str:
+    return f"Container {name} resize requires restart"
+
+
+def compute_resize_action(
+    container: Mapping[str, Any], st: ContainerStatus, actuated: Mapping[str, Any] | None, plan: _Plan
+) -> bool:
+    """Upstream computePodResizeAction for a running container: whether to keep it (True) or restart it. A change
+    of a resource whose resizePolicy is RestartContainer kills and starts it; other changes go to `plan.to_update`,
+    per resource, a decrease before the increases (limits decide where a limit changes, else requests)."""
+    if st.state is not ContainerState.RUNNING:
+        return True
+    name = str(container.get("name", ""))
+    desired = resource_values(container.get("resources"))
+    current = resource_values(actuated)
+    if desired == current:
+        return True
+    policies = {str(p.get("resourceName")): str(p.get("restartPolicy")) for p in container.get("resizePolicy") or ()}
+
+    def change(resource: str, want: int, have: int) -> tuple[bool, bool]:
+        if want == have:
+            return False, False
+        return True, policies.get(resource, "NotRequired") == "RestartContainer"
+
+    memory_limit = change("memory", desired.memory_limit, current.memory_limit)
+    memory_request = change("memory", desired.memory_request, current.memory_request)
+    cpu_limit = change("cpu", desired.cpu_limit, current.cpu_limit)
+    cpu_request = change("cpu", desired.cpu_request, current.cpu_request)
+    if any(restart for _, restart in (memory_limit, memory_request, cpu_limit, cpu_request)):
+        plan.to_kill.append(ContainerToKill(st.id, name, resize_restart_message(name)))
+        plan.update_pod_resources = True
+        return False
+    update = ContainerToUpdate(name=name, container_id=st.id, desired=desired, current=current)
+
+    def mark(resource: str, want: int, have: int) -> None:
+        queue = plan.to_update.setdefault(resource, [])
+        if want > have:
+            queue.append(update)
+        elif want < have:
+            queue.insert(0, update)
+
+    if memory_limit[0]:
+        mark("memory", desired.memory_limit, current.memory_limit)
+    elif memory_request[0]:
+        mark("memory", desired.memory_request, current.memory_request)
+    if cpu_limit[0]:
+        mark("cpu", desired.cpu_limit, current.cpu_limit)
+    elif cpu_request[0]:
+        mark("cpu", desired.cpu_request, current.cpu_request)
+    return True
 
 
 def _init_actions(
@@ -374,6 +509,7 @@ def _init_actions(
     liveness_failed: frozenset[str],
     startup_failed: frozenset[str],
     startup_passed: frozenset[str] | None = None,
+    actuated: ActuatedLookup | None = None,
 ) -> bool:
     """Fill the plan's init part; True when every init container is done (sidecars started)."""
     spec = _spec(pod)
@@ -404,6 +540,8 @@ def _init_actions(
             if kill is not None:
                 plan.to_kill.append(kill)
                 plan.init_to_start.append(name)
+            elif actuated is not None and not compute_resize_action(container, st, actuated(name), plan):
+                plan.init_to_start.append(name)  # restarted with its new resources
             elif not initialized and not _sidecar_started(container, st.id, startup_passed):
                 # As upstream's computeInitContainerActions: a running sidecar with a startup probe holds the next
                 # init container (and the regular ones) until that probe succeeds.
@@ -524,10 +662,16 @@ def compute_pod_actions(
     liveness_failed: frozenset[str] = frozenset(),
     startup_failed: frozenset[str] = frozenset(),
     startup_passed: frozenset[str] | None = None,
+    actuated: ActuatedLookup | None = None,
 ) -> PodActions:
     """The actions that bring what runs to the pod's spec. `now` is in seconds on the clock of container finish
     times (wall clock); `liveness_failed`/`startup_failed` are ids of containers whose probe reported failure,
-    `startup_passed` those whose startup probe succeeded (None: no prober)."""
+    `startup_passed` those whose startup probe succeeded (None: no prober). `actuated` gives each container's
+    resources as last actuated: with it, a running container whose allocated resources (the pod's, which is the
+    pod as allocated) differ is resized in place or restarted, as its resizePolicy says (None: no resize; a
+    static pod is never resized, as upstream's IsInPlacePodVerticalScalingAllowed)."""
+    if actuated is not None and _is_static(pod):
+        actuated = None
     spec = _spec(pod)
     meta: Mapping[str, Any] = pod.get("metadata") or {}
     phase = (pod.get("status") or {}).get("phase")
@@ -564,6 +708,7 @@ def compute_pod_actions(
             liveness_failed=liveness_failed,
             startup_failed=startup_failed,
             startup_passed=startup_passed,
+            actuated=actuated,
         )
         if initialized and not plan.kill_pod:
             keep = 0
@@ -583,6 +728,9 @@ def compute_pod_actions(
                     container, st, liveness_failed, startup_failed, restart=changed or restart_on_failure
                 )
                 if kill is None:
+                    if actuated is not None and not compute_resize_action(container, st, actuated(name), plan):
+                        plan.to_start.append(name)  # restarted with its new resources, whatever the restartPolicy
+                        continue
                     keep += 1
                     continue
                 plan.to_kill.append(kill)
@@ -611,7 +759,15 @@ def compute_pod_actions(
         ephemeral_containers_to_start=tuple(plan.ephemeral_to_start),
         containers_to_remove=remove,
         sandboxes_to_remove=sandboxes,
+        containers_to_update={name: tuple(queue) for name, queue in plan.to_update.items() if queue},
+        update_pod_resources=plan.update_pod_resources,
     )
+
+
+def _is_static(pod: Mapping[str, Any]) -> bool:
+    """Upstream IsStaticPod: a pod whose config source is not the apiserver."""
+    source = ((pod.get("metadata") or {}).get("annotations") or {}).get("kubernetes.io/config.source")
+    return source is not None and source != "api"
 
 
 def _ephemeral_to_start(pod: Mapping[str, Any], status: RuntimePodStatus) -> list[str]:

@@ -1,12 +1,31 @@
-"""Removing pod cgroups (cgroupfs driver). runc creates a container's parent cgroups but removes only its own, so
-the pod-level cgroup (`.../kubepods/<qos>/pod<uid>`) is the kubelet's to delete once the pod's containers are gone,
-as upstream's pod container manager does. Works for cgroup v1 (one tree per controller) and v2 (one tree)."""
+"""Pod cgroups (cgroupfs driver), as upstream's pod container manager keeps them.
+
+Removing: runc creates a container's parent cgroups but removes only its own, so the pod-level cgroup
+(`.../kubepods/<qos>/pod<uid>`) is the kubelet's to delete once the pod's containers are gone. Works for cgroup v1
+(one tree per controller) and v2 (one tree).
+
+Sizing: `pod_resource_config` is upstream's ResourceConfigForPod (cpu shares from the pod's requests; cfs quota and
+period, and a memory limit, from its limits when every container declares one, always for a Guaranteed pod;
+BestEffort gets the minimum shares only). `CgroupfsPodCgroups` writes it into the pod cgroup before the sandbox
+starts (upstream's EnsureExists) and, resource by resource, during an in-place resize (SetPodCgroupConfig), and reads
+it back (GetPodCgroupConfig). cgroup v1: cpu.shares, cpu.cfs_quota_us, cpu.cfs_period_us, memory.limit_in_bytes;
+v2: cpu.weight, cpu.max, memory.max. An unlimited quota reads back as -1, as upstream's.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from decimal import Decimal
 from pathlib import Path
+from typing import Any, Protocol
+
+from nodeagent.admission.resources import pod_requests
+from nodeagent.config.quantity import parse_quantity
+from nodeagent.kuberuntime.qos import QOSClass, pod_qos
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
@@ -59,3 +78,208 @@ def kill_cgroup_processes(cgroup_path: str, *, root: Path = CGROUP_ROOT) -> int:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, 9)
     return len(pids)
+
+
+# --- sizing ---------------------------------------------------------------------------------------------------------
+
+MIN_SHARES = 2
+MAX_SHARES = 262144
+QUOTA_PERIOD = 100000
+MIN_QUOTA = 1000
+UNLIMITED = -1
+MAX_INT64 = 2**63 - 1
+
+
+def milli_cpu_to_shares(milli: int) -> int:
+    if milli == 0:
+        return MIN_SHARES
+    return min(MAX_SHARES, max(MIN_SHARES, milli * 1024 // 1000))
+
+
+def milli_cpu_to_quota(milli: int, period: int = QUOTA_PERIOD) -> int:
+    if milli == 0:
+        return 0
+    return max(MIN_QUOTA, milli * period // 1000)
+
+
+@dataclass(frozen=True)
+class PodResourceConfig:
+    """Upstream cm.ResourceConfig, cpu and memory: None leaves that value as it is (not written)."""
+
+    cpu_shares: int | None = None
+    cpu_quota: int | None = None
+    cpu_period: int | None = None
+    memory: int | None = None
+
+
+def _limits_sum(pod: Mapping[str, Any]) -> tuple[dict[str, Decimal], bool, bool]:
+    """Upstream PodLimits: containers (and sidecars) add up, the largest plain init container counts when bigger,
+    the overhead on top; and whether every container declared a cpu / memory limit."""
+    spec: Mapping[str, Any] = pod.get("spec") or {}
+    cpu_declared = memory_declared = True
+
+    def limits(container: Mapping[str, Any]) -> dict[str, Decimal]:
+        nonlocal cpu_declared, memory_declared
+        raw = (container.get("resources") or {}).get("limits") or {}
+        out = {str(k): parse_quantity(str(v)) for k, v in raw.items()}
+        if not out.get("cpu"):
+            cpu_declared = False
+        if not out.get("memory"):
+            memory_declared = False
+        return out
+
+    total: dict[str, Decimal] = {}
+    for container in spec.get("containers") or ():
+        for name, value in limits(container).items():
+            total[name] = total.get(name, Decimal(0)) + value
+    sidecars: dict[str, Decimal] = {}
+    peak: dict[str, Decimal] = {}
+    for container in spec.get("initContainers") or ():
+        own = limits(container)
+        if container.get("restartPolicy") == "Always":
+            for name, value in own.items():
+                total[name] = total.get(name, Decimal(0)) + value
+                sidecars[name] = sidecars.get(name, Decimal(0)) + value
+            step = dict(sidecars)
+        else:
+            step = {name: value + sidecars.get(name, Decimal(0)) for name, value in own.items()}
+        for name, value in step.items():
+            peak[name] = max(peak.get(name, Decimal(0)), value)
+    for name, value in peak.items():
+        total[name] = max(total.get(name, Decimal(0)), value)
+    for name, value in (spec.get("overhead") or {}).items():
+        total[str(name)] = total.get(str(name), Decimal(0)) + parse_quantity(str(value))
+    return total, cpu_declared, memory_declared
+
+
+def pod_resource_config(pod: Mapping[str, Any], *, period: int = QUOTA_PERIOD) -> PodResourceConfig:
+    """Upstream ResourceConfigForPod (cpu CFS quota enforced, no memory QoS) for the pod as allocated."""
+    requests = pod_requests(pod)
+    limits, cpu_declared, memory_declared = _limits_sum(pod)
+    shares = milli_cpu_to_shares(math.ceil(requests.get("cpu", Decimal(0)) * 1000))
+    quota = milli_cpu_to_quota(math.ceil(limits.get("cpu", Decimal(0)) * 1000), period)
+    memory = math.ceil(limits.get("memory", Decimal(0)))
+    qos = pod_qos(pod)
+    if qos is QOSClass.GUARANTEED:
+        return PodResourceConfig(cpu_shares=shares, cpu_quota=quota, cpu_period=period, memory=memory)
+    if qos is QOSClass.BURSTABLE:
+        config = PodResourceConfig(cpu_shares=shares)
+        if cpu_declared:
+            config = replace(config, cpu_quota=quota, cpu_period=period)
+        if memory_declared:
+            config = replace(config, memory=memory)
+        return config
+    return PodResourceConfig(cpu_shares=MIN_SHARES)
+
+
+class PodCgroupError(Exception):
+    """A pod cgroup value could not be read or written."""
+
+
+class PodCgroups(Protocol):
+    """The pod container manager's part that resize uses (upstream PodContainerManager)."""
+
+    def ensure(self, cgroup: str, config: PodResourceConfig) -> None: ...
+
+    def read(self, cgroup: str) -> PodResourceConfig: ...
+
+    def write(self, cgroup: str, config: PodResourceConfig) -> None: ...
+
+    def memory_usage(self, cgroup: str) -> int: ...
+
+
+def _v2_weight(shares: int) -> int:
+    return 1 + ((shares - 2) * 9999) // 262142
+
+
+def _v2_shares(weight: int) -> int:
+    return 2 + ((weight - 1) * 262142) // 9999
+
+
+class CgroupfsPodCgroups:
+    """Pod cgroups under the cgroupfs mount `root` (v1: the cpu and memory hierarchies; v2: the unified tree)."""
+
+    def __init__(self, root: Path = CGROUP_ROOT) -> None:
+        self._root = root
+
+    def _v2(self) -> bool:
+        return (self._root / "cgroup.controllers").exists()
+
+    def _dir(self, controller: str, cgroup: str) -> Path:
+        relative = cgroup.strip("/")
+        if self._v2():
+            return self._root / relative
+        return self._root / controller / relative
+
+    @staticmethod
+    def _write_file(path: Path, value: str) -> None:
+        try:
+            path.write_text(value)
+        except OSError as exc:
+            raise PodCgroupError(f"failed to write {value!r} to {path}: {exc.strerror or exc}") from exc
+
+    @staticmethod
+    def _read_file(path: Path) -> str:
+        try:
+            return path.read_text().strip()
+        except OSError as exc:
+            raise PodCgroupError(f"failed to read {path}: {exc.strerror or exc}") from exc
+
+    def ensure(self, cgroup: str, config: PodResourceConfig) -> None:
+        """Upstream EnsureExists: the pod cgroup made in each hierarchy (runc adopts it) and sized."""
+        for controller in ("cpu", "memory"):
+            try:
+                self._dir(controller, cgroup).mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise PodCgroupError(f"failed to create pod cgroup {cgroup}: {exc.strerror or exc}") from exc
+        self.write(cgroup, config)
+
+    def write(self, cgroup: str, config: PodResourceConfig) -> None:
+        if self._v2():
+            directory = self._dir("", cgroup)
+            if config.cpu_shares is not None:
+                self._write_file(directory / "cpu.weight", str(_v2_weight(config.cpu_shares)))
+            if config.cpu_quota is not None:
+                period = config.cpu_period or QUOTA_PERIOD
+                quota = "max" if config.cpu_quota <= 0 else str(config.cpu_quota)
+                self._write_file(directory / "cpu.max", f"{quota} {period}")
+            if config.memory is not None:
+                self._write_file(directory / "memory.max", "max" if config.memory <= 0 else str(config.memory))
+            return
+        cpu, memory = self._dir("cpu", cgroup), self._dir("memory", cgroup)
+        if config.cpu_shares is not None:
+            self._write_file(cpu / "cpu.shares", str(config.cpu_shares))
+        if config.cpu_period is not None:
+            self._write_file(cpu / "cpu.cfs_period_us", str(config.cpu_period))
+        if config.cpu_quota is not None:
+            self._write_file(cpu / "cpu.cfs_quota_us", str(config.cpu_quota if config.cpu_quota > 0 else UNLIMITED))
+        if config.memory is not None:
+            self._write_file(memory / "memory.limit_in_bytes", str(config.memory if config.memory > 0 else UNLIMITED))
+
+    def memory_usage(self, cgroup: str) -> int:
+        """The pod cgroup's memory usage in bytes (v1 memory.usage_in_bytes, v2 memory.current)."""
+        if self._v2():
+            return int(self._read_file(self._dir("", cgroup) / "memory.current"))
+        return int(self._read_file(self._dir("memory", cgroup) / "memory.usage_in_bytes"))
+
+    def read(self, cgroup: str) -> PodResourceConfig:
+        """Upstream GetPodCgroupConfig (cpu and memory): an unlimited quota reads as -1."""
+        if self._v2():
+            directory = self._dir("", cgroup)
+            quota_text, period_text = self._read_file(directory / "cpu.max").split()
+            memory_text = self._read_file(directory / "memory.max")
+            return PodResourceConfig(
+                cpu_shares=_v2_shares(int(self._read_file(directory / "cpu.weight"))),
+                cpu_quota=UNLIMITED if quota_text == "max" else int(quota_text),
+                cpu_period=int(period_text),
+                memory=MAX_INT64 if memory_text == "max" else int(memory_text),
+            )
+        cpu, memory = self._dir("cpu", cgroup), self._dir("memory", cgroup)
+        # v1 reports "no memory limit" as its largest page-aligned value, which upstream compares as it is (so a
+        # new limit is a decrease from it).
+        return PodResourceConfig(
+            cpu_shares=int(self._read_file(cpu / "cpu.shares")),
+            cpu_quota=int(self._read_file(cpu / "cpu.cfs_quota_us")),
+            cpu_period=int(self._read_file(cpu / "cpu.cfs_period_us")),
+            memory=int(self._read_file(memory / "memory.limit_in_bytes")),
+        )

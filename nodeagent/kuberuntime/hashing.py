@@ -4,8 +4,8 @@ Upstream (HashContainer) now hashes only name and image, because those are the o
 change. Static pods are the exception: their file may change any field while the pod keeps its name, so we hash the
 whole container dict, canonicalised as sorted-key compact JSON, and exclude what changes without a restart:
 
-- `resources` and `resizePolicy`: in-place resize is out of scope here, yet a resize must not restart the container
-  (it would turn an API-allowed patch into a restart loop once resize lands). Upstream also leaves resources out.
+- `resources` and `resizePolicy`: an in-place resize changes them without a restart (`actions.compute_resize_action`
+  decides whether the resize policy restarts the container). Upstream also leaves resources out.
 
 Empty values (None, "", [], {}) are dropped before hashing, so a defaulted-empty field and a missing one hash alike.
 The result is the first 16 hex digits of SHA-256: stable across processes and Python versions (unlike `hash()`).

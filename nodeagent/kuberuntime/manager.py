@@ -25,10 +25,23 @@ from typing import Any, Literal, Protocol
 from cri.errors import CRIError, NotFoundError
 from cri.service import ImageService, RuntimeService
 from cri.v1 import api_pb2
+from eviction.quantity import format_binary, format_decimal
 from nodeagent.kuberuntime import actions as acts
 from nodeagent.kuberuntime.backoff import Backoff, container_backoff_key
-from nodeagent.kuberuntime.cgroups import kill_cgroup_processes, remove_cgroup_tree
-from nodeagent.kuberuntime.container_config import image_user_of, make_container_config, make_environment
+from nodeagent.kuberuntime.cgroups import (
+    PodCgroupError,
+    PodCgroups,
+    PodResourceConfig,
+    kill_cgroup_processes,
+    pod_resource_config,
+    remove_cgroup_tree,
+)
+from nodeagent.kuberuntime.container_config import (
+    image_user_of,
+    make_container_config,
+    make_environment,
+    make_linux_resources,
+)
 from nodeagent.kuberuntime.errors import CreatePodSandboxConfigError, KubeRuntimeError, rpc_error_text
 from nodeagent.kuberuntime.etc_hosts import ETC_HOSTS_PATH, ensure_hosts_file, hosts_mount, wants_hosts_mount
 from nodeagent.kuberuntime.hooks import (
@@ -133,6 +146,10 @@ class SyncResult:
     # The containers this sync started without a problem: their reason to wait from an earlier sync no longer holds
     # (upstream's reason cache forgets a container whose StartContainer succeeded).
     started: frozenset[str] = frozenset()
+    # An in-place resize this sync could not actuate: the error upstream puts in PodResizeInProgress (reason Error).
+    resize_error: str | None = None
+    # This sync resized containers in place: what the runtime reports of them changed without any lifecycle event.
+    resized: bool = False
 
 
 def _meta(pod: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -192,6 +209,41 @@ class UnremovableContainer(CRIError):
         )
 
 
+class ResourceRecord(Protocol):
+    """The allocation manager's actuated resources (what the runtime was last told, per container)."""
+
+    def get_actuated(self, uid: str, name: str) -> dict[str, Any] | None: ...
+
+    def set_actuated(self, uid: str, name: str, resources: Mapping[str, Any]) -> None: ...
+
+
+class ResizeError(Exception):
+    """An in-place resize could not be actuated; the message is what PodResizeInProgress shows (reason Error)."""
+
+
+def resources_json(values: acts.ResourceValues) -> dict[str, Any]:
+    """ResourceValues as v1.ResourceRequirements JSON (the actuated record), unset values left out."""
+    out: dict[str, Any] = {}
+    for part, cpu, memory in (
+        ("limits", values.cpu_limit, values.memory_limit),
+        ("requests", values.cpu_request, values.memory_request),
+    ):
+        entry = {}
+        if cpu:
+            entry["cpu"] = format_decimal(cpu // 1000) if cpu % 1000 == 0 else f"{cpu}m"
+        if memory:
+            entry["memory"] = format_binary(memory)
+        if entry:
+            out[part] = entry
+    return out
+
+
+def format_pod(pod: Mapping[str, Any]) -> str:
+    """Upstream format.Pod: name_namespace(uid)."""
+    meta = _meta(pod)
+    return f"{meta.get('name', '')}_{meta.get('namespace', '')}({meta.get('uid', '')})"
+
+
 class ServiceLister(Protocol):
     """The cluster's Services as the runtime manager reads them (nodeagent.kube.servicestore.ServiceStore)."""
 
@@ -219,6 +271,8 @@ class RuntimeManager:
         services: ServiceLister | None = None,
         runtime_handlers: Callable[[], Sequence[RuntimeHandler]] = tuple,
         runtime_classes: RuntimeHandlerResolver | None = None,
+        resources: ResourceRecord | None = None,
+        pod_cgroups: PodCgroups | None = None,
     ) -> None:
         self._runtime = runtime
         self._images = images
@@ -237,6 +291,10 @@ class RuntimeManager:
         self._runtime_handlers = runtime_handlers
         # The pods' RuntimeClass → runtime handler (nodeagent.runtimeclass); None: every pod gets the default.
         self._runtime_classes = runtime_classes
+        # In-place resize: the actuated resources (None: no resize, as before it existed) and the pod cgroups
+        # (None: left to runc, unsized).
+        self._resources = resources
+        self._pod_cgroups = pod_cgroups
         # Containers containerd will not let go of (see _remove_container): never tried again.
         self.unremovable: set[str] = set()
         self._kept_sandboxes: set[str] = set()
@@ -298,6 +356,7 @@ class RuntimeManager:
         uid = _uid(pod)
         # A start an earlier agent was killed during never ran: decided on (and counted) as a created container.
         status = acts.interrupted_starts_as_created(status, created_before=self._started_at)
+        record = self._resources
         plan = acts.compute_pod_actions(
             pod,
             status,
@@ -306,6 +365,7 @@ class RuntimeManager:
             liveness_failed=liveness_failed,
             startup_failed=startup_failed,
             startup_passed=startup_passed,
+            actuated=(lambda name: record.get_actuated(uid, name)) if record is not None else None,
         )
         waiting: dict[str, Waiting] = {w.name: Waiting(w.reason, w.message) for w in plan.backoff}
         retry_after = min((w.remaining for w in plan.backoff), default=None)
@@ -321,7 +381,7 @@ class RuntimeManager:
         changed = plan.kill_pod or plan.create_sandbox or bool(plan.containers_to_kill)
         changed = changed or bool(plan.init_containers_to_start or plan.containers_to_start)
         changed = changed or bool(plan.ephemeral_containers_to_start or plan.containers_to_remove)
-        changed = changed or bool(plan.sandboxes_to_remove)
+        changed = changed or bool(plan.sandboxes_to_remove) or bool(plan.containers_to_update)
         if plan.kill_pod:
             # As upstream's SyncPod: no override, each container stops within its own grace.
             await self.kill_pod(pod, status, grace_period=None)
@@ -371,8 +431,21 @@ class RuntimeManager:
             log.warning("sandbox config failed pod=%s uid=%s error=%s", _ref(pod), uid, exc)
             return SyncResult(waiting, ips, retry_after, changed)
         started: set[str] = set()
-        # As upstream's SyncPod: ephemeral containers first, so that a failing init container does not block them.
-        for name in [*plan.ephemeral_containers_to_start, *plan.init_containers_to_start, *plan.containers_to_start]:
+        resize_error: str | None = None
+        resize_due = bool(plan.containers_to_update) or plan.update_pod_resources
+        resized = resize_due and self._resources is not None
+        # As upstream's SyncPod: ephemeral containers first, so that a failing init container does not block them;
+        # an in-place resize (step 7) right before the regular containers start (step 8).
+        firsts = [*plan.ephemeral_containers_to_start, *plan.init_containers_to_start]
+        for name in [*firsts, None, *plan.containers_to_start]:
+            if name is None:
+                if resize_due and self._resources is not None:
+                    try:
+                        await self._resize_pod(pod, plan, status)
+                    except ResizeError as exc:
+                        resize_error = str(exc)
+                        log.warning("pod resize failed pod=%s uid=%s error=%s", _ref(pod), uid, exc)
+                continue
             if name in held:
                 continue
             problem = await self._start_container(
@@ -392,7 +465,181 @@ class RuntimeManager:
         retry_after = min(
             (t for t in (retry_after, *(w.retry_after for w in waiting.values())) if t is not None), default=None
         )
-        return SyncResult(waiting, ips, retry_after, changed, frozenset(started))
+        return SyncResult(waiting, ips, retry_after, changed, frozenset(started), resize_error, resized)
+
+    # --- in-place resize -------------------------------------------------------------------------------------------
+
+    async def _resize_pod(self, pod: Pod, plan: acts.PodActions, status: acts.RuntimePodStatus) -> None:
+        """Upstream doPodResizeAction: per resource (memory, then cpu), the pod cgroup grows before the containers
+        and shrinks after them; a memory limit is never set below what is in use (validateMemoryResizeAction). Any
+        error stops here: the next sync takes it up again."""
+        uid = _uid(pod)
+        config = pod_resource_config(pod)
+        cgroup = pod_cgroup_parent(uid, pod_qos(pod), self._node.cgroup_root)
+        current = PodResourceConfig()
+        if self._pod_cgroups is not None:
+            try:
+                current = await asyncio.to_thread(self._pod_cgroups.read, cgroup)
+            except PodCgroupError as exc:
+                log.warning("pod cgroup unreadable pod=%s uid=%s error=%s", _ref(pod), uid, exc)
+                raise ResizeError(f"unable to get pod cgroup memory config for pod {format_pod(pod)!r}") from exc
+        memory_due = bool(plan.containers_to_update.get("memory")) or plan.update_pod_resources
+        cpu_due = bool(plan.containers_to_update.get("cpu")) or plan.update_pod_resources
+        if memory_due:
+            await self._validate_memory_resize(pod, plan, current, config)
+            desired = config.memory if config.memory is not None else current.memory
+            await self._resize_resource(
+                pod,
+                plan,
+                "memory",
+                cgroup,
+                limit_now=current.memory,
+                limit_new=desired,
+                request_now=None,
+                request_new=None,
+                config=config,
+            )
+        if cpu_due:
+            desired_quota = config.cpu_quota if config.cpu_quota is not None else current.cpu_quota
+            await self._resize_resource(
+                pod,
+                plan,
+                "cpu",
+                cgroup,
+                limit_now=current.cpu_quota,
+                limit_new=desired_quota,
+                request_now=current.cpu_shares,
+                request_new=config.cpu_shares,
+                config=config,
+            )
+
+    async def _resize_resource(
+        self,
+        pod: Pod,
+        plan: acts.PodActions,
+        resource: str,
+        cgroup: str,
+        *,
+        limit_now: int | None,
+        limit_new: int | None,
+        request_now: int | None,
+        request_new: int | None,
+        config: PodResourceConfig,
+    ) -> None:
+        """Upstream's resizeContainers: limits grow before requests and shrink after them."""
+
+        def grows(new: int | None, now: int | None) -> bool:
+            return new is not None and now is not None and new > now
+
+        def shrinks(new: int | None, now: int | None) -> bool:
+            return new is not None and now is not None and new < now
+
+        if grows(limit_new, limit_now):
+            await self._set_pod_cgroup(pod, cgroup, resource, config, limit=True)
+        if grows(request_new, request_now):
+            await self._set_pod_cgroup(pod, cgroup, resource, config, limit=False)
+        for update in plan.containers_to_update.get(resource, ()):
+            await self._update_container(pod, update, resource)
+        if shrinks(request_new, request_now):
+            await self._set_pod_cgroup(pod, cgroup, resource, config, limit=False)
+        if shrinks(limit_new, limit_now):
+            await self._set_pod_cgroup(pod, cgroup, resource, config, limit=True)
+
+    async def _set_pod_cgroup(
+        self, pod: Pod, cgroup: str, resource: str, config: PodResourceConfig, *, limit: bool
+    ) -> None:
+        if self._pod_cgroups is None:
+            return
+        if resource == "cpu":
+            part = (
+                PodResourceConfig(cpu_quota=config.cpu_quota, cpu_period=config.cpu_period)
+                if limit
+                else PodResourceConfig(cpu_shares=config.cpu_shares)
+            )
+        elif limit:
+            part = PodResourceConfig(memory=config.memory)
+        else:
+            return  # memory requests are not written to cgroups
+        try:
+            await asyncio.to_thread(self._pod_cgroups.write, cgroup, part)
+        except PodCgroupError as exc:
+            raise ResizeError(str(exc)) from exc
+        log.info("pod cgroup resized pod=%s cgroup=%s resource=%s limit=%s", _ref(pod), cgroup, resource, limit)
+
+    async def _update_container(self, pod: Pod, update: acts.ContainerToUpdate, resource: str) -> None:
+        """Upstream updatePodContainerResources for one container: the resource being resized takes its desired
+        values, the other keeps what was last actuated; the record follows a call the runtime accepted."""
+        desired, current = update.desired, update.current
+        if resource == "memory":
+            values = acts.ResourceValues(
+                current.cpu_request, current.cpu_limit, desired.memory_request, desired.memory_limit
+            )
+        else:
+            values = acts.ResourceValues(
+                desired.cpu_request, desired.cpu_limit, current.memory_request, current.memory_limit
+            )
+        resources = resources_json(values)
+        container = {"name": update.name, "resources": resources}
+        linux = make_linux_resources(container, qos=pod_qos(pod), memory_capacity=self._node.memory_capacity)
+        try:
+            await self._runtime.update_container_resources(update.container_id, api_pb2.ContainerResources(linux=linux))
+        except CRIError as exc:
+            raise ResizeError(rpc_error_text(exc.code.name if exc.code is not None else None, exc.message)) from exc
+        assert self._resources is not None
+        self._resources.set_actuated(_uid(pod), update.name, resources)
+        log.info(
+            "container resources updated pod=%s container=%s id=%s resource=%s cpu_quota=%d memory_limit=%d",
+            _ref(pod),
+            update.name,
+            update.container_id[:12],
+            resource,
+            linux.cpu_quota,
+            linux.memory_limit_in_bytes,
+        )
+
+    async def _validate_memory_resize(
+        self, pod: Pod, plan: acts.PodActions, current: PodResourceConfig, config: PodResourceConfig
+    ) -> None:
+        """Upstream validateMemoryResizeAction: no memory limit (the pod's or a container's) set at or below what
+        is in use now."""
+        pod_shrinks = config.memory is not None and (current.memory is None or config.memory < current.memory)
+        shrinking = {
+            u.name: u.desired.memory_limit
+            for u in plan.containers_to_update.get("memory", ())
+            if u.desired.memory_limit
+            and (not u.current.memory_limit or u.desired.memory_limit < u.current.memory_limit)
+        }
+        if not pod_shrinks and not shrinking:
+            return
+        errors: list[str] = []
+        if pod_shrinks and config.memory is not None and self._pod_cgroups is not None:
+            cgroup = pod_cgroup_parent(_uid(pod), pod_qos(pod), self._node.cgroup_root)
+            try:
+                usage = await asyncio.to_thread(self._pod_cgroups.memory_usage, cgroup)
+            except PodCgroupError as exc:
+                raise ResizeError(f"unable to read memory usage for pod {format_pod(pod)!r}") from exc
+            if usage >= config.memory:
+                errors.append(f"attempting to set pod memory limit ({config.memory}) below current usage ({usage})")
+        for update in plan.containers_to_update.get("memory", ()):
+            if update.name not in shrinking:
+                continue
+            try:
+                stats = await self._runtime.container_stats(update.container_id)
+            except CRIError as exc:
+                raise ResizeError(f"unable to read memory usage for pod {format_pod(pod)!r}") from exc
+            if not stats.HasField("memory") or not stats.memory.HasField("usage_bytes"):
+                errors.append(f"missing container {update.name!r} memory usage")
+                continue
+            used = stats.memory.usage_bytes.value
+            if used >= shrinking[update.name]:
+                # Upstream prints the pod's usage here, not the container's; the container's is the one compared.
+                errors.append(
+                    f'attempting to set container "{update.name}" memory limit ({shrinking[update.name]}) below '
+                    f"current usage ({used})"
+                )
+        if errors:
+            joined = errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]"
+            raise ResizeError(f"cannot decrease memory limits: {joined}")
 
     async def _remove_leftovers(self, pod: Pod, plan: acts.PodActions) -> frozenset[str]:
         """Remove what the plan found left over (never-started instances, old not-ready sandboxes); the ids of the
@@ -639,6 +886,10 @@ class RuntimeManager:
             mount = await asyncio.to_thread(create_message_file, self._node.root_dir, _uid(pod), container)
             if mount is not None:
                 config.mounts.append(mount)
+        if self._resources is not None and container.get("image") and name not in _ephemeral_names(pod):
+            # As upstream's startContainer: what the container is created with is what is actuated.
+            actuated = resources_json(acts.resource_values(container.get("resources")))
+            self._resources.set_actuated(_uid(pod), name, actuated)
         try:
             container_id = await self._runtime.create_container(sandbox_id, config, sandbox_config)
         except CRIError as exc:
@@ -794,6 +1045,10 @@ class RuntimeManager:
             del self._pull_errors[key]
         if self._node.root_dir and status.uid:
             await asyncio.to_thread(remove_pod_dirs, self._node.root_dir, status.uid)
+
+
+def _ephemeral_names(pod: Mapping[str, Any]) -> set[str]:
+    return {str(c.get("name", "")) for c in (pod.get("spec") or {}).get("ephemeralContainers") or ()}
 
 
 def _grace(pod: Mapping[str, Any]) -> int:

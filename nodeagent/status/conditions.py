@@ -28,8 +28,22 @@ CONTAINERS_READY = "ContainersReady"
 READY = "Ready"
 POD_SCHEDULED = "PodScheduled"
 
-# The condition types the kubelet owns; any other type (readiness gates, DisruptionTarget set by others) is kept.
-KUBELET_CONDITIONS = frozenset({POD_READY_TO_START_CONTAINERS, INITIALIZED, CONTAINERS_READY, READY, POD_SCHEDULED})
+POD_RESIZE_PENDING = "PodResizePending"
+POD_RESIZE_IN_PROGRESS = "PodResizeInProgress"
+
+# The condition types the kubelet owns (upstream PodConditionsByKubelet, the resize conditions included); any other
+# type (readiness gates, DisruptionTarget set by others) is kept.
+KUBELET_CONDITIONS = frozenset(
+    {
+        POD_READY_TO_START_CONTAINERS,
+        INITIALIZED,
+        CONTAINERS_READY,
+        READY,
+        POD_SCHEDULED,
+        POD_RESIZE_PENDING,
+        POD_RESIZE_IN_PROGRESS,
+    }
+)
 
 UNKNOWN_CONTAINER_STATUSES = "UnknownContainerStatuses"
 POD_COMPLETED = "PodCompleted"

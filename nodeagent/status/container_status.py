@@ -16,8 +16,13 @@ the waiting reason the last sync left (ErrImagePull, ImagePullBackOff, CrashLoop
 - volumeMounts: a status without a runtime container lists the spec's (`status.volume_mounts`); one built from a
   runtime container keeps the previous status's list, which upstream treats as immutable;
 - resources and allocatedResources (InPlacePodVerticalScaling, on by default): a status built from a runtime
-  container, whatever its state, reports the container's allocated resources (its spec's; `{}` when it has none)
-  and allocatedResources its requests (absent without requests); a status without a runtime container has neither;
+  container reports allocatedResources as the allocated requests (the pod given is the pod as allocated; absent
+  without requests) and resources as upstream's convertContainerStatusResources: a container that is not running
+  shows its allocated resources; a running one shows, where the allocation sets limits or requests, the cpu limit,
+  memory limit and cpu request the runtime reports it applied (CRI ContainerStatus.resources: quota/period, memory
+  limit, shares; a cpu value at or below the minimum on both sides keeps the allocated text), the previous status's
+  value when the runtime reports none for the same running instance, and the memory request last actuated. A status
+  without a runtime container has neither;
 - a runtime container that exited reports its startedAt/finishedAt as the runtime gave them, the Unix epoch when
   the runtime says 0 (a container that failed to start), as upstream's time.Unix(0, n); only a run nobody saw end
   (ContainerStatusUnknown) has null times.
@@ -26,12 +31,15 @@ the waiting reason the last sync left (ErrImagePull, ImagePullBackOff, CrashLoop
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+from eviction.quantity import format_binary, format_decimal
+from nodeagent.config.quantity import parse_quantity
 from nodeagent.status._common import JSON, format_time, last_state_of, state_of
 
 CONTAINER_CREATING = "ContainerCreating"
@@ -97,6 +105,13 @@ class ContainerInput:
     waiting_message: str = ""
     ready: bool = False
     started: bool | None = None  # the startup probe result; None: no startup probe
+    # What the runtime reports it applied to this instance (CRI ContainerStatus.resources.linux, as upstream's
+    # toKubeContainerResources reads it): None for a value it does not report.
+    cpu_limit_milli: int | None = None
+    cpu_request_milli: int | None = None
+    memory_limit: int | None = None
+    # The memory request last actuated for the container (the allocation manager's record), if any.
+    actuated_memory_request: str | None = None
 
 
 def _full_id(runtime_type: str, container_id: str) -> str:
@@ -181,17 +196,67 @@ def _runtime_run(run: TerminatedRun) -> TerminatedRun:
     return replace(run, started_at=run.started_at or EPOCH, finished_at=run.finished_at or EPOCH)
 
 
-def status_resources(resources: Mapping[str, Any]) -> tuple[JSON, JSON | None]:
-    """`resources` and `allocatedResources` of a status built from a runtime container, from the spec container's
-    resources (upstream convertContainerStatusResources and allocatedContainer.Resources.Requests).
+MIN_MILLI_CPU_LIMIT = 10  # upstream cm.MinMilliCPULimit
+MIN_SHARES = 2  # upstream cm.MinShares, which it compares with millicores here
 
-    As upstream, the allocated resources are the spec's (nodeagent resizes nothing in place). Upstream overrides a
-    running container's cpu limit, memory limit and cpu request with what the runtime reports (CRI
-    ContainerStatus.resources); those are set from the same spec values, so they are the same quantities.
-    """
+
+def _millicores(text: Any) -> int:
+    return math.ceil(parse_quantity(str(text)) * 1000)
+
+
+def _format_millicores(millis: int) -> str:
+    return format_decimal(millis // 1000) if millis % 1000 == 0 else f"{millis}m"
+
+
+def status_resources(
+    resources: Mapping[str, Any],
+    container: ContainerInput | None = None,
+    previous: Mapping[str, Any] | None = None,
+) -> tuple[JSON, JSON | None]:
+    """`resources` and `allocatedResources` of a status built from a runtime container (upstream
+    convertContainerStatusResources and allocatedContainer.Resources.Requests). `resources` is the container's
+    allocated resources; `container` the runtime's view of the instance (None: not running)."""
     copied: JSON = copy.deepcopy(dict(resources))
     requests = copied.get("requests")
-    return copied, (copy.deepcopy(dict(requests)) if isinstance(requests, Mapping) and requests else None)
+    allocated = copy.deepcopy(dict(requests)) if isinstance(requests, Mapping) and requests else None
+    if container is None or container.state is not RuntimeState.RUNNING:
+        return copied, allocated
+    old: Mapping[str, Any] = {}
+    if (
+        previous is not None
+        and "running" in state_of(previous)
+        and previous.get("containerID") == _full_id("containerd", container.container_id)
+    ):
+        old = previous.get("resources") or {}
+
+    def keep_old(part: str, name: str, into: JSON) -> None:
+        value = (old.get(part) or {}).get(name)
+        if value is not None:
+            into[name] = value
+
+    limits = copied.get("limits")
+    if isinstance(limits, dict):
+        if container.cpu_limit_milli is not None:
+            if (
+                container.cpu_limit_milli > MIN_MILLI_CPU_LIMIT
+                or _millicores(limits.get("cpu", 0)) > MIN_MILLI_CPU_LIMIT
+            ):
+                limits["cpu"] = _format_millicores(container.cpu_limit_milli)
+        else:
+            keep_old("limits", "cpu", limits)
+        if container.memory_limit is not None:
+            limits["memory"] = format_binary(container.memory_limit)
+        else:
+            keep_old("limits", "memory", limits)
+    if isinstance(requests, dict):
+        if container.cpu_request_milli is not None:
+            if container.cpu_request_milli > MIN_SHARES or _millicores(requests.get("cpu", 0)) > MIN_SHARES:
+                requests["cpu"] = _format_millicores(container.cpu_request_milli)
+        else:
+            keep_old("requests", "cpu", requests)
+        if "memory" in requests and container.actuated_memory_request is not None:
+            requests["memory"] = container.actuated_memory_request
+    return copied, allocated
 
 
 def _from_runtime_container(container: ContainerInput, previous: Mapping[str, Any] | None, runtime_type: str) -> JSON:
@@ -279,7 +344,7 @@ def container_status(
     else:
         status = _from_runtime_container(container, previous, runtime_type)
         if resources is not None:
-            status["resources"], allocated = status_resources(resources)
+            status["resources"], allocated = status_resources(resources, container, previous)
             if allocated is not None:
                 status["allocatedResources"] = allocated
     if container.waiting_reason:

@@ -31,7 +31,7 @@ from nodeagent.status.container_status import (
     RuntimeState,
     container_status,
 )
-from nodeagent.status.phase import FAILED, get_phase
+from nodeagent.status.phase import FAILED, SUCCEEDED, get_phase
 from nodeagent.status.volume_mounts import volume_mount_statuses
 
 
@@ -59,6 +59,7 @@ def generate_pod_status(
     runtime_type: str = "containerd",
     old_status: Mapping[str, Any] | None = None,
     supports_recursive_read_only: bool = False,
+    resize_conditions: Sequence[Mapping[str, Any]] = (),
 ) -> JSON:
     """The pod's new status.
 
@@ -74,6 +75,10 @@ def generate_pod_status(
 
     `supports_recursive_read_only` says whether the pod's runtime handler makes recursive read-only mounts: the
     containers' volumeMounts show the recursiveReadOnly mode it resolves to.
+
+    `resize_conditions` are the pod's PodResizePending / PodResizeInProgress conditions as the allocation manager
+    holds them (upstream's status manager): they follow the conditions others own and precede the kubelet's
+    generated ones, as upstream's generateAPIPodStatus appends them; a terminal pod has none.
     """
     spec: Mapping[str, Any] = pod.get("spec") or {}
     api: Mapping[str, Any] = pod.get("status") or {}
@@ -113,7 +118,8 @@ def generate_pod_status(
     # As upstream: every condition the kubelet generates (PodScheduled too) carries the generation it saw; the
     # status-wide observedGeneration is the status manager's (it sets it on every status it keeps).
     owned = with_observed_generation(owned, pod_generation(pod))
-    conditions = kept + stamp_transition_times(owned, old.get("conditions") or (), now=now)
+    resizing = [] if pod_is_terminal or phase in (FAILED, SUCCEEDED) else [dict(c) for c in resize_conditions]
+    conditions = kept + resizing + stamp_transition_times(owned, old.get("conditions") or (), now=now)
 
     status: JSON = {"phase": phase, "conditions": conditions}
     if host_ips:
