@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 
 from cri.client import CRIClient
+from nodeagent.config.quantity import parse_quantity
 from nodeagent.kube import paths
 from nodeagent.kube.client import KubeClient
 from nodeagent.kube.errors import NotFound
@@ -292,3 +294,69 @@ async def test_the_allocation_survives_an_agent_restart(
         assert len(await _events(admin, resized, "ResizeCompleted")) == 1  # not completed a second time
     finally:
         await _delete(admin, resized, big)
+
+
+async def _cpu_requested_on_node(admin: KubeClient, node_name: str) -> int:
+    """Millicores the node's running pods request (what admission counts besides a new pod)."""
+    listed = await admin.list(paths.pods(NS), field_selector=f"spec.nodeName={node_name}")
+    total = 0
+    for item in listed["items"]:
+        if (item.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        for container in item["spec"]["containers"]:
+            cpu = ((container.get("resources") or {}).get("requests") or {}).get("cpu")
+            if cpu is not None:
+                total += math.ceil(parse_quantity(str(cpu)) * 1000)
+    return total
+
+
+async def test_a_resize_without_room_is_deferred_until_a_pod_leaves(
+    agent: Agent, admin: KubeClient, settings: Settings, cri_client: CRIClient
+) -> None:
+    """Deferred with the admission's words, then allocated and actuated as soon as a pod's removal makes room (the
+    retry upstream's HandlePodRemoves makes), not at the 3 min timer."""
+    await wait_node_ready(admin, agent, settings.node_name)
+    hog, small = _name("hog"), _name("small")
+    try:
+        await admin.create(
+            paths.pods(NS),
+            _pod(small, configs.busybox_image(settings), {"requests": {"cpu": "100m"}, "limits": {"cpu": "200m"}}),
+        )
+        pod = await _running_pod(admin, agent, small)
+        container_id = _container_id(pod)
+        node = await admin.get(paths.node(settings.node_name))
+        capacity = math.ceil(parse_quantity(str(node["status"]["allocatable"]["cpu"])) * 1000)
+        free = capacity - await _cpu_requested_on_node(admin, settings.node_name)
+        hog_cpu = free - 200  # leaves 200m: the small pod's 500m request no longer fits
+        await admin.create(
+            paths.pods(NS), _pod(hog, configs.busybox_image(settings), {"requests": {"cpu": f"{hog_cpu}m"}})
+        )
+        await _running_pod(admin, agent, hog)
+        await _resize(admin, small, {"requests": {"cpu": "500m"}, "limits": {"cpu": "500m"}})
+
+        async def deferred() -> Obj | None:
+            found = _condition(await admin.get(paths.pod(NS, small)), "PodResizePending")
+            return found if found is not None and found.get("reason") == "Deferred" else None
+
+        found = await eventually(deferred, timeout=30, what="PodResizePending Deferred", agent=agent)
+        # The other pods hold all but the 300m the small pod had (100m) plus the 200m left; its own is not counted.
+        assert found["message"] == (
+            f"Node didn't have enough resource: cpu, requested: 500, used: {capacity - 300}, capacity: {capacity}"
+        )
+        assert await _cgroup_value(cri_client, container_id, "cpu", "cpu.cfs_quota_us") == 20000
+
+        await _delete(admin, hog)
+
+        async def allocated() -> bool:
+            pod: Obj = await admin.get(paths.pod(NS, small))
+            done = cstatus(pod, "main").get("allocatedResources") == {"cpu": "500m"}
+            return (
+                done
+                and _condition(pod, "PodResizePending") is None
+                and bool(await _events(admin, small, "ResizeCompleted"))
+            )
+
+        await eventually(allocated, timeout=60, what="deferred resize allocated once the hog left", agent=agent)
+        assert await _cgroup_value(cri_client, container_id, "cpu", "cpu.cfs_quota_us") == 50000
+    finally:
+        await _delete(admin, hog, small)
