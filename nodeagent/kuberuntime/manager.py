@@ -152,6 +152,15 @@ class SyncResult:
     resized: bool = False
 
 
+# Upstream's pod worker backOffPeriod: a sync that failed (here: the sandbox could not be made, say a RuntimeClass the
+# informer has not seen yet) is tried again after it, not at the next resync. Upstream adds up to 50% jitter.
+SYNC_ERROR_BACKOFF = 10.0
+
+
+def _sync_error_retry(retry_after: float | None) -> float:
+    return SYNC_ERROR_BACKOFF if retry_after is None else min(retry_after, SYNC_ERROR_BACKOFF)
+
+
 def _meta(pod: Mapping[str, Any]) -> Mapping[str, Any]:
     out: Mapping[str, Any] = pod.get("metadata") or {}
     return out
@@ -414,7 +423,7 @@ class RuntimeManager:
                     text = rpc_error_text(exc.code.name if exc.code is not None else None, exc.message)
                 self._events(pod, "Warning", "FailedCreatePodSandBox", f"Failed to create pod sandbox: {text}", "")
                 log.warning("sandbox create failed pod=%s uid=%s error=%s", _ref(pod), uid, exc)
-                return SyncResult(waiting, (), retry_after, changed)
+                return SyncResult(waiting, (), _sync_error_retry(retry_after), changed)
         if not sandbox_id:
             return SyncResult(waiting, (), retry_after, changed)
         sandbox_status = await self._runtime.pod_sandbox_status(sandbox_id)
@@ -429,7 +438,7 @@ class RuntimeManager:
             message = f"Failed to generate sandbox config for pod {_ref(pod)}: {exc}"
             self._events(pod, "Warning", "FailedCreatePodSandBox", message, "")
             log.warning("sandbox config failed pod=%s uid=%s error=%s", _ref(pod), uid, exc)
-            return SyncResult(waiting, ips, retry_after, changed)
+            return SyncResult(waiting, ips, _sync_error_retry(retry_after), changed)
         started: set[str] = set()
         resize_error: str | None = None
         resize_due = bool(plan.containers_to_update) or plan.update_pod_resources

@@ -13,7 +13,7 @@ from cri.client import CRIClient
 from cri.v1 import api_pb2
 from nodeagent.kube.informer import Added, Deleted, Modified, Synced
 from nodeagent.kuberuntime.actions import RuntimePodStatus
-from nodeagent.kuberuntime.manager import NodeContext, RuntimeManager
+from nodeagent.kuberuntime.manager import NodeContext, RuntimeManager, SyncResult
 from nodeagent.kuberuntime.runtime_handlers import RuntimeHandler
 from nodeagent.runtimeclass import RuntimeClassManager, RuntimeClassNotFound, UnresolvedRuntimeClasses
 from tests.unit.cri.scripted import Fail, ScriptedRuntime
@@ -100,8 +100,8 @@ def _manager(
     )
 
 
-async def _sync(manager: RuntimeManager, pod: Obj) -> None:
-    await manager.sync_pod(pod, RuntimePodStatus(uid="u-1", name="web", namespace="ns1"))
+async def _sync(manager: RuntimeManager, pod: Obj) -> SyncResult:
+    return await manager.sync_pod(pod, RuntimePodStatus(uid="u-1", name="web", namespace="ns1"))
 
 
 @pytest.mark.parametrize(("class_name", "handler"), [(None, ""), ("alt", "test-handler")])
@@ -122,8 +122,11 @@ async def test_a_missing_runtime_class_fails_the_sandbox(
 ) -> None:
     _script(runtime)
     events: list[Event] = []
-    await _sync(_manager(client, tmp_path, events), _pod(runtimeClassName="gone"))
+    result = await _sync(_manager(client, tmp_path, events), _pod(runtimeClassName="gone"))
     assert runtime.calls_of("RunPodSandbox") == []
+    # Tried again after upstream's pod worker back-off (the informer may not have seen a new RuntimeClass yet),
+    # not at the next resync.
+    assert result.retry_after == 10.0
     assert events == [
         ("Warning", "FailedCreatePodSandBox", 'Failed to create pod sandbox: runtimeclass.node.k8s.io "gone" not found')
     ]
