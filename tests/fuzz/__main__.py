@@ -19,8 +19,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", type=int, default=1000, help="cases per target (default 1000)")
     parser.add_argument("--seed", type=int, default=0, help="hypothesis seed (default 0)")
     parser.add_argument("--target", action="append", choices=MODULES, help="only this target (repeatable)")
+    parser.add_argument(
+        "--cpu-budget", type=float, default=None, help="seconds of CPU per target: no new chunk of cases after it"
+    )
     parser.add_argument("--case-seconds", type=float, default=DEFAULT_CASE_SECONDS, help="CPU time limit per case")
-    parser.add_argument("--memory-mib", type=int, default=DEFAULT_MEMORY_BYTES >> 20, help="address space per target")
+    parser.add_argument(
+        "--memory-mib", type=int, default=DEFAULT_MEMORY_BYTES >> 20, help="address space a case may add"
+    )
     args = parser.parse_args(argv)
     # The targets log what they refuse (the CNI plugin warns on every error): only the fuzzer's lines are wanted.
     logging.disable(logging.CRITICAL)
@@ -39,13 +44,15 @@ def main(argv: list[str] | None = None) -> int:
             seed=args.seed,
             case_seconds=args.case_seconds,
             memory_bytes=args.memory_mib << 20,
+            cpu_budget=args.cpu_budget,
             before_case=arm,
         )
         faulthandler.cancel_dump_traceback_later()
         results.append(result)
         print(
             f"target={result.target} cases={result.cases} crashes={len(result.crashes)} "
-            f"unique={len(result.unique)} seconds={result.seconds:.1f}",
+            f"unique={len(result.unique)} seconds={result.seconds:.1f} cpu_seconds={result.cpu_seconds:.1f} "
+            f"mapped_mib={result.mapped_mib[0]}->{result.mapped_mib[1]}",
             flush=True,
         )
         for signature, crash in result.unique.items():
@@ -61,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
                 "cases_per_target": args.cases,
                 "case_seconds": args.case_seconds,
                 "memory_mib": args.memory_mib,
+                "cpu_budget": args.cpu_budget,
                 "cases": cases,
                 "crashes": crashes,
                 "seconds": round(seconds, 1),

@@ -6,8 +6,9 @@ A crash is one of:
   clear, typed error is the right answer to bad input, anything else is a bug);
 - a hang: a case that uses more than `case_seconds` of CPU (SIGVTALRM, so pytest-timeout's SIGALRM is left alone);
   a case stuck inside C code (where no signal handler runs) is caught by the runner's hard watchdog instead;
-- unbounded memory: a `MemoryError` under an address-space cap (RLIMIT_AS, `memory_bytes` above what the process
-  maps when the target starts).
+- unbounded memory: a `MemoryError` under an address-space cap (RLIMIT_AS at `memory_bytes` above what the process
+  maps when the case starts; re-based per case, since the allocator's arenas grow the mapping slowly over thousands
+  of cases without any object being kept: the run reports the mapping at each target's start and end).
 
 Cases never raise into hypothesis, so a run always makes its full number of cases (no shrinking, no database): the
 figures of two runs with one seed compare.
@@ -33,6 +34,7 @@ from hypothesis import strategies as st
 
 DEFAULT_CASE_SECONDS = 5.0
 DEFAULT_MEMORY_BYTES = 1 << 30
+CHUNK = 500
 _INPUT_CHARS = 4000
 
 
@@ -72,6 +74,8 @@ class Result:
     cases: int = 0
     crashes: list[Crash] = field(default_factory=list)
     seconds: float = 0.0
+    cpu_seconds: float = 0.0
+    mapped_mib: tuple[int, int] = (0, 0)  # the process's mapping at the target's start and end
 
     @property
     def unique(self) -> dict[str, Crash]:
@@ -88,6 +92,8 @@ class Result:
             "crashes": len(self.crashes),
             "unique_crashes": len(self.unique),
             "seconds": round(self.seconds, 1),
+            "cpu_seconds": round(self.cpu_seconds, 1),
+            "mapped_mib": list(self.mapped_mib),
             "found": [dataclasses.asdict(c) for c in self.unique.values()],
         }
 
@@ -116,15 +122,22 @@ def _on_alarm(signum: int, frame: FrameType | None) -> None:
     raise CaseTimeout
 
 
-def run_case(target: Target, case: Any, *, case_seconds: float = DEFAULT_CASE_SECONDS) -> Crash | None:
+def run_case(
+    target: Target,
+    case: Any,
+    *,
+    case_seconds: float = DEFAULT_CASE_SECONDS,
+    memory_bytes: int = DEFAULT_MEMORY_BYTES,
+) -> Crash | None:
     """Run one case; the crash it makes, or None when the target answered or refused it with a documented error."""
     previous = signal.signal(signal.SIGVTALRM, _on_alarm)
-    signal.setitimer(signal.ITIMER_VIRTUAL, case_seconds)
     try:
-        try:
-            target.run(case)
-        finally:
-            signal.setitimer(signal.ITIMER_VIRTUAL, 0)
+        with memory_cap(memory_bytes):
+            signal.setitimer(signal.ITIMER_VIRTUAL, case_seconds)
+            try:
+                target.run(case)
+            finally:
+                signal.setitimer(signal.ITIMER_VIRTUAL, 0)
     except CaseTimeout:
         return Crash(target.name, "hang", f"CaseTimeout: over {case_seconds} s of CPU", "?", _shown(case))
     except MemoryError as exc:
@@ -164,32 +177,49 @@ def run_target(
     seed: int,
     case_seconds: float = DEFAULT_CASE_SECONDS,
     memory_bytes: int = DEFAULT_MEMORY_BYTES,
+    cpu_budget: float | None = None,
     before_case: Callable[[], None] | None = None,
 ) -> Result:
-    """Draw `cases` cases from the target's strategy (seeded) and run each; never raises for a crash."""
+    """Draw up to `cases` cases from the target's strategy (seeded) and run each; never raises for a crash.
+
+    The cases are drawn in chunks of `CHUNK`, each a hypothesis run of its own (seeded from `seed` and the chunk's
+    number): hypothesis keeps a tree of every choice a run made, which for ten thousand large inputs grows to
+    gigabytes. With `cpu_budget` (seconds of this process's CPU time), no chunk starts once it is spent."""
     result = Result(target.name)
 
-    @settings(
-        max_examples=cases,
-        database=None,
-        deadline=None,
-        derandomize=False,
-        phases=[Phase.generate],
-        suppress_health_check=list(HealthCheck),
-        report_multiple_bugs=False,
-    )
-    @hypothesis.seed(seed)
-    @given(target.strategy)
-    def body(case: Any) -> None:
-        if before_case is not None:
-            before_case()
-        result.cases += 1
-        crash = run_case(target, case, case_seconds=case_seconds)
-        if crash is not None:
-            result.crashes.append(crash)
+    def chunk(number: int, size: int) -> None:
+        @settings(
+            max_examples=size,
+            database=None,
+            deadline=None,
+            derandomize=False,
+            phases=[Phase.generate],
+            suppress_health_check=list(HealthCheck),
+            report_multiple_bugs=False,
+        )
+        @hypothesis.seed(seed * 1_000_003 + number)
+        @given(target.strategy)
+        def body(case: Any) -> None:
+            if before_case is not None:
+                before_case()
+            result.cases += 1
+            crash = run_case(target, case, case_seconds=case_seconds, memory_bytes=memory_bytes)
+            if crash is not None:
+                result.crashes.append(crash)
 
-    started = time.monotonic()
-    with memory_cap(memory_bytes):
         body()
+
+    started, cpu_started, mapped = time.monotonic(), time.process_time(), _mapped_bytes()
+    number = 0
+    while result.cases < cases:
+        if cpu_budget is not None and time.process_time() - cpu_started >= cpu_budget:
+            break
+        before = result.cases
+        chunk(number, min(CHUNK, cases - result.cases))
+        number += 1
+        if result.cases == before:  # the strategy has no more distinct cases
+            break
     result.seconds = time.monotonic() - started
+    result.cpu_seconds = time.process_time() - cpu_started
+    result.mapped_mib = (mapped >> 20, _mapped_bytes() >> 20)
     return result

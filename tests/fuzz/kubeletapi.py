@@ -6,7 +6,8 @@ CRI log file), exec/attach stream options, portForward ports, /run, /stats, /met
 parts run on the same request: `bearer_token`, `request_attributes`, `forbidden_message`, `user_from_certificate`.
 
 A crash is an exception out of `handle` (the real server would log it and answer 500) or a request answered with
-nothing at all. `h11.RemoteProtocolError` is the documented refusal of a malformed request (the server answers 400).
+nothing at all. A 500 the handler chose is an answer (Go's file server answers 500 for a name too long).
+`h11.RemoteProtocolError` is the documented refusal of a malformed request (the server answers 400).
 
 The streaming side has no frame parser to fuzz: exec, attach and portForward splice the client's SPDY or WebSocket
 bytes to the runtime's streaming server unchanged (`nodeagent.server.streaming`); what the agent parses of them is
@@ -252,8 +253,6 @@ def run(case: tuple[str, str, str, list[tuple[str, str]], list[tuple[str, str]],
     _LOOP.run_until_complete(asyncio.wait_for(_SERVER.handle(request, responder), 10))
     if responder.status is None:
         raise AssertionError(f"{request.method} {request.target}: no answer")
-    if responder.status >= 500 and request.path.startswith("/logs"):
-        raise AssertionError(f"{request.method} {request.target}: {responder.status} {bytes(responder.body)[:200]!r}")
 
 
 TARGET = Target("kubeletapi", requests, run, (), __doc__ or "")

@@ -1,9 +1,5 @@
 """Every input that ever crashed a fuzz target, exactly as found (or cut down by hand to what still crashed), with
-the fix. `tests/fuzz/test_fuzz.py` runs each through its target on every pytest run: none may crash again.
-
-`KNOWN_CRASHES` are crashes found and reported to the owner of the code but not fixed here; the test asserts they
-still crash the same way, so the day they are fixed the test says so and the case moves to `REGRESSIONS`. The
-fixed-seed budget tolerates a crash only when its signature is one of these."""
+the fix. `tests/fuzz/test_fuzz.py` runs each through its target on every pytest run: none may crash again."""
 
 from __future__ import annotations
 
@@ -95,28 +91,16 @@ REGRESSIONS = [
         "nodeagent.config.quantity.ceil_int64 (saturated at int64, as upstream's int64 fields hold it) in "
         "admission/resources.py, kuberuntime/container_config.py and kuberuntime/sandbox_config.py.",
     ),
-]
-
-
-@dataclass(frozen=True)
-class KnownCrash:
-    target: str
-    input: Any
-    where: str  # the crash signature's location
-    reported_to: str
-
-
-KNOWN_CRASHES = [
-    KnownCrash(
+    Regression(
         "kubeletapi",
         ("GET", "/logs/..%00/etc/shadow", "/%", [], [], None, False),
-        "nodeagent/server/server.py:477 in _node_log_target",
-        "H1 (issue 34's NUL path: upstream answers 404)",
+        "ValueError 'embedded null byte' out of the /logs path resolution (issue 34's 500). Reported to H1, whose "
+        "fix (nodeagent/server/logs.py node_log_target) answers 404 as upstream.",
     ),
-    KnownCrash(
+    Regression(
         "kubeletapi",
         ("GET", "/logs/" + "A" * 300, "/", [], [], None, False),
-        "nodeagent/server/server.py:480 in _node_log_target",
-        "H1 (ENAMETOOLONG from Path.is_dir escapes: a 500 for a 300-character name)",
+        "OSError ENAMETOOLONG out of Path.is_dir() in the /logs path resolution. Reported to H1, whose fix answers "
+        "500 as Go's file server does for an error that is neither 'not exist' nor 'permission'.",
     ),
 ]
