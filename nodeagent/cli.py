@@ -18,7 +18,7 @@ from nodeagent.cluster import command as cluster_command
 from nodeagent.cluster.cluster import ClusterError
 from nodeagent.cluster.node import NodeError
 from nodeagent.config import ConfigError, load_config
-from nodeagent.conformance import subset
+from nodeagent.conformance import presets, subset
 from nodeagent.conformance.errors import ConformanceError
 from nodeagent.conformance.harness import HarnessOptions, conformance
 from nodeagent.conformance.run import DEFAULT_FOCUS, DEFAULT_PROCS, DEFAULT_TIMEOUT, default_skip
@@ -125,11 +125,17 @@ async def _experiment(args: argparse.Namespace) -> int:
 
 async def _conformance(args: argparse.Namespace) -> int:
     names = subset.SUBSETS[args.subset] if args.subset else ()
+    preset = presets.PRESETS[args.preset] if args.preset else None
+    focus = subset.focus(names) if names else preset.focus if preset is not None else args.focus
+    default = preset.skip if preset is not None else default_skip(slow=args.slow)
+    label_filter = args.label_filter if args.label_filter is not None else preset.label_filter if preset else ""
     return await conformance(
         HarnessOptions(
-            focus=subset.focus(names) if names else args.focus,
+            focus=focus,
             expected_specs=len(names),
-            skip=args.skip if args.skip is not None else default_skip(slow=args.slow),
+            label_filter=label_filter,
+            preset=preset,
+            skip=args.skip if args.skip is not None else default,
             procs=args.procs,
             provider=args.provider,
             timeout=args.timeout,
@@ -227,11 +233,24 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"ginkgo skip regex, replacing the default {default_skip(slow=False)!r} (--slow drops [Slow] from it)",
     )
     conf.add_argument("--slow", action="store_true", help="do not skip [Slow] specs")
-    conf.add_argument(
+    selection = conf.add_mutually_exclusive_group()
+    selection.add_argument(
         "--subset",
         choices=sorted(subset.SUBSETS),
         default=None,
         help="a fixed list of specs instead of --focus (ci: what .ci/run runs); fails unless exactly those ran",
+    )
+    selection.add_argument(
+        "--preset",
+        choices=sorted(presets.PRESETS),
+        default=None,
+        help="a named selection instead of --focus, with its own skip and label filter, counted per group "
+        "(node-features: the node specs the default run leaves out)",
+    )
+    conf.add_argument(
+        "--label-filter",
+        default=None,
+        help="ginkgo v2 label filter (e.g. '!NodeConformance && Feature:SidecarContainers'); replaces a preset's",
     )
     conf.add_argument(
         "-p", "--procs", type=int, default=DEFAULT_PROCS, help=f"parallel ginkgo processes (default {DEFAULT_PROCS})"

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from nodeagent.conformance import build, images, junit, repolist, summary
 from nodeagent.conformance.errors import ConformanceError
+from nodeagent.conformance.presets import Preset, format_group_counts, group_counts
 from nodeagent.conformance.progress import Progress
 from nodeagent.conformance.run import RunOptions, ginkgo_argv, run_ginkgo
 from nodeagent.testbed import install as installer
@@ -39,6 +40,8 @@ class HarnessOptions:
     registry: str | None = None  # the registry the repo list points at, for a cluster given by kubeconfig
     keep: bool = False
     expected_specs: int = 0  # a fixed subset: exactly this many specs must run (0: any number)
+    label_filter: str = ""  # ginkgo v2's --label-filter
+    preset: Preset | None = None  # a named selection: its summary counts each of its groups
 
 
 def run_dir(given: Path | None) -> Path:
@@ -94,13 +97,15 @@ async def conformance(options: HarnessOptions, progress: Progress | None = None)
             repo_list=repo_list,
             kubectl=kubernetes_bin_dir() / "kubectl",
             kubelet_root_dir=kubelet_root,
+            label_filter=options.label_filter,
         )
         argv = ginkgo_argv(suite, run_options)
         env = dict(os.environ)
         env["KUBECONFIG"] = str(kubeconfig)
         if repo_list is not None:
             env["KUBE_TEST_REPO_LIST"] = str(repo_list)
-        progress.step(f"ginkgo: focus {options.focus!r}, skip {options.skip!r}, {options.procs} process(es)")
+        labels = f", label filter {options.label_filter!r}" if options.label_filter else ""
+        progress.step(f"ginkgo: focus {options.focus!r}, skip {options.skip!r}{labels}, {options.procs} process(es)")
         progress.step(f"ginkgo: output in {report_dir / 'ginkgo.log'}")
         started = time.monotonic()
         code = await run_ginkgo(
@@ -111,6 +116,8 @@ async def conformance(options: HarnessOptions, progress: Progress | None = None)
             await _pulled(bed, report_dir, progress)
         results = junit.read_junit(report_dir)
         text = summary.format_summary(results)
+        if options.preset is not None:
+            text += "\n\n" + format_group_counts(group_counts(options.preset, results))
         (report_dir / "summary.txt").write_text(text + "\n")
         progress.write(text)
         progress.step(f"report: {report_dir}")

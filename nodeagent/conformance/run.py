@@ -46,6 +46,7 @@ class RunOptions:
     repo_list: Path | None = None
     kubectl: Path | None = None
     kubelet_root_dir: Path | None = None
+    label_filter: str = ""  # ginkgo v2's --label-filter; empty: none
 
 
 def ginkgo_argv(suite: Suite, options: RunOptions) -> list[str]:
@@ -56,6 +57,7 @@ def ginkgo_argv(suite: Suite, options: RunOptions) -> list[str]:
         f"--focus={options.focus}",
         f"--skip={options.skip}",
         f"--timeout={options.timeout}",
+        *([f"--label-filter={options.label_filter}"] if options.label_filter else []),
         # Verbose: every finished spec is reported with its name (what ProgressParser follows); without colour,
         # as the output goes to a file; skipped specs (thousands, left out by focus) are not listed one by one.
         "-v",
