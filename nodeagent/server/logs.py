@@ -12,6 +12,9 @@ other, with the timestamp (when asked for) only before the first part. As upstre
   the old file is read and then the new one; once the container is no longer running and the file has nothing new,
   the stream ends;
 - a line that does not parse is skipped with a log line.
+
+The node's own log directory (/logs/) is served as Go's http.FileServer serves it for upstream: a file, or a
+directory's HTML listing with every name escaped; a path that leaves the directory or names nothing is a 404.
 """
 
 from __future__ import annotations
@@ -20,8 +23,10 @@ import asyncio
 import datetime
 import logging
 import os
+import stat
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 log = logging.getLogger(__name__)
 
@@ -307,3 +312,74 @@ def _replaced(fd: int, path: str) -> bool:
         return False
     mine = os.fstat(fd)
     return (current.st_dev, current.st_ino) != (mine.st_dev, mine.st_ino)
+
+
+# --- the node's log directory (/logs/) ---------------------------------------------------------------------------
+
+# As Go's http.FileServer (upstream serves /logs/ with it): in the HTML text, html.EscapeString's five characters,
+# with Go's short forms; links are URL-escaped as url.URL{Path: name}.String() writes them.
+_HTML_ESCAPES = {ord("&"): "&amp;", ord("<"): "&lt;", ord(">"): "&gt;", ord('"'): "&#34;", ord("'"): "&#39;"}
+_PATH_SAFE = b"$&+,/:;=@"  # besides letters, digits and -._~: what Go leaves unescaped in a URL path
+
+
+def go_html_escape(text: bytes) -> bytes:
+    """Go's htmlReplacer (the file server's): & < > " ' replaced, every other byte kept as it is."""
+    return text.decode("latin-1").translate(_HTML_ESCAPES).encode("latin-1")
+
+
+def go_path_href(name: bytes) -> bytes:
+    """Go's url.URL{Path: name}.String() for a relative name: every byte outside the path's safe set %-escaped
+    (uppercase hex), and "./" in front when a colon would otherwise read as a URL scheme."""
+    out = bytearray()
+    for byte in name:
+        char = bytes((byte,))
+        if (byte < 0x80 and char.isalnum()) or char in b"-._~" or char in _PATH_SAFE:
+            out += char
+        else:
+            out += b"%%%02X" % byte
+    if b":" in name.split(b"/", 1)[0]:
+        return b"./" + bytes(out)
+    return bytes(out)
+
+
+def directory_listing(entries: list[tuple[bytes, bool]]) -> bytes:
+    """The HTML page Go's file server writes for a directory: `entries` are (file name, is a directory), sorted by
+    name as bytes; a directory's name ends in "/"; each link is URL-escaped and its text HTML-escaped, so a file
+    name (which any pod with a hostPath on the log directory can choose) never becomes markup."""
+    lines = [b"<!doctype html>\n", b'<meta name="viewport" content="width=device-width">\n', b"<pre>\n"]
+    for name, is_dir in sorted(entries):
+        shown = name + b"/" if is_dir else name
+        lines.append(b'<a href="' + go_path_href(shown) + b'">' + go_html_escape(shown) + b"</a>\n")
+    lines.append(b"</pre>\n")
+    return b"".join(lines)
+
+
+class NodeLogNotFound(Exception):
+    """The path names nothing under the log directory, or would leave it (404)."""
+
+
+def node_log_target(root: str, rest: str) -> tuple[Path, bytes | None]:
+    """The file under `root` that `rest` (the decoded URL path after /logs) names, with the directory's listing when
+    it is one. NodeLogNotFound when it is missing, is neither a file nor a directory, or would lead out of `root`
+    (through `..` or a symlink); a path the OS cannot even look up (an embedded NUL) is missing too, as upstream's
+    404. Other OS errors (a name too long) propagate: Go's file server answers those with 500."""
+    base = Path(root).resolve()
+    try:
+        target = (base / rest.lstrip("/")).resolve()
+    except ValueError as exc:  # "embedded null byte"
+        raise NodeLogNotFound(rest) from exc
+    if target != base and base not in target.parents:
+        raise NodeLogNotFound(rest)
+    try:
+        mode = target.stat().st_mode
+    except (FileNotFoundError, NotADirectoryError) as exc:
+        raise NodeLogNotFound(rest) from exc
+    if stat.S_ISDIR(mode):
+        entries = []
+        with os.scandir(os.fsencode(target)) as found:
+            for entry in found:
+                entries.append((entry.name, entry.is_dir(follow_symlinks=False)))  # as Go's DirEntry.IsDir
+        return target, directory_listing(entries)
+    if not stat.S_ISREG(mode):
+        raise NodeLogNotFound(rest)
+    return target, None

@@ -24,7 +24,6 @@ import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol
 
 from cri.errors import CRIError, NotFoundError
@@ -310,16 +309,27 @@ class KubeletServer:
 
     async def _node_logs(self, request: Request, responder: Responder, params: dict[str, str]) -> None:
         """The node's log directory, read only: a file, or a directory's listing (no escape out of it)."""
-        found = await asyncio.to_thread(_node_log_target, self.node_log_dir, params.get("rest") or "/")
-        if found is None:
+        rest = params.get("rest") or "/"
+        try:
+            target, listing = await asyncio.to_thread(logreader.node_log_target, self.node_log_dir, rest)
+            if listing is not None:
+                await responder.send(200, listing, content_type="text/html; charset=utf-8")
+                return
+            f = await asyncio.to_thread(target.open, "rb")
+        except (logreader.NodeLogNotFound, FileNotFoundError):
+            # FileNotFoundError: removed between the look and the open.
             await responder.text(404, "404 page not found")
             return
-        target, listing = found
-        if listing is not None:
-            await responder.send(200, listing.encode(), content_type="text/html; charset=utf-8")
+        except PermissionError:
+            await responder.text(403, "403 Forbidden")
             return
-        await responder.start(200, content_type="text/plain; charset=utf-8")
-        with target.open("rb") as f:
+        except OSError as exc:
+            # As Go's file server for an error that is neither "not exist" nor "permission" (a name too long).
+            log.warning("node log not served path=%r error=%s", rest, exc)
+            await responder.text(500, "500 Internal Server Error")
+            return
+        with f:
+            await responder.start(200, content_type="text/plain; charset=utf-8")
             while chunk := await asyncio.to_thread(f.read, 256 * 1024):
                 await responder.write(chunk)
         await responder.end()
@@ -468,21 +478,6 @@ class KubeletServer:
             await proxy_upgrade(request, responder, url)
         finally:
             self.active_streams -= 1
-
-
-def _node_log_target(root: str, rest: str) -> tuple[Path, str | None] | None:
-    """The file under `root` that `rest` names (with a listing when it is a directory); None when it is missing or
-    would lead out of `root` (through `..` or a symlink)."""
-    base = Path(root).resolve()
-    target = (base / rest.lstrip("/")).resolve()
-    if target != base and base not in target.parents:
-        return None
-    if target.is_dir():
-        names = sorted(p.name + ("/" if p.is_dir() else "") for p in target.iterdir())
-        return target, "<pre>\n" + "".join(f'<a href="{n}">{n}</a>\n' for n in names) + "</pre>\n"
-    if not target.is_file():
-        return None
-    return target, None
 
 
 RouteHandler = Callable[[Request, Responder, dict[str, str]], Awaitable[None]]
