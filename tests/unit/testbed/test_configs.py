@@ -47,6 +47,12 @@ def test_containerd_config_is_private_to_the_testbed(tmp_path: Path) -> None:
     assert cri["cni"]["conf_dir"] == str(layout.cni_conf_dir)
     assert cri["cni"]["bin_dir"] == str(layout.cni_bin_dir)
     assert cri["containerd"]["runtimes"]["runc"]["options"]["SystemdCgroup"] is False
+    # A second real handler for RuntimeClass, runc under upstream's e2e name; the default stays runc.
+    assert cri["containerd"]["default_runtime_name"] == "runc"
+    alt = cri["containerd"]["runtimes"][configs.ALT_RUNTIME_HANDLER]
+    assert configs.ALT_RUNTIME_HANDLER == "test-handler"
+    assert alt["runtime_type"] == "io.containerd.runc.v2"
+    assert alt["options"]["SystemdCgroup"] is False
 
 
 def test_cni_conflist_is_our_plugin_chained_with_portmap_on_the_testbed_bridge(tmp_path: Path) -> None:
