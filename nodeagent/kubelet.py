@@ -41,6 +41,7 @@ from typing import Any, Protocol
 
 from cri.errors import CRIError
 from nodeagent import activedeadline as active_deadline
+from nodeagent import preemption as critical_preemption
 from nodeagent.admission import SysctlAllowlist, admit
 from nodeagent.allocation import AllocationManager
 from nodeagent.allocation import manager as allocation_triggers
@@ -54,6 +55,7 @@ from nodeagent.kuberuntime.termination_message import cap_message, pod_message_b
 from nodeagent.podconfig import PodConfig
 from nodeagent.podconfig.storage import pod_ref as _ref
 from nodeagent.podworkers import PodStatusSource, PodWorkers, UpdatePodOptions, UpdateType, WorkState
+from nodeagent.preemption import CriticalPodAdmissionHandler
 from nodeagent.prober import ContainerProbeStatus, FailedProbes, ProbeManager
 from nodeagent.staticpods import MirrorPods, StaticPodGate, full_name, is_mirror_pod, is_static_pod
 from nodeagent.status import failed_pod_status, generate_pod_status
@@ -111,6 +113,7 @@ class PodEviction:
     reason: str
     message: str
     disruption_target: bool = False
+    condition_message: str = ""  # the DisruptionTarget condition's, when it differs from the status message
 
     def apply(self, status: dict[str, Any], now: datetime.datetime) -> dict[str, Any]:
         out = dict(status)
@@ -127,11 +130,20 @@ class PodEviction:
                     "lastProbeTime": None,
                     "lastTransitionTime": old["lastTransitionTime"] if keep and old is not None else stamp,
                     "reason": TERMINATION_BY_KUBELET,
-                    "message": self.message,
+                    "message": self.condition_message or self.message,
                 }
             )
             out["conditions"] = conditions
         return out
+
+
+# The status a pod preempted for a critical pod gets (upstream's CriticalPodAdmissionHandler status function).
+PREEMPTION = PodEviction(
+    critical_preemption.PREEMPT_REASON,
+    critical_preemption.MESSAGE,
+    disruption_target=True,
+    condition_message=critical_preemption.CONDITION_MESSAGE,
+)
 
 
 def container_inputs(
@@ -258,6 +270,8 @@ class Kubelet:
     monotonic: Callable[[], float] = time.monotonic
     wall: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC)
     workers: PodWorkers = field(init=False)
+    # Upstream's CriticalPodAdmissionHandler, the failure handler of the GeneralPredicates.
+    preemption: CriticalPodAdmissionHandler = field(init=False)
     _next_sync: dict[str, float] = field(default_factory=dict)
     _rejected: set[str] = field(default_factory=set)
     _wakeups: dict[str, asyncio.TimerHandle] = field(default_factory=dict)
@@ -275,6 +289,12 @@ class Kubelet:
             now=lambda: self.wall().timestamp(),
             request_relist=self.request_relist,
         )
+        self.preemption = CriticalPodAdmissionHandler(
+            active_pods=self.active_pods,
+            kill_pod=lambda pod, grace: self.evict_pod(dict(pod), PREEMPTION, grace),
+            pod_killed=lambda pod: self.pod_cleaned_up(dict(pod)),
+            record_event=lambda pod, type_, reason, message: self.record_event(dict(pod), type_, reason, message),
+        )
 
     # --- SyncHandler -------------------------------------------------------------------------------------------
 
@@ -286,9 +306,11 @@ class Kubelet:
             if is_mirror_pod(pod):
                 self._handle_mirror_pod(pod)
                 continue
-            if (pod.get("status") or {}).get("phase") in TERMINAL_PHASES and not self._known(pod):
-                continue  # finished before we saw it: nothing to run
-            if self.workers.state(_uid(pod)) is None:
+            # As upstream, a pod that finished before we saw it is not admitted, but it goes to a worker all the same:
+            # what it left in the runtime is stopped, and a deleted one is removed from the API (an agent that died
+            # between its last status and that delete left it there).
+            finished = (pod.get("status") or {}).get("phase") in TERMINAL_PHASES
+            if self.workers.state(_uid(pod)) is None and not finished:
                 refused = self.eviction_admit(pod)
                 if refused is not None:
                     self._reject(pod, *refused)
@@ -297,6 +319,8 @@ class Kubelet:
                 # As upstream's allocation manager AddPod: the pod and the others as allocated (a restart keeps an
                 # accepted resize; admission counts what is allocated, not what a spec asks for).
                 refused = self._admit_allocated(pod, active)
+                # As upstream, the pods preempted for a critical pod are killed within its admission, before it runs.
+                await self.preemption.evict_preempted()
                 if refused is not None:
                     self._reject(pod, *refused)
                     continue
@@ -594,7 +618,8 @@ class Kubelet:
                 preconditions_uid=_uid(pod),
             )
         except NotFound:
-            pass
+            log.debug("pod already deleted from the apiserver pod=%s uid=%s", _ref(pod), _uid(pod))
+            return
         except Conflict as exc:
             # The UID precondition failed: the name now belongs to a pod created since, so ours is already gone.
             log.info("pod already gone from the apiserver pod=%s uid=%s error=%s", _ref(pod), _uid(pod), exc)
@@ -613,9 +638,6 @@ class Kubelet:
 
     def _alive(self, uid: str) -> bool:
         return self.workers.state(uid) in (WorkState.SYNCING, WorkState.TERMINATING)
-
-    def _known(self, pod: Pod) -> bool:
-        return self.workers.state(_uid(pod)) is not None
 
     def _active(self, pod: Pod) -> bool:
         uid = _uid(pod)
@@ -712,7 +734,10 @@ class Kubelet:
 
         def predicates(candidate: Mapping[str, Any], others: Sequence[Mapping[str, Any]]) -> tuple[str, str] | None:
             # Without a Node (standalone) only the node-independent checks (sysctls) apply.
-            verdict = admit(dict(candidate), self.node(), [dict(p) for p in others], sysctls=self.sysctls)
+            node, pods = self.node(), [dict(p) for p in others]
+            verdict = admit(dict(candidate), node, pods, sysctls=self.sysctls)
+            if not verdict.admit:  # a critical pod short of resources may preempt others instead
+                verdict = self.preemption.handle_admission_failure(candidate, node, pods, verdict, sysctls=self.sysctls)
             return None if verdict.admit else (verdict.reason, verdict.message)
 
         if self.allocation is None:

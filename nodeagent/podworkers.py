@@ -13,6 +13,11 @@ As upstream's pod_workers.go, each pod moves through an explicit state machine:
 since the newest spec is the only one that matters) and wakes the worker. Once a pod is terminating, later updates
 cannot bring it back to syncing; a new pod with the same name gets a new UID and a new worker.
 
+A pod first seen with a final phase (after a restart, say) never syncs: its worker starts terminating it, and when
+the runtime too has nothing of it running (no running container, no ready sandbox) it goes straight to the
+terminated sync, as upstream's UpdatePod does for a pod "terminal in the config source and in the runtime cache":
+the agent died after it stopped the pod and before the terminated sync ended (the API delete of a deleted pod).
+
 Before each of those calls the worker reads the pod's runtime status from the PLEG's cache, *newer than* the end of
 its own last sync (upstream: podCache.GetNewerThan(uid, lastSyncTime)), and waits until there is one: a worker never
 decides from a status that predates what it did itself.
@@ -28,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from cri.v1 import api_pb2
 from nodeagent.podconfig.storage import pod_ref as _pod_ref
 from pleg.status import PodStatus
 
@@ -95,6 +101,33 @@ def grace_period(pod: Pod, override: int | None) -> int:
     return 30 if spec_grace is None else max(int(spec_grace), 0)
 
 
+TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+def runtime_terminal(status: PodStatus) -> bool:
+    """Nothing of the pod runs in the runtime: no running container, no ready sandbox (upstream's
+    isPodStatusCacheTerminal). A pod the runtime does not know at all is terminal too."""
+    return not any(c.status.state == api_pb2.CONTAINER_RUNNING for c in status.containers) and not any(
+        s.state == api_pb2.SANDBOX_READY for s in status.sandboxes
+    )
+
+
+def first_state(pod: Pod) -> WorkState:
+    """Where the worker of a pod it has never seen starts: a pod whose phase is final is not set up again, it is
+    terminated (upstream's UpdatePod: a terminal phase requests termination)."""
+    phase = (pod.get("status") or {}).get("phase")
+    return WorkState.TERMINATING if phase in TERMINAL_PHASES else WorkState.SYNCING
+
+
+def skip_terminating(state: WorkState, runtime: PodStatus) -> WorkState:
+    """For a worker that starts at `state` (`first_state`), the state its first sync runs in once the runtime's
+    status is known: a pod terminal in the API whose runtime has nothing running was stopped before (by an agent that
+    died before it finished): only the terminated sync is left."""
+    if state is WorkState.TERMINATING and runtime_terminal(runtime):
+        return WorkState.TERMINATED
+    return state
+
+
 def _deleting(pod: Pod) -> bool:
     return bool((pod.get("metadata") or {}).get("deletionTimestamp"))
 
@@ -119,6 +152,8 @@ class _Worker:
     finished: bool = False  # sync_terminated_pod succeeded: nothing is left to do for this UID
     busy: bool = False
     last_sync_time: float = 0.0  # wall seconds at the end of the last sync: the next one needs a newer status
+    # First seen with a final phase: the first sync asks the runtime whether the kill can be skipped.
+    first_seen_terminal: bool = False
 
 
 class PodWorkers:
@@ -145,7 +180,9 @@ class PodWorkers:
         uid = pod_uid(options.pod)
         worker = self._workers.get(uid)
         if worker is None:
-            worker = _Worker(uid=uid, pod=options.pod)
+            state = first_state(options.pod)
+            worker = _Worker(uid=uid, pod=options.pod, state=state)
+            worker.first_seen_terminal = state is WorkState.TERMINATING
             self._workers[uid] = worker
             worker.task = asyncio.create_task(self._run(worker), name=f"pod-worker-{uid}")
         if worker.finished:
@@ -263,6 +300,16 @@ class PodWorkers:
                     worker.wake.set()
                     worker.pending = worker.pending or UpdatePodOptions(UpdateType.SYNC, worker.pod)
                 return
+            if worker.state is WorkState.TERMINATING and worker.first_seen_terminal:
+                worker.state = skip_terminating(worker.state, await self._fresh_status(worker))
+                worker.first_seen_terminal = False
+                if worker.state is WorkState.TERMINATED:
+                    log.info(
+                        "pod terminal in the apiserver and the runtime, to the terminated sync pod=%s uid=%s phase=%s",
+                        _pod_ref(worker.pod),
+                        worker.uid,
+                        (worker.pod.get("status") or {}).get("phase"),
+                    )
             if worker.state is WorkState.TERMINATING:
                 grace = grace_period(worker.pod, worker.grace_override)
                 status = await self._fresh_status(worker)
