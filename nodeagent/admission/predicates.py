@@ -59,6 +59,25 @@ class AdmitResult:
 ADMITTED = AdmitResult(admit=True)
 
 
+@dataclass(frozen=True)
+class InsufficientResource:
+    """One resource the pod does not fit in (upstream lifecycle.InsufficientResourceError), in the scheduler's
+    integers (millicores for cpu)."""
+
+    name: str
+    requested: int
+    used: int
+    capacity: int
+
+    @property
+    def insufficient_amount(self) -> int:
+        """Upstream GetInsufficientAmount: how much more the node would need to free."""
+        return self.requested - (self.capacity - self.used)
+
+    def result(self) -> AdmitResult:
+        return _insufficient(self.name, self.requested, self.used, self.capacity)
+
+
 def _insufficient(name: str, requested: int, used: int, capacity: int) -> AdmitResult:
     reason = {CPU: OUT_OF_CPU, MEMORY: OUT_OF_MEMORY, EPHEMERAL_STORAGE: OUT_OF_EPHEMERAL_STORAGE, PODS: OUT_OF_PODS}
     return AdmitResult(
@@ -68,6 +87,11 @@ def _insufficient(name: str, requested: int, used: int, capacity: int) -> AdmitR
             f"Node didn't have enough resource: {name}, requested: {requested}, used: {used}, capacity: {capacity}"
         ),
     )
+
+
+def is_insufficient_resource(result: AdmitResult) -> bool:
+    """A refusal for lack of a resource (reason OutOf<resource>), the only kind critical-pod preemption can cure."""
+    return not result.admit and result.reason.startswith(INSUFFICIENT_RESOURCE_PREFIX)
 
 
 def _predicate_failure(name: str) -> AdmitResult:
@@ -80,15 +104,18 @@ def _is_extended(name: str) -> bool:
     return "/" in name and not name.split("/", 1)[0].endswith("kubernetes.io")
 
 
-def _fits_resources(
+def _insufficient_resources(
     pod: Mapping[str, Any], node: Mapping[str, Any], others: Sequence[Mapping[str, Any]]
-) -> AdmitResult:
+) -> list[InsufficientResource]:
+    """Every resource the pod does not fit in, in upstream's order (pods, cpu, memory, ephemeral-storage, then the
+    scalar resources), as noderesources.Fits reports them all."""
     allocatable_raw: Mapping[str, Any] = (node.get("status") or {}).get("allocatable") or {}
     allocatable = {name: parse_quantity(str(value)) for name, value in allocatable_raw.items()}
+    out: list[InsufficientResource] = []
 
     allowed_pods = int(allocatable.get(PODS, Decimal(0)))
     if len(others) + 1 > allowed_pods:
-        return _insufficient(PODS, 1, len(others), allowed_pods)
+        out.append(InsufficientResource(PODS, 1, len(others), allowed_pods))
 
     requested = pod_requests(pod)
     used: dict[str, Decimal] = {}
@@ -104,8 +131,8 @@ def _fits_resources(
         have = scaled(name, allocatable.get(name, Decimal(0)))
         taken = scaled(name, used.get(name, Decimal(0)))
         if want > have - taken:
-            return _insufficient(name, want, taken, have)
-    return ADMITTED
+            out.append(InsufficientResource(name, want, taken, have))
+    return out
 
 
 def _requirement_matches(requirement: Mapping[str, Any], values: Mapping[str, str]) -> bool:
@@ -242,6 +269,46 @@ def _apparmor(pod: Mapping[str, Any], host_apparmor: bool | None) -> AdmitResult
     return AdmitResult(admit=False, reason=APPARMOR, message=f"Cannot enforce AppArmor: {why}")
 
 
+def _active_others(pod: Mapping[str, Any], other_pods: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    uid = (pod.get("metadata") or {}).get("uid")
+    return [
+        p
+        for p in other_pods
+        if (p.get("status") or {}).get("phase") not in _TERMINAL_PHASES
+        and (uid is None or (p.get("metadata") or {}).get("uid") != uid)
+    ]
+
+
+def _general_predicates(
+    pod: Mapping[str, Any], node: Mapping[str, Any], others: Sequence[Mapping[str, Any]]
+) -> list[AdmitResult]:
+    """Upstream generalFilter: every failure, in its order (resources, node affinity, node name, host ports, then
+    untolerated NoExecute taints, static pods exempt)."""
+    failures = [r.result() for r in _insufficient_resources(pod, node, others)]
+    if not matches_node_affinity(pod, node):
+        failures.append(_predicate_failure(NODE_AFFINITY))
+    node_name = (pod.get("spec") or {}).get("nodeName")
+    if node_name and node_name != (node.get("metadata") or {}).get("name"):
+        failures.append(_predicate_failure(NODE_NAME))
+    used_ports = {port for other in others for port in _host_ports(other)}
+    if _ports_conflict(_host_ports(pod), used_ports):
+        failures.append(_predicate_failure(NODE_PORTS))
+    if not _is_static_pod(pod) and has_untolerated_no_execute_taint(pod, node):
+        failures.append(_predicate_failure(TAINT_TOLERATION))
+    return failures
+
+
+def general_predicate_failures(
+    pod: Mapping[str, Any], node: Mapping[str, Any], other_pods: Sequence[Mapping[str, Any]]
+) -> tuple[list[InsufficientResource], list[AdmitResult]]:
+    """The GeneralPredicates failures of `pod` among `other_pods` (terminal ones and the pod itself left out), split
+    as upstream's critical-pod admission handler splits them: the insufficient resources, and every other failure."""
+    others = _active_others(pod, other_pods)
+    resources = _insufficient_resources(pod, node, others)
+    rest = [f for f in _general_predicates(pod, node, others) if not is_insufficient_resource(f)]
+    return resources, rest
+
+
 def admit(
     pod: Mapping[str, Any],
     node: Mapping[str, Any] | None,
@@ -263,13 +330,7 @@ def admit(
             return AdmitResult(admit=False, reason=SYSCTL_FORBIDDEN, message=forbidden)
     if node is None:
         return _apparmor(pod, host_apparmor)
-    uid = (pod.get("metadata") or {}).get("uid")
-    others = [
-        p
-        for p in other_pods
-        if (p.get("status") or {}).get("phase") not in _TERMINAL_PHASES
-        and (uid is None or (p.get("metadata") or {}).get("uid") != uid)
-    ]
+    others = _active_others(pod, other_pods)
 
     # The pod's OS: upstream compares the pod's own kubernetes.io/os label, then spec.os.
     pod_os_label = ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_OS)
@@ -293,17 +354,8 @@ def admit(
             message="SupplementalGroupsPolicy=Strict is not supported in this node",
         )
 
-    result = _fits_resources(pod, node, others)
-    if not result.admit:
-        return result
-    if not matches_node_affinity(pod, node):
-        return _predicate_failure(NODE_AFFINITY)
-    node_name = (pod.get("spec") or {}).get("nodeName")
-    if node_name and node_name != (node.get("metadata") or {}).get("name"):
-        return _predicate_failure(NODE_NAME)
-    used_ports = {port for other in others for port in _host_ports(other)}
-    if _ports_conflict(_host_ports(pod), used_ports):
-        return _predicate_failure(NODE_PORTS)
-    if not _is_static_pod(pod) and has_untolerated_no_execute_taint(pod, node):
-        return _predicate_failure(TAINT_TOLERATION)
+    # As upstream, only the first failure is reported.
+    failures = _general_predicates(pod, node, others)
+    if failures:
+        return failures[0]
     return _apparmor(pod, host_apparmor)
