@@ -412,6 +412,17 @@ class RuntimeManager:
             retry_after = min(retry_after, 1.0) if retry_after is not None else 1.0
         sandbox_id = plan.sandbox_id
         attempt = plan.attempt
+        if plan.create_sandbox and self._pod_cgroups is not None:
+            # As upstream's SyncPod (pcm.EnsureExists) before the sandbox: the pod cgroup made and sized as
+            # ResourceConfigForPod, the pod's overhead (RuntimeClass) included; runc adopts it as the parent.
+            cgroup = pod_cgroup_parent(uid, pod_qos(pod), self._node.cgroup_root)
+            try:
+                await asyncio.to_thread(self._pod_cgroups.ensure, cgroup, pod_resource_config(pod))
+            except PodCgroupError as exc:
+                message = f"unable to ensure pod container exists: {exc}"
+                self._events(pod, "Warning", "FailedCreatePodContainer", message, "")
+                log.warning("pod cgroup failed pod=%s uid=%s error=%s", _ref(pod), uid, exc)
+                return SyncResult(waiting, (), _sync_error_retry(retry_after), changed)
         if plan.create_sandbox:
             try:
                 sandbox_id = await self._create_sandbox(pod, attempt)

@@ -19,8 +19,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,6 +30,7 @@ import pytest_asyncio
 
 from cri.client import CRIClient
 from cri.v1 import api_pb2
+from nodeagent.config.quantity import parse_quantity
 from nodeagent.kube import paths
 from nodeagent.kube.client import KubeClient
 from nodeagent.kube.errors import NotFound
@@ -66,9 +69,11 @@ async def ready(agent: Agent, admin: KubeClient, settings: Settings) -> Agent:
 
 
 @contextlib.asynccontextmanager
-async def runtime_class(admin: KubeClient, handler: str) -> AsyncIterator[str]:
+async def runtime_class(admin: KubeClient, handler: str, overhead: dict[str, str] | None = None) -> AsyncIterator[str]:
     name = f"rc-{uuid.uuid4().hex[:6]}"
-    body = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": name}, "handler": handler}
+    body: Obj = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": name}, "handler": handler}
+    if overhead is not None:
+        body["overhead"] = {"podFixed": overhead}
     await admin.create(RUNTIME_CLASSES, body)
     try:
         yield name
@@ -202,6 +207,60 @@ async def test_a_deleted_runtime_class_fails_the_sandbox(
             message = await sandbox_failure(admin, ready, pod)
             assert message == f'Failed to create pod sandbox: runtimeclass.node.k8s.io "{rc}" not found'
             await assert_still_pending(admin, cri_client, pod)
+
+
+def pod_cgroup_value(pid: int, controller: str, file: str) -> int:
+    """A value of the pod cgroup (cgroup v1: the parent of the container's cgroup in that controller)."""
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if controller in controllers.split(","):
+            return int((Path("/sys/fs/cgroup") / controller / path.lstrip("/")).parent.joinpath(file).read_text())
+    raise AssertionError(f"no {controller} cgroup for pid {pid}")
+
+
+async def test_a_runtime_class_overhead_counts_in_the_pod_cgroup(
+    ready: Agent, admin: KubeClient, settings: Settings, cri_client: CRIClient
+) -> None:
+    # The RuntimeClass admission plugin copies podFixed into spec.overhead; upstream's ResourceConfigForPod adds it
+    # to the pod cgroup's limits: 100m + 50m of cpu, 32Mi + 16Mi of memory.
+    async with runtime_class(admin, configs.ALT_RUNTIME_HANDLER, {"cpu": "50m", "memory": "16Mi"}) as rc:
+        name = f"rc-overhead-{uuid.uuid4().hex[:5]}"
+        body = sleeper(name, settings, runtimeClassName=rc)
+        body["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "100m", "memory": "32Mi"}}
+        async with created(admin, body) as made:
+            assert made["spec"]["overhead"] == {"cpu": "50m", "memory": "16Mi"}
+            pod = await running(admin, ready, name)
+            [container] = await cri_client.runtime.list_containers(
+                api_pb2.ContainerFilter(label_selector={"io.kubernetes.pod.uid": pod["metadata"]["uid"]})
+            )
+            status = await cri_client.runtime.container_status(container.id, verbose=True)
+            pid = int(json.loads(status.info["info"])["pid"])
+            assert await asyncio.to_thread(pod_cgroup_value, pid, "cpu", "cpu.cfs_quota_us") == 15000
+            assert await asyncio.to_thread(pod_cgroup_value, pid, "memory", "memory.limit_in_bytes") == 48 << 20
+
+
+async def test_a_runtime_class_overhead_counts_at_admission(
+    ready: Agent, admin: KubeClient, settings: Settings, cri_client: CRIClient
+) -> None:
+    node = await admin.get(paths.node(settings.node_name))
+    allocatable_milli = math.ceil(parse_quantity(str(node["status"]["allocatable"]["cpu"])) * 1000)
+    # The pod itself asks for 10m: only the overhead makes it too big for the node.
+    async with runtime_class(admin, configs.ALT_RUNTIME_HANDLER, {"cpu": f"{allocatable_milli}m"}) as rc:
+        name = f"rc-big-{uuid.uuid4().hex[:5]}"
+        body = sleeper(name, settings, runtimeClassName=rc)
+        body["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "10m"}}
+        async with created(admin, body) as pod:
+
+            async def failed() -> Obj | None:
+                now: Obj = await admin.get(paths.pod(NS, name))
+                return now if (now.get("status") or {}).get("phase") == "Failed" else None
+
+            now = await eventually(failed, timeout=60, what=f"{name} is refused", agent=ready)
+            assert now["status"]["reason"] == "OutOfcpu"
+            assert now["status"]["message"].startswith(
+                f"Node didn't have enough resource: cpu, requested: {allocatable_milli + 10}, "
+            )
+            assert await sandboxes_of(cri_client, pod["metadata"]["uid"]) == []
 
 
 # --- user namespaces -------------------------------------------------------------------------------------------

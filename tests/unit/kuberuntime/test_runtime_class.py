@@ -13,6 +13,7 @@ from cri.client import CRIClient
 from cri.v1 import api_pb2
 from nodeagent.kube.informer import Added, Deleted, Modified, Synced
 from nodeagent.kuberuntime.actions import RuntimePodStatus
+from nodeagent.kuberuntime.cgroups import PodCgroupError, PodResourceConfig
 from nodeagent.kuberuntime.manager import NodeContext, RuntimeManager, SyncResult
 from nodeagent.kuberuntime.runtime_handlers import RuntimeHandler
 from nodeagent.runtimeclass import RuntimeClassManager, RuntimeClassNotFound, UnresolvedRuntimeClasses
@@ -172,3 +173,74 @@ async def test_recursive_read_only_is_asked_of_the_pods_handler(client: CRIClien
     assert manager.supports_recursive_read_only(_pod(runtimeClassName="alt"))
     assert not manager.supports_recursive_read_only(_pod())
     assert not manager.supports_recursive_read_only(_pod(runtimeClassName="gone"))
+
+
+class RecordingPodCgroups:
+    """The pod container manager's seam (PodCgroups), recording what the runtime manager asks of it."""
+
+    def __init__(self, fail: str | None = None) -> None:
+        self.ensured: list[tuple[str, PodResourceConfig]] = []
+        self._fail = fail
+
+    def ensure(self, cgroup: str, config: PodResourceConfig) -> None:
+        if self._fail is not None:
+            raise PodCgroupError(self._fail)
+        self.ensured.append((cgroup, config))
+
+    def read(self, cgroup: str) -> PodResourceConfig:
+        return PodResourceConfig()
+
+    def write(self, cgroup: str, config: PodResourceConfig) -> None:
+        del cgroup, config
+
+    def memory_usage(self, cgroup: str) -> int:
+        return 0
+
+
+async def test_the_pod_cgroup_is_sized_with_the_overhead_before_the_sandbox(
+    runtime: ScriptedRuntime, client: CRIClient, tmp_path: Path
+) -> None:
+    _script(runtime)
+    cgroups = RecordingPodCgroups()
+    manager = RuntimeManager(
+        client.runtime,
+        client.image,
+        NodeContext(node_name="n1", host_ip="127.0.0.1", pod_log_dir_root=str(tmp_path / "logs"), cgroup_root="/na"),
+        pod_cgroups=cgroups,
+    )
+    pod = _pod(overhead={"cpu": "50m", "memory": "16Mi"})
+    pod["spec"]["containers"][0]["resources"] = {
+        "limits": {"cpu": "100m", "memory": "32Mi"},
+        "requests": {"cpu": "100m", "memory": "32Mi"},
+    }
+    await _sync(manager, pod)
+    # Guaranteed: the pod cgroup sits under kubepods; limits and requests with the overhead on top.
+    [(cgroup, config)] = cgroups.ensured
+    assert cgroup == "/na/kubepods/podu-1"
+    assert (config.cpu_quota, config.memory) == (15000, 48 << 20)
+    assert config.cpu_shares == 153
+    assert len(runtime.calls_of("RunPodSandbox")) == 1
+
+
+async def test_a_pod_cgroup_that_cannot_be_made_stops_the_sync(
+    runtime: ScriptedRuntime, client: CRIClient, tmp_path: Path
+) -> None:
+    _script(runtime)
+    events: list[Event] = []
+    manager = RuntimeManager(
+        client.runtime,
+        client.image,
+        NodeContext(node_name="n1", host_ip="127.0.0.1", pod_log_dir_root=str(tmp_path / "logs")),
+        events=lambda pod, type_, reason, message, field_path: events.append((type_, reason, message)),
+        pod_cgroups=RecordingPodCgroups(fail="failed to create pod cgroup /kubepods/besteffort/podu-1: Read-only"),
+    )
+    result = await _sync(manager, _pod())
+    assert runtime.calls_of("RunPodSandbox") == []
+    assert events == [
+        (
+            "Warning",
+            "FailedCreatePodContainer",
+            "unable to ensure pod container exists: failed to create pod cgroup /kubepods/besteffort/podu-1: Read-only",
+        )
+    ]
+    assert result.retry_after == 10.0
