@@ -89,19 +89,24 @@ async def _resize(admin: KubeClient, name: str, resources: Obj) -> Obj:
     return out
 
 
-def _read_cgroup(pid: int, controller: str, file: str) -> int:
+def _read_cgroup(pid: int, controller: str, file: str, *, up: int) -> int:
     for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
         _, controllers, path = line.split(":", 2)
         if controller in controllers.split(","):
-            return int((CGROUP_ROOT / controller / path.lstrip("/") / file).read_text())
+            directory = CGROUP_ROOT / controller / path.lstrip("/")
+            for _ in range(up):
+                directory = directory.parent
+            return int((directory / file).read_text())
     raise AssertionError(f"no {controller} cgroup for pid {pid}")
 
 
-async def _cgroup_value(cri_client: CRIClient, container_id: str, controller: str, file: str) -> int:
-    """The value in the cgroup the container's process is in (cgroup v1)."""
+async def _cgroup_value(
+    cri_client: CRIClient, container_id: str, controller: str, file: str, *, pod: bool = False
+) -> int:
+    """The value in the cgroup the container's process is in (cgroup v1), or in its parent, the pod cgroup."""
     status = await cri_client.runtime.container_status(container_id, verbose=True)
     pid = int(json.loads(status.info["info"])["pid"])
-    return await asyncio.to_thread(_read_cgroup, pid, controller, file)
+    return await asyncio.to_thread(_read_cgroup, pid, controller, file, up=1 if pod else 0)
 
 
 def _container_id(pod: Obj) -> str:
@@ -135,6 +140,7 @@ async def test_a_cpu_limit_raised_through_the_resize_subresource_reaches_the_cgr
         pod = await _running_pod(admin, agent, name)
         container_id = _container_id(pod)
         assert await _cgroup_value(cri_client, container_id, "cpu", "cpu.cfs_quota_us") == 20000
+        assert await _cgroup_value(cri_client, container_id, "cpu", "cpu.cfs_quota_us", pod=True) == 20000
 
         await _resize(
             admin, name, {"requests": {"cpu": "100m", "memory": "32Mi"}, "limits": {"cpu": "300m", "memory": "64Mi"}}
@@ -148,8 +154,9 @@ async def test_a_cpu_limit_raised_through_the_resize_subresource_reaches_the_cgr
             return pod if done and settled and await _events(admin, name, "ResizeCompleted") else None
 
         pod = await eventually(completed, timeout=30, what="resize to 300m completed", agent=agent)
-        # The process's own cgroup, not the status: 300m of a 100 ms period.
+        # The process's own cgroup, not the status: 300m of a 100 ms period; the pod cgroup above it too.
         assert await _cgroup_value(cri_client, container_id, "cpu", "cpu.cfs_quota_us") == 30000
+        assert await _cgroup_value(cri_client, container_id, "cpu", "cpu.cfs_quota_us", pod=True) == 30000
         status = cstatus(pod, "main")
         assert _container_id(pod) == container_id and status["restartCount"] == 0  # in place, not restarted
         assert status["resources"] == {
@@ -198,6 +205,7 @@ async def test_a_memory_limit_raised_under_restart_container_restarts_it_with_th
         second_id = _container_id(pod)
         assert second_id != first_id
         assert await _cgroup_value(cri_client, second_id, "memory", "memory.limit_in_bytes") == 96 * MI
+        assert await _cgroup_value(cri_client, second_id, "memory", "memory.limit_in_bytes", pod=True) == 96 * MI
         killing = await _events(admin, name, "Killing")
         assert any(e["message"] == "Container main resize requires restart" for e in killing), killing
     finally:
