@@ -43,7 +43,7 @@ from cri.v1 import api_pb2
 from nodeagent import apparmor
 from nodeagent.admission.resources import pod_requests
 from nodeagent.config.errors import QuantityError
-from nodeagent.config.quantity import INT64_MAX, ceil_int64, parse_quantity
+from nodeagent.config.quantity import INT64_MAX, INT64_MIN, ceil_int64, parse_quantity
 from nodeagent.criticalpod import is_node_critical_pod
 from nodeagent.kuberuntime import labels as kubelabels
 from nodeagent.kuberuntime.errors import CreateContainerConfigError, CreatePodSandboxConfigError
@@ -459,9 +459,11 @@ def parse_image_user(user: str) -> tuple[int | None, str]:
     if not name:
         return None, ""
     try:
-        return int(name), ""
+        uid = int(name)
     except ValueError:
         return None, name
+    # containerd parses the uid as an int64; a longer number stays a user name (and would overflow the CRI field).
+    return (uid, "") if INT64_MIN <= uid <= INT64_MAX else (None, name)
 
 
 def image_user_of(image: api_pb2.Image | None) -> str:
