@@ -27,6 +27,7 @@ The content builders are pure; `ensure_hosts_file` is the I/O (blocking: run it 
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -114,9 +115,21 @@ def hosts_file_content(
     return managed_hosts_file_content(pod_ips, hostname, domain, aliases)
 
 
-def hosts_mount(host_path: str) -> api_pb2.Mount:
-    """Upstream makeHostsMount: read-write, relabelled for SELinux (containers share the file)."""
-    return api_pb2.Mount(container_path=ETC_HOSTS_PATH, host_path=host_path, readonly=False, selinux_relabel=True)
+# go-selinux's GetEnabled looks for selinuxfs; its `enforce` file is there whenever SELinux is on (any mode).
+SELINUXFS_ENFORCE = "/sys/fs/selinux/enforce"
+
+
+@functools.cache
+def selinux_enabled() -> bool:
+    return os.path.exists(SELINUXFS_ENFORCE)
+
+
+def hosts_mount(host_path: str, *, selinux: bool | None = None) -> api_pb2.Mount:
+    """Upstream makeHostsMount: read-write, relabelled for SELinux (containers share the file). As upstream's
+    makeMounts, the relabel is asked for only where SELinux is enabled (`v.SELinuxRelabel && selinux.GetEnabled()`);
+    `selinux` overrides the host's answer (tests)."""
+    relabel = selinux_enabled() if selinux is None else selinux
+    return api_pb2.Mount(container_path=ETC_HOSTS_PATH, host_path=host_path, readonly=False, selinux_relabel=relabel)
 
 
 def ensure_hosts_file(

@@ -156,9 +156,11 @@ def test_which_containers_get_it(spec: Obj, mounts: list[Obj], ips: list[str], w
 
 
 def test_the_mount() -> None:
-    assert hosts_mount("/r/pods/u-1/etc-hosts") == api_pb2.Mount(
+    assert hosts_mount("/r/pods/u-1/etc-hosts", selinux=True) == api_pb2.Mount(
         container_path="/etc/hosts", host_path="/r/pods/u-1/etc-hosts", readonly=False, selinux_relabel=True
     )
+    # Without SELinux on the host the kubelet asks for no relabel (makeMounts: SELinuxRelabel && GetEnabled()).
+    assert not hosts_mount("/r/pods/u-1/etc-hosts", selinux=False).selinux_relabel
 
 
 # --- on disk ---------------------------------------------------------------------------------------------------
