@@ -26,8 +26,12 @@ parents. `start_kubelet` creates it in every v1 hierarchy; `testbed down` remove
 
 Command line: `--config`, `--kubeconfig`, `--hostname-override` (the testbed's node name), `--node-ip`, and
 `--root-dir DIR/upstream-kubelet` (its own, so nothing of one agent's pod directories is read by the other).
-Pod logs stay in /var/log/pods, as nodeagent's (the same default podLogsDir); the kubelet's
-/var/log/containers links are upstream's and cannot be moved.
+Pod logs go to `DIR/upstream-kubelet/pod-logs` (podLogsDir), not to the machine's /var/log/pods: the kubelet's
+container GC removes, every minute, each directory there whose pod it does not know (upstream's
+evictPodLogsDirectories), and every testbed on a machine writes its pods' logs to /var/log/pods (nodeagent has no
+podLogsDir). With the default, a kubelet on one testbed deleted the logs of the short pods another testbed's agent
+was running: their output was lost (issue 34). The kubelet's /var/log/containers links are upstream's and cannot be
+moved (its GC removes only dead ones).
 
 Only one of nodeagent and the kubelet runs against a containerd at a time: `start_kubelet` refuses while a process
 holds the node (an agent or a kubelet recorded under `DIR/pids/`, or any process started with the node's
@@ -115,11 +119,17 @@ def config_path(layout: Layout) -> Path:
     return layout.root / "upstream-kubelet.yaml"
 
 
+def pod_logs_dir(root: Path) -> Path:
+    """The kubelet's podLogsDir: this testbed's own (the module docstring says why not /var/log/pods)."""
+    return root / "pod-logs"
+
+
 def kubelet_config(agent_config: dict[str, Any], *, root: Path) -> dict[str, Any]:
     """The testbed's KubeletConfiguration (nodeagent.yaml, parsed) as the upstream kubelet needs it on this machine:
-    every field kept, MACHINE_FIELDS and volumePluginDir added (a caller's own value of those wins)."""
+    every field kept, MACHINE_FIELDS, volumePluginDir and podLogsDir added (a caller's own value of those wins)."""
     config = dict(agent_config)
-    for key, value in {**MACHINE_FIELDS, "volumePluginDir": str(root / "volume-plugins")}.items():
+    own = {"volumePluginDir": str(root / "volume-plugins"), "podLogsDir": str(pod_logs_dir(root))}
+    for key, value in {**MACHINE_FIELDS, **own}.items():
         config.setdefault(key, value)
     return config
 
@@ -240,12 +250,13 @@ async def start_kubelet(
     root.mkdir(parents=True, exist_ok=True)
     source = yaml.safe_load((config or layout.agent_config).read_text()) or {}
     path = config_path(layout)
-    path.write_text(yaml.safe_dump(kubelet_config(source, root=root), sort_keys=False))
+    config_doc = kubelet_config(source, root=root)
+    path.write_text(yaml.safe_dump(config_doc, sort_keys=False))
     cgroup_root = str(source.get("cgroupRoot") or configs.agent_cgroup_root(settings))
     await asyncio.to_thread(ensure_cgroup_root, cgroup_root)
     argv = kubelet_argv(binary, config=path, layout=layout, settings=settings, root=root)
     proc = await asyncio.to_thread(_spawn, argv, log_path=log, pid_dir=layout.pids)
-    pod_logs = Path(str(source.get("podLogsDir") or DEFAULT_POD_LOGS_DIR))
+    pod_logs = Path(str(config_doc.get("podLogsDir") or DEFAULT_POD_LOGS_DIR))
     kubelet = KubeletProcess(
         process=proc, layout=layout, root_dir=root, config=path, pod_logs_dir=pod_logs, cgroup_root=cgroup_root
     )

@@ -62,12 +62,17 @@ def test_install_steps(with_kubelet: bool, expected: list[str]) -> None:
     [
         pytest.param(
             {"cgroupDriver": "cgroupfs", "port": 1234},
-            {**MACHINE_FIELDS, "volumePluginDir": str(ROOT / "volume-plugins")},
+            {
+                **MACHINE_FIELDS,
+                "volumePluginDir": str(ROOT / "volume-plugins"),
+                # Not /var/log/pods: the kubelet's GC would delete the logs of other testbeds' pods (issue 34).
+                "podLogsDir": str(ROOT / "pod-logs"),
+            },
             id="machine-fields-added",
         ),
         # A caller's own value wins (a config handed to start_kubelet(config=...)).
         pytest.param(
-            {"failSwapOn": True, "oomScoreAdj": -999, "volumePluginDir": "/mine"},
+            {"failSwapOn": True, "oomScoreAdj": -999, "volumePluginDir": "/mine", "podLogsDir": "/var/log/pods"},
             {"failCgroupV1": False},
             id="caller-wins",
         ),
