@@ -26,7 +26,8 @@ from tests.differential.scenario import load_all
 
 def _write(report: Report, out: Path) -> None:
     recordings = {
-        agent: {name: {"states": r.states, "events": r.events, "outcomes": r.outcomes, "error": r.error}
+        agent: {name: {"states": r.states, "events": r.events, "outcomes": r.outcomes, "error": r.error,
+                       "runtime": r.runtime}
                 for name, r in by_scenario.items()}
         for agent, by_scenario in report.recordings.items()
     }  # fmt: skip

@@ -32,6 +32,9 @@ class Recording:
     events: list[str] = field(default_factory=list)
     outcomes: list[str] = field(default_factory=list)  # one line per action played
     error: str = ""
+    # The runtime spec of the scenario's sandboxes and containers (runtimespec.py): `sandbox[POD].…` and
+    # `container[POD/NAME].…` paths, each object as the first snapshot that found it held it.
+    runtime: State = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -81,11 +84,30 @@ def _used(a: Recording, b: Recording, known: tuple[KnownDifference, ...]) -> tup
         hit = False
         if d.path:
             hit = any(fnmatchcase(k, d.path) for r in (a, b) for ss in r.states.values() for s in ss for k in s)
+            hit = hit or any(fnmatchcase(k, d.path) for r in (a, b) for k in r.runtime)
         if d.event:
             hit = hit or any(fnmatchcase(e, d.event) for r in (a, b) for e in r.events)
         if hit:
             reasons.append(d.reason)
     return tuple(dict.fromkeys(reasons))
+
+
+def runtime_diff(a: Recording, b: Recording, known: tuple[KnownDifference, ...]) -> list[str]:
+    """The runtime specs' lines that differ (known paths dropped), one unified diff per sandbox or container."""
+    left, right = drop_known(a.runtime, known), drop_known(b.runtime, known)
+    if left == right:
+        return []
+    out: list[str] = []
+    for obj in sorted({k.partition("].")[0] + "]" for k in (*left, *right)}):
+        mine = [f"{k} = {v}" for k, v in sorted(left.items()) if k.startswith(obj + ".")]
+        theirs = [f"{k} = {v}" for k, v in sorted(right.items()) if k.startswith(obj + ".")]
+        if mine != theirs:
+            out.extend(
+                difflib.unified_diff(
+                    mine, theirs, f"{a.agent} runtime {obj}", f"{b.agent} runtime {obj}", lineterm="", n=0
+                )
+            )
+    return out
 
 
 def compare(scenario: str, a: Recording, b: Recording, known: tuple[KnownDifference, ...]) -> Comparison:
@@ -103,6 +125,7 @@ def compare(scenario: str, a: Recording, b: Recording, known: tuple[KnownDiffere
             parts.extend(
                 difflib.unified_diff(left, right, f"{a.agent} pod {pod}", f"{b.agent} pod {pod}", lineterm="", n=2)
             )
+    parts.extend(runtime_diff(a, b, known))
     left_events = sorted({e for e in a.events if not _matches_event(e, known)})
     right_events = sorted({e for e in b.events if not _matches_event(e, known)})
     if left_events != right_events:

@@ -24,13 +24,14 @@ from cri.client import CRIClient, connect
 from cri.v1 import api_pb2
 from nodeagent.kube import paths
 from nodeagent.kube.client import KubeClient
-from nodeagent.kube.errors import ApiError, NotFound
+from nodeagent.kube.errors import AlreadyExists, ApiError, NotFound
 from nodeagent.testbed import configs
 from nodeagent.testbed.testbed import Testbed
 from tests.differential import agents
 from tests.differential.compare import Comparison, Recording, compare
 from tests.differential.normalise import Context, event_line, pod_state
 from tests.differential.recorder import Recorder
+from tests.differential.runtimespec import Roots, merge, snapshot
 from tests.differential.scenario import KnownDifference, Scenario, load_global_known, substitute
 from tests.differential.waits import container_status, describe
 
@@ -54,6 +55,18 @@ def images(testbed: Testbed) -> dict[str, str]:
         "registry": s.registry,
         "node_ip": s.node_ip,
     }
+
+
+def roots(testbed: Testbed) -> Roots:
+    """Each agent's root dir (nodeagent's --root-dir and the kubelet's own beside it), pod log dir (nodeagent's
+    default /var/log/pods, the kubelet's podLogsDir under its root) and the testbed's dir."""
+    layout = testbed.layout
+    kubelet_root = layout.root / "upstream-kubelet"
+    return Roots(
+        agents=(str(layout.kubelet_root), str(kubelet_root)),
+        testbed=str(layout.root),
+        pod_logs=("/var/log/pods", str(kubelet_root / "pod-logs")),
+    )
 
 
 async def pull_all(cri: CRIClient, names: dict[str, str]) -> None:
@@ -91,8 +104,16 @@ async def _make_namespace(admin: KubeClient, namespace: str) -> None:
 
 
 def _object_path(obj: Obj, namespace: str) -> str:
+    if obj["kind"] == "RuntimeClass":  # cluster-scoped: the scenario's name as written, removed with the namespace
+        return paths.api_path("runtimeclasses", group="node.k8s.io")
     plural = {"ConfigMap": "configmaps", "Secret": "secrets", "Service": "services"}[obj["kind"]]
     return paths.api_path(plural, namespace=namespace)
+
+
+def _body(obj: Obj, namespace: str) -> Obj:
+    if obj["kind"] == "RuntimeClass":
+        return {"apiVersion": "node.k8s.io/v1", **obj}
+    return {"apiVersion": "v1", **obj, "metadata": {**obj["metadata"], "namespace": namespace}}
 
 
 async def _container_pid(cri: CRIClient, container_id: str) -> int:
@@ -108,6 +129,10 @@ class Player:
         self.cri = cri
         self.agent = agent
         self.images = images(testbed)
+        self.roots = roots(testbed)
+
+    async def _record_runtime(self, namespace: str, ctx: Context, recording: Recording) -> None:
+        merge(recording.runtime, await snapshot(self.cri, namespace, ctx, self.roots))
 
     async def play(self, scenario: Scenario) -> Played:
         short = {"nodeagent": "na", "kubelet": "kl"}.get(self.agent, self.agent[:2])
@@ -120,17 +145,20 @@ class Player:
         cut = 0
         try:
             for obj in scenario.objects:
-                body = substitute(obj, self.images)
-                body = {"apiVersion": "v1", **body, "metadata": {**body["metadata"], "namespace": namespace}}
-                await self.admin.create(_object_path(body, namespace), body)
+                body = _body(substitute(obj, self.images), namespace)
+                with contextlib.suppress(AlreadyExists):  # a RuntimeClass left by an interrupted run
+                    await self.admin.create(_object_path(body, namespace), body)
             await recorder.start()
             for index, action in enumerate(scenario.actions, 1):
                 outcome, at = await self._act(scenario, action.kind, action.args, namespace, ctx, recorder)
                 cut = at if at is not None else len(recorder.history)
                 recording.outcomes.append(f"{index} {action.kind} {describe(action.args)}: {outcome}")
+                if action.kind == "wait" and outcome == "ok":
+                    await self._record_runtime(namespace, ctx, recording)
                 if outcome == "timeout":
                     recording.outcomes.append("(the remaining actions were not played)")
                     break
+            await self._record_runtime(namespace, ctx, recording)
             await asyncio.sleep(1.0)  # events are sent asynchronously by both agents
             listed = await self.admin.list(paths.events(namespace))
             recording.events = [
@@ -203,6 +231,10 @@ class Player:
                     await self.admin.delete(paths.pod(namespace, pod["metadata"]["name"]), grace_period_seconds=0)
         with contextlib.suppress(NotFound):
             await self.admin.delete(paths.namespace(namespace))
+        for obj in scenario.objects:
+            if obj["kind"] == "RuntimeClass":
+                with contextlib.suppress(NotFound):
+                    await self.admin.delete(f"{_object_path(obj, namespace)}/{obj['metadata']['name']}")
 
 
 @dataclass

@@ -18,6 +18,7 @@ Obj = dict[str, Any]
 SCENARIO_DIR = Path(__file__).parent / "scenarios"
 GLOBAL_KNOWN = Path(__file__).parent / "known_differences.yaml"
 
+OBJECT_KINDS = ("ConfigMap", "Secret", "Service", "RuntimeClass")
 ACTIONS = ("create", "wait", "sleep", "kill", "exec", "delete")
 WAIT_KEYS = {
     "pod", "timeout", "phase", "condition", "status", "container", "state", "reason", "restartCount", "ready",
@@ -130,8 +131,8 @@ def parse(raw: Obj, name: str) -> Scenario:
     if not actions:
         raise ScenarioError(f"{where}: no actions")
     for obj in raw.get("objects") or ():
-        if obj.get("kind") not in ("ConfigMap", "Secret", "Service"):
-            raise ScenarioError(f"{where}: objects may be ConfigMaps, Secrets and Services, not {obj.get('kind')!r}")
+        if obj.get("kind") not in OBJECT_KINDS:
+            raise ScenarioError(f"{where}: objects may be {', '.join(OBJECT_KINDS)}, not {obj.get('kind')!r}")
     return Scenario(
         name=name,
         description=str(raw.get("description", "")).strip(),

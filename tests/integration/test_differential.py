@@ -1,6 +1,7 @@
-"""Three scenarios of the differential corpus (tests/differential/) on nodeagent and on the upstream kubelet, one
-after the other on this session's testbed: fails on any difference that no `known_differences` entry explains, so
-that the corpus stays runnable. The full corpus is run by hand (docs/differential.md).
+"""Four scenarios of the differential corpus (tests/differential/) on nodeagent and on the upstream kubelet, one
+after the other on this session's testbed: fails on any difference, in the API status or in the runtime spec
+containerd holds, that no `known_differences` entry explains, so that the corpus stays runnable. The full corpus is
+run by hand (docs/differential.md).
 
 Never skipped: without the upstream kubelet the test fails with the command that builds it.
 """
@@ -14,11 +15,12 @@ from tests.differential.runner import run
 from tests.differential.scenario import load_all
 
 # One of each family: a crash loop (restart back-off and its events), a probe turning readiness off through CRI
-# exec, and a graceful delete (termination states and the Killing event).
-SCENARIOS = ("crashloop-always", "probe-readiness-exec-toggle", "running-delete-grace")
+# exec, a graceful delete (termination states and the Killing event), and capabilities added and dropped (seen only
+# in the runtime spec: the API status of a pod that got no capability change is the same).
+SCENARIOS = ("crashloop-always", "probe-readiness-exec-toggle", "running-delete-grace", "spec-capabilities")
 
 
-async def test_three_scenarios_behave_alike_on_nodeagent_and_the_kubelet(testbed: Testbed) -> None:
+async def test_four_scenarios_behave_alike_on_nodeagent_and_the_kubelet(testbed: Testbed) -> None:
     try:
         agents.check_kubelet()
     except agents.AgentUnavailable as exc:
@@ -32,6 +34,9 @@ async def test_three_scenarios_behave_alike_on_nodeagent_and_the_kubelet(testbed
         for name, recording in by_scenario.items():
             assert not recording.error, f"{agent} {name}: {recording.error}"
             assert recording.states, f"{agent} {name}: the watch recorded no pod state"
+            assert any(k.startswith("container[") for k in recording.runtime), f"{agent} {name}: no runtime spec"
+    capabilities = report.recordings["kubelet"]["spec-capabilities"].runtime
+    assert "CAP_NET_ADMIN" in capabilities["container[p/addrop].runtimeSpec.process.capabilities.bounding"]
     diffs = "\n".join(f"=== {c.scenario}\n{c.diff}" for c in report.unexplained)
     assert not report.unexplained, (
         f"unexplained differences (agent logs in {log_dir}):\n{table(report.comparisons)}\n{diffs}"
