@@ -63,7 +63,16 @@ class Request:
 
 
 def parse_target(target: str) -> tuple[str, dict[str, list[str]]]:
-    parts = urllib.parse.urlsplit(target)
+    """The path (unescaped) and query of a request target. An origin-form target ("/path?query") is a path whatever
+    follows its first slash, as Go's ParseRequestURI reads it: urlsplit would take "//host" for an authority and
+    raise on "//[]/x". Any other form urlsplit cannot read is left whole as the path, which no route matches."""
+    if target.startswith("/"):
+        path, _, query = target.split("#", 1)[0].partition("?")
+        return urllib.parse.unquote(path), urllib.parse.parse_qs(query, keep_blank_values=True)
+    try:
+        parts = urllib.parse.urlsplit(target)
+    except ValueError:
+        return target, {}
     return urllib.parse.unquote(parts.path), urllib.parse.parse_qs(parts.query, keep_blank_values=True)
 
 

@@ -106,6 +106,13 @@ REGRESSIONS = [
     ),
     Regression(
         "kubeletapi",
+        ("X", "//[]/<script>", "/.:@", [("cmd", "A")], [], None, False),
+        "ValueError \"'' does not appear to be an IPv4 or IPv6 address\" out of parse_target (the connection loop, "
+        "outside any handler): urlsplit read '//[]' as an authority (found by the documented run, seed 35). Fixed "
+        "in nodeagent/server/http.py: an origin-form target is a path, as Go's ParseRequestURI reads it.",
+    ),
+    Regression(
+        "kubeletapi",
         ("GET", "/logs/..%00/etc/shadow", "/%", [], [], None, False),
         "ValueError 'embedded null byte' out of the /logs path resolution (issue 34's 500). Reported to H1, whose "
         "fix (nodeagent/server/logs.py node_log_target) answers 404 as upstream.",
