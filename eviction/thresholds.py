@@ -98,6 +98,13 @@ def _canonical_text(text: str, value: Decimal) -> str:
     """Quantity.String() of a parsed quantity: canonical in the format its suffix chose."""
     binary = _BINARY_SUFFIX.fullmatch(text) is not None
     if value == value.to_integral_value():
+        if value.adjusted() > 18:
+            # Past int64 ("1e999999" is a valid quantity): the exponent form, without making an int of a million
+            # digits (which took minutes, and hung start-up on such an evictionHard).
+            sign, digits, exponent = value.normalize().as_tuple()
+            assert isinstance(exponent, int)
+            shift = exponent % 3
+            return f"{'-' if sign else ''}{''.join(map(str, digits))}{'0' * shift}e{exponent - shift}"
         whole = int(value)
         if _EXPONENT_SUFFIX.fullmatch(text):
             return _exponent_form(whole)

@@ -75,6 +75,13 @@ REGRESSIONS = [
         "RecursionError out of load_scenario. Fixed in nodeagent/experiment/scenario.py: ScenarioError.",
     ),
     Regression(
+        "eviction",
+        ("doc", {}, {"memory.available": "1e999999"}, {}, {}, {"memory.available": "1e999999"}),
+        "A hang (the run's hard watchdog, seed 35): printing the threshold 1e999999 made an int of a million digits "
+        "and divided it by 1000 until done; an evictionHard like it hung the agent's start-up. Fixed in "
+        "eviction/thresholds.py: past int64, the exponent form straight from the Decimal.",
+    ),
+    Regression(
         "csi",
         csi_pb2.NodeGetVolumeStatsResponse(
             usage=[csi_pb2.VolumeUsage(available=1, total=2, used=1, unit=-379)],  # type: ignore[arg-type]
