@@ -41,8 +41,33 @@ def _metadata(pod: Mapping[str, Any]) -> Mapping[str, Any]:
     return meta
 
 
-def _compact_json(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+# The field order of upstream's Go structs, which json.Marshal follows: the kubelet writes the ports and preStop
+# annotations as json.Marshal(container.Ports) / json.Marshal(container.Lifecycle.PreStop), so `crictl inspect`
+# shows them byte for byte as upstream's only in this order (k8s.io/api/core/v1 types.go).
+_GO_FIELDS: dict[str, tuple[str, ...]] = {
+    "port": ("name", "hostPort", "containerPort", "protocol", "hostIP"),
+    "handler": ("exec", "httpGet", "tcpSocket", "sleep"),
+    "exec": ("command",),
+    "httpGet": ("path", "port", "host", "scheme", "httpHeaders"),
+    "httpHeaders": ("name", "value"),
+    "tcpSocket": ("port", "host"),
+    "sleep": ("seconds",),
+}
+
+
+def _go_ordered(value: Any, kind: str) -> Any:
+    """`value` with each object's keys in the order of its Go struct (unknown keys after, sorted)."""
+    if isinstance(value, list):
+        return [_go_ordered(item, kind) for item in value]
+    if not isinstance(value, Mapping):
+        return value
+    fields = _GO_FIELDS.get(kind, ())
+    keys = [k for k in fields if k in value] + sorted(k for k in value if k not in fields)
+    return {k: _go_ordered(value[k], k) for k in keys}
+
+
+def _go_json(value: Any, kind: str) -> str:
+    return json.dumps(_go_ordered(value, kind), separators=(",", ":"))
 
 
 def sandbox_labels(pod: Mapping[str, Any]) -> dict[str, str]:
@@ -93,10 +118,10 @@ def container_annotations(
         annotations[POD_TERMINATION_GRACE_PERIOD_ANNOTATION] = str(spec["terminationGracePeriodSeconds"])
     pre_stop = (container.get("lifecycle") or {}).get("preStop")
     if pre_stop:
-        annotations[PRE_STOP_HANDLER_ANNOTATION] = _compact_json(pre_stop)
+        annotations[PRE_STOP_HANDLER_ANNOTATION] = _go_json(pre_stop, "handler")
     ports = container.get("ports")
     if ports:
-        annotations[CONTAINER_PORTS_ANNOTATION] = _compact_json(ports)
+        annotations[CONTAINER_PORTS_ANNOTATION] = _go_json(ports, "port")
     return annotations
 
 

@@ -55,6 +55,33 @@ def test_container_labels_and_annotations() -> None:
     }
 
 
+def test_ports_and_pre_stop_annotations_in_go_struct_field_order() -> None:
+    """As upstream's json.Marshal of v1.ContainerPort / v1.LifecycleHandler (what `crictl inspect` shows for the
+    kubelet's containers), not sorted keys."""
+    container = {
+        **CONTAINER,
+        "ports": [{"protocol": "TCP", "hostPort": 8080, "containerPort": 80, "name": "http", "hostIP": "198.18.0.1"}],
+        "lifecycle": {
+            "preStop": {
+                "httpGet": {
+                    "scheme": "HTTP",
+                    "port": 80,
+                    "path": "/q",
+                    "host": "h",
+                    "httpHeaders": [{"value": "v", "name": "n"}],
+                }
+            }
+        },
+    }
+    annotations = kl.container_annotations(POD, container, container_hash="abc", restart_count=0)
+    assert annotations[kl.CONTAINER_PORTS_ANNOTATION] == (
+        '[{"name":"http","hostPort":8080,"containerPort":80,"protocol":"TCP","hostIP":"198.18.0.1"}]'
+    )
+    assert annotations[kl.PRE_STOP_HANDLER_ANNOTATION] == (
+        '{"httpGet":{"path":"/q","port":80,"host":"h","scheme":"HTTP","httpHeaders":[{"name":"n","value":"v"}]}}'
+    )
+
+
 def test_container_round_trip_through_cri_message() -> None:
     cri = api_pb2.Container(
         id="c1",
