@@ -438,6 +438,50 @@ def test_condition_events(old: list[tuple[str, str]], new: list[tuple[str, str]]
     assert condition_events(conds(old), conds(new)) == reasons
 
 
+async def test_while_the_runtime_is_down_its_return_is_reported_within_a_second(api: Api) -> None:
+    """Issue 34: after a runtime outage the node is Ready about a second after the runtime answers again, not at
+    the next 10 s status tick; while the runtime is up, the loop keeps its period and asks nothing in between."""
+    clock, health = FakeClock(), Health()
+    calls = 0
+
+    async def counted() -> tuple[bool, str]:
+        nonlocal calls
+        calls += 1
+        return await health()
+
+    async with api.client() as client:
+        manager = NodeStatusManager(
+            client, node_name=NAME, config=CONFIG, facts=FACTS, runtime_health=counted, clock=clock
+        )
+        await manager.register()
+        task = asyncio.create_task(manager.run())
+        try:
+            await _settle(lambda: manager.status_patches == 1)
+            for _ in range(9):
+                await clock.advance(1)
+            assert calls == 2  # registration and the first tick: nothing asked between ticks while Ready
+            health.ready, health.message = False, "container runtime is down"
+            await clock.advance(1)  # t=10: the tick reports NotReady
+            await _settle(lambda: manager.status_patches == 2)
+            for _ in range(3):  # t=13: still down, asked every second
+                await clock.advance(1)
+            health.ready, health.message = True, ""
+            await clock.advance(1)  # t=14: the runtime answers; the status follows at once
+            await _settle(lambda: manager.status_patches == 3)
+            assert clock.t == 14
+            ready = {c["type"]: c for c in api.bodies("PATCH", NODE_STATUS)[-1]["status"]["conditions"]}["Ready"]
+            assert ready["status"] == "True"
+            # Back to the plain period: the next tick is 10 s after that status, with no question in between.
+            asked = calls
+            for _ in range(9):
+                await clock.advance(1)
+            assert calls == asked
+        finally:
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+
 # The Lease.
 
 
