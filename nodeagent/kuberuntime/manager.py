@@ -600,7 +600,7 @@ class RuntimeManager:
             )
         resources = resources_json(values)
         container = {"name": update.name, "resources": resources}
-        linux = make_linux_resources(container, qos=pod_qos(pod), memory_capacity=self._node.memory_capacity)
+        linux = make_linux_resources(container, qos=pod_qos(pod), memory_capacity=self._node.memory_capacity, pod=pod)
         try:
             await self._runtime.update_container_resources(update.container_id, api_pb2.ContainerResources(linux=linux))
         except CRIError as exc:
