@@ -115,6 +115,7 @@ class Outcome:
     late_file: list[str] = field(default_factory=list)
     empty_api: list[str] = field(default_factory=list)
     late_api: list[str] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)  # every pod made, to remove what an agent left in /var/log/pods
     container_ids: dict[str, str] = field(default_factory=dict)  # container id -> pod name
     timings: list[dict[str, Any]] = field(default_factory=list)  # the `cri` column's, per container
     seconds: float = 0.0
@@ -200,6 +201,7 @@ async def run_batch(
     admin: KubeClient, http: httpx.AsyncClient, image: str, size: int, *, reread: float, out: Outcome, logs: Path
 ) -> None:
     names = [f"short-{uuid.uuid4().hex[:8]}" for _ in range(size)]
+    out.names.extend(names)
     await asyncio.gather(*(admin.create(paths.pods(NS), short_pod(n, image)) for n in names))
     pods = await wait_finished(admin, set(names), timeout=300)
     out.pods += size
@@ -334,6 +336,12 @@ async def measure(bed: Testbed, agent: str, options: Options) -> dict[str, Any]:
     return result
 
 
+def remove_pod_logs(names: list[str]) -> None:
+    for name in names:
+        for directory in POD_LOGS.glob(f"{NS}_{name}_*"):
+            shutil.rmtree(directory, ignore_errors=True)
+
+
 def plant_canary() -> Path:
     """A log directory in /var/log/pods of a pod no agent here runs, as another testbed's agent leaves one: if it is
     gone at the end, something on this machine swept /var/log/pods during the run (an upstream kubelet's log GC)."""
@@ -382,6 +390,8 @@ async def measure_agent(bed: Testbed, agent: str, options: Options, out: Outcome
     finally:
         if agent == "nodeagent":
             await asyncio.to_thread(processes.stop, proc, pid_dir=bed.layout.pids, grace=20)
+            # The last batch's pods left the apiserver at once (grace 0), before the agent removed their logs.
+            await asyncio.to_thread(remove_pod_logs, out.names)
         else:
             await stop_kubelet(kubelet)
 
