@@ -127,7 +127,15 @@ class Injector(Protocol):
     def apply(self, observations: Observations, now: datetime) -> dict[Signal, Observation]: ...
 
 
+_INT64_MAX = (1 << 63) - 1
+
+
 def _amount(value: Decimal) -> int:
+    # Saturated at int64, as a signal's amount (bytes, a count) is upstream: an int of 1e999999 takes minutes.
+    if value > _INT64_MAX:
+        return _INT64_MAX
+    if value < -_INT64_MAX - 1:
+        return -_INT64_MAX - 1
     return int(value.to_integral_value(rounding=ROUND_FLOOR))
 
 

@@ -82,6 +82,12 @@ REGRESSIONS = [
         "eviction/thresholds.py: past int64, the exponent form straight from the Decimal.",
     ),
     Regression(
+        "eviction",
+        ("doc", {"inject": {"memory.available": [[1, "1e999999"], [2, "observed-1e999999"]]}}, {}, {}, {}, {}),
+        "A hang (the run's hard watchdog, seed 35, pass 3): an injected value of 1e999999 became an int of a "
+        "million digits. Fixed in eviction/injection.py: amounts saturate at int64.",
+    ),
+    Regression(
         "csi",
         csi_pb2.NodeGetVolumeStatsResponse(
             usage=[csi_pb2.VolumeUsage(available=1, total=2, used=1, unit=-379)],  # type: ignore[arg-type]
