@@ -41,7 +41,7 @@ from eviction.injection import InjectionError, injection_document, parse_injecti
 from eviction.signals import BYTE_SIGNALS, Signal, parse_signal
 from eviction.thresholds import ThresholdError, parse_thresholds
 from nodeagent.config.durations import parse_go_duration
-from nodeagent.config.quantity import parse_quantity
+from nodeagent.config.quantity import INT64_MAX, INT64_MIN, parse_quantity
 from nodeagent.experiment.errors import ScenarioError
 
 MI = 1 << 20
@@ -156,6 +156,9 @@ class _Problems:
 
 
 def _whole(value: Decimal) -> int:
+    # Saturated at int64: an int of 1e999999 (a valid quantity) takes minutes.
+    if not INT64_MIN <= value <= INT64_MAX:
+        return INT64_MAX if value > 0 else INT64_MIN
     return int(value.to_integral_value(rounding=ROUND_FLOOR))
 
 

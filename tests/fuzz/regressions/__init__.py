@@ -88,6 +88,12 @@ REGRESSIONS = [
         "million digits. Fixed in eviction/injection.py: amounts saturate at int64.",
     ),
     Regression(
+        "eviction",
+        ("doc", {"pods": [{"name": "hog", "workload": {"type": "memory-hog", "rate": "1e999999"}}]}, {}, {}, {}, {}),
+        "The same hang in the scenario's own quantities (a workload's rate). Fixed in "
+        "nodeagent/experiment/scenario.py: _whole saturates at int64.",
+    ),
+    Regression(
         "csi",
         csi_pb2.NodeGetVolumeStatsResponse(
             usage=[csi_pb2.VolumeUsage(available=1, total=2, used=1, unit=-379)],  # type: ignore[arg-type]
