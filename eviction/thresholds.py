@@ -101,8 +101,10 @@ def _canonical_text(text: str, value: Decimal) -> str:
         if value.adjusted() > 18:
             # Past int64 ("1e999999" is a valid quantity): the exponent form, without making an int of a million
             # digits (which took minutes, and hung start-up on such an evictionHard).
-            sign, digits, exponent = value.normalize().as_tuple()
+            sign, digits, exponent = value.as_tuple()  # no context: normalize() could overflow its exponent
             assert isinstance(exponent, int)
+            while len(digits) > 1 and digits[-1] == 0:
+                digits, exponent = digits[:-1], exponent + 1
             shift = exponent % 3
             return f"{'-' if sign else ''}{''.join(map(str, digits))}{'0' * shift}e{exponent - shift}"
         whole = int(value)

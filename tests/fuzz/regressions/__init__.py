@@ -76,7 +76,14 @@ REGRESSIONS = [
     ),
     Regression(
         "eviction",
-        ("doc", {}, {"memory.available": "1e999999"}, {}, {}, {"memory.available": "1e999999"}),
+        (
+            "doc",
+            {},
+            {"memory.available": "1e999999", "nodefs.available": "999e999999"},
+            {},
+            {},
+            {"memory.available": "1e999999"},
+        ),
         "A hang (the run's hard watchdog, seed 35): printing the threshold 1e999999 made an int of a million digits "
         "and divided it by 1000 until done; an evictionHard like it hung the agent's start-up. Fixed in "
         "eviction/thresholds.py: past int64, the exponent form straight from the Decimal.",
