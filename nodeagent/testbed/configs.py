@@ -13,6 +13,7 @@ from nodeagent.testbed.versions import (
     E2E_BUSYBOX_TAG,
     NGINX_IMAGE_TAGS,
     NONEWPRIVS_VERSION,
+    NONROOT_VERSION,
     crictl_path,
     kubernetes_bin_dir,
 )
@@ -33,6 +34,8 @@ E2E_BUSYBOX_IMAGE_REPOSITORY = "e2e-test-images/busybox"
 E2E_BUSYBOX_IMAGE_TAG = E2E_BUSYBOX_TAG
 NONEWPRIVS_IMAGE_REPOSITORY = "e2e-test-images/nonewprivs"
 NONEWPRIVS_IMAGE_TAG = NONEWPRIVS_VERSION
+NONROOT_IMAGE_REPOSITORY = "e2e-test-images/nonroot"
+NONROOT_IMAGE_TAG = NONROOT_VERSION
 # The e2e suite's nginx under upstream's name and both its tags (Nginx, NginxNew), built from Debian's nginx.
 NGINX_IMAGE_REPOSITORY = "e2e-test-images/nginx"
 NGINX_IMAGE_TAG, NGINX_NEW_IMAGE_TAG = NGINX_IMAGE_TAGS

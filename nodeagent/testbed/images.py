@@ -334,6 +334,19 @@ def build_e2e_busybox_image(dest: Path, busybox: Path) -> OCIImage:
     return _build(dest, inputs, files, config)
 
 
+def build_nonroot_image(dest: Path, busybox: Path, *, user: str) -> OCIImage:
+    """The e2e suite's nonroot image (upstream's Dockerfile: `USER 1234` on its base): the vanilla busybox rootfs,
+    so `id -u` runs, with `user` as the image's user; the runAsNonRoot specs check the pod runs as it."""
+    binary = _vanilla_busybox(busybox)
+    inputs = {"image": "nonroot", "busybox": sha256_digest(binary), "user": user, "architecture": host_architecture()}
+
+    def files() -> list[TarEntry]:
+        return e2e_busybox_rootfs(binary, _busybox_applets(busybox), source=busybox)
+
+    config = {"Cmd": ["sh"], "Env": [DEFAULT_PATH], "User": user}
+    return _build(dest, inputs, files, config)
+
+
 def build_nonewprivs_image(dest: Path, binary: Path, busybox: Path) -> OCIImage:
     """The e2e suite's nonewprivs image: nnp (`binary`, built by `nodeagent testbed install`) setuid root at
     /usr/local/bin on the vanilla busybox rootfs, as upstream's on alpine."""

@@ -52,6 +52,7 @@ from nodeagent.testbed.kubeconfig import write_kubeconfig
 from nodeagent.testbed.layout import Layout, Settings
 from nodeagent.testbed.pki import CertificateAuthority, CertPair, service_account_keys
 from nodeagent.testbed.versions import (
+    NONROOT_USER,
     agnhost_path,
     busybox_path,
     cache_root,
@@ -687,6 +688,11 @@ class Testbed:
                 configs.NONEWPRIVS_IMAGE_REPOSITORY,
                 configs.NONEWPRIVS_IMAGE_TAG,
                 images.build_nonewprivs_image(cache / "nonewprivs", nonewprivs_path(), busybox_path()),
+            ),
+            (
+                configs.NONROOT_IMAGE_REPOSITORY,
+                configs.NONROOT_IMAGE_TAG,
+                images.build_nonroot_image(cache / "nonroot", busybox_path(), user=NONROOT_USER),
             ),
             # One Debian nginx under both of upstream's tags (the specs switch between the two references).
             (configs.NGINX_IMAGE_REPOSITORY, configs.NGINX_IMAGE_TAG, nginx),

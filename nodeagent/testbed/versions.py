@@ -33,6 +33,10 @@ BUSYBOX_SOURCE_SHA256 = "3311dff32e746499f4df0d5df04d7eb396382d7e108bb9250e7b519
 # installer checks them as it does agnhost's.
 E2E_BUSYBOX_TAG = "1.37.0-1"
 NONEWPRIVS_VERSION = "1.3"
+# manifest.go's e2e-test-images/nonroot: upstream's is `USER 1234` on a base image with `id`; the testbed's is the e2e
+# busybox rootfs with that user (the runAsNonRoot specs run `id -u` in it).
+NONROOT_VERSION = "1.4"
+NONROOT_USER = "1234"
 # The e2e suite's nginx images (manifest.go: e2e-test-images/nginx:1.14-4 and :1.15-4, upstream FROM
 # nginx:1.14-alpine and nginx:1.15-alpine) are built from Debian bookworm's nginx, which has one version: both tags
 # carry it (the specs need two distinct image references, not two nginx releases). The installer checks the tags

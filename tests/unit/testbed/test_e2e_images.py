@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from nodeagent.testbed import images
+from nodeagent.testbed.versions import NONROOT_USER
 from tests.unit.testbed.ocilayout import read_layout
 
 STAND_IN = images.BUSYBOX_BINARY
@@ -117,6 +118,19 @@ def test_nonewprivs_is_nnp_setuid_root_as_its_command(nonewprivs_image: images.O
     assert members["usr/local"].isdir() and members["usr/local/bin"].isdir()
     # On the busybox rootfs, as upstream's on alpine: a shell is there.
     assert members["bin/sh"].linkname == "busybox"
+
+
+def test_nonroot_is_the_e2e_busybox_with_upstreams_user(tmp_path: Path) -> None:
+    """manifest.go's e2e-test-images/nonroot:1.4 is `USER 1234` on a base with `id` (the runAsNonRoot specs run
+    `id -u` in it without a runAsUser and expect 1234)."""
+    busybox = _busybox(tmp_path)
+    image = images.build_nonroot_image(tmp_path / "layout", busybox, user=NONROOT_USER)
+    config, members, _ = read_layout(image.layout)
+    assert NONROOT_USER == "1234"
+    assert config["config"] == {"Cmd": ["sh"], "Env": [images.DEFAULT_PATH], "User": "1234"}
+    assert members["bin/id"].issym() and members["bin/id"].linkname == "busybox"
+    other = images.build_nonroot_image(tmp_path / "other", busybox, user="4321")
+    assert other.manifest_digest != image.manifest_digest
 
 
 def test_rebuilds_are_identical_and_each_input_changes_the_digest(tmp_path: Path) -> None:
