@@ -283,7 +283,11 @@ async def run(
                     err = f" ERROR {played.recording.error}" if played.recording.error else ""
                     progress(f"  {label} {scenario.name}: {time.monotonic() - t0:.1f}s{err}")
             finally:
-                await agents.stop(agent, testbed)
+                try:
+                    await agents.stop(agent, testbed)
+                except Exception as exc:  # what was recorded stands; the next agent starts on what is left
+                    log.exception("stopping agent failed agent=%s", label)
+                    progress(f"agent {label}: its clean-up failed ({type(exc).__name__}: {exc}); recordings kept")
     labels = list(recordings)
     comparisons: list[Comparison] = []
     if len(labels) >= 2:
