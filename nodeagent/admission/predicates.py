@@ -30,6 +30,7 @@ POD_OS_SELECTOR_NODE_LABEL_DOES_NOT_MATCH = "PodOSSelectorNodeLabelDoesNotMatch"
 POD_OS_NOT_SUPPORTED = "PodOSNotSupported"
 SUPPLEMENTAL_GROUPS_POLICY_NOT_SUPPORTED = "SupplementalGroupsPolicyNotSupported"
 APPARMOR = apparmor.NOT_ADMITTED_REASON
+POD_LEVEL_RESOURCES_NOT_SUPPORTED = "PodLevelResourcesNotSupported"
 
 NODE_AFFINITY = "NodeAffinity"
 NODE_NAME = "NodeName"
@@ -269,6 +270,31 @@ def _apparmor(pod: Mapping[str, Any], host_apparmor: bool | None) -> AdmitResult
     return AdmitResult(admit=False, reason=APPARMOR, message=f"Cannot enforce AppArmor: {why}")
 
 
+def _pod_level_resources_set(pod: Mapping[str, Any]) -> bool:
+    """Upstream's IsPodLevelResourcesSet: spec.resources names cpu, memory or a hugepages size."""
+    resources = (pod.get("spec") or {}).get("resources") or {}
+    names = [*((resources.get("requests") or {}).keys()), *((resources.get("limits") or {}).keys())]
+    return any(name in ("cpu", "memory") or str(name).startswith("hugepages-") for name in names)
+
+
+def _pod_features(pod: Mapping[str, Any]) -> AdmitResult:
+    """Upstream's podFeaturesAdmitHandler, the last of its admit handlers after AppArmor. nodeagent does not size
+    QoS, the pod cgroup or admission from pod-level resources (PodLevelResources), so a pod that sets them is
+    refused in upstream's words for a node without the feature, never run as if the field were absent."""
+    if _pod_level_resources_set(pod):
+        return AdmitResult(
+            admit=False,
+            reason=POD_LEVEL_RESOURCES_NOT_SUPPORTED,
+            message="pod-level resources are not supported on the node",
+        )
+    return ADMITTED
+
+
+def _after_predicates(pod: Mapping[str, Any], host_apparmor: bool | None) -> AdmitResult:
+    verdict = _apparmor(pod, host_apparmor)
+    return verdict if not verdict.admit else _pod_features(pod)
+
+
 def _active_others(pod: Mapping[str, Any], other_pods: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     uid = (pod.get("metadata") or {}).get("uid")
     return [
@@ -329,7 +355,7 @@ def admit(
         if forbidden is not None:
             return AdmitResult(admit=False, reason=SYSCTL_FORBIDDEN, message=forbidden)
     if node is None:
-        return _apparmor(pod, host_apparmor)
+        return _after_predicates(pod, host_apparmor)
     others = _active_others(pod, other_pods)
 
     # The pod's OS: upstream compares the pod's own kubernetes.io/os label, then spec.os.
@@ -358,4 +384,4 @@ def admit(
     failures = _general_predicates(pod, node, others)
     if failures:
         return failures[0]
-    return _apparmor(pod, host_apparmor)
+    return _after_predicates(pod, host_apparmor)
