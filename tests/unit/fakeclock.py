@@ -25,6 +25,11 @@ class FakeClock:
         finally:
             self._waiters = [(d, f) for d, f in self._waiters if f is not future]
 
+    @property
+    def sleepers(self) -> int:
+        """How many sleeps are waiting: a test advances only once the code under test has gone to sleep."""
+        return sum(1 for _, future in self._waiters if not future.done())
+
     async def advance(self, seconds: float) -> None:
         self.t += seconds
         for deadline, future in list(self._waiters):

@@ -98,11 +98,13 @@ async def test_the_runtime_is_waited_for_until_it_answers(runtime: ScriptedRunti
     clock = FakeClock()
     task = asyncio.create_task(wait_for_runtime(client.runtime, runtime.endpoint, budget=120, clock=clock))
     await _until(lambda: len(runtime.calls_of("Version")) == 1)
+    await _until(lambda: clock.sleepers == 1)  # the answer is in and the retry waits
     await clock.advance(0.4)
     assert len(runtime.calls_of("Version")) == 1  # the first retry waits 0.5 s
     await clock.advance(0.1)
     await _until(lambda: len(runtime.calls_of("Version")) == 2)
     runtime.script["Version"] = VERSION  # the runtime is up now
+    await _until(lambda: clock.sleepers == 1)
     await clock.advance(1.0)
     assert await asyncio.wait_for(task, 5) == "containerd://1.7.24"
     assert len(runtime.calls_of("Version")) == 3
@@ -114,6 +116,9 @@ async def test_a_runtime_that_never_answers_fails_after_the_budget(runtime: Scri
     task = asyncio.create_task(wait_for_runtime(client.runtime, runtime.endpoint, budget=2, clock=clock))
     for calls in (1, 2):
         await _until(lambda calls=calls: len(runtime.calls_of("Version")) == calls)
+        # The server counts the call before the client has its answer and goes to sleep: advance only then, or the
+        # sleep starts after the advance and never ends (failed 5 in 15 under load).
+        await _until(lambda: clock.sleepers == 1)
         await clock.advance(1.0)
     with pytest.raises(RuntimeUnavailable, match=r"is not reachable: .*no runtime"):
         await asyncio.wait_for(task, 5)
