@@ -26,6 +26,7 @@ from typing import Any, Protocol
 from nodeagent.admission.resources import pod_requests
 from nodeagent.config.quantity import parse_quantity
 from nodeagent.kuberuntime.qos import QOSClass, pod_qos
+from nodeagent.kuberuntime.sandbox_config import pod_limits
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
@@ -113,40 +114,16 @@ class PodResourceConfig:
 
 
 def _limits_sum(pod: Mapping[str, Any]) -> tuple[dict[str, Decimal], bool, bool]:
-    """Upstream PodLimits: containers (and sidecars) add up, the largest plain init container counts when bigger,
-    the overhead on top; and whether every container declared a cpu / memory limit."""
+    """Upstream PodLimits: the containers' aggregate (sandbox_config.pod_limits, AggregateContainerLimits) with the
+    overhead on top; and whether every container declared a cpu / memory limit."""
     spec: Mapping[str, Any] = pod.get("spec") or {}
-    cpu_declared = memory_declared = True
-
-    def limits(container: Mapping[str, Any]) -> dict[str, Decimal]:
-        nonlocal cpu_declared, memory_declared
-        raw = (container.get("resources") or {}).get("limits") or {}
-        out = {str(k): parse_quantity(str(v)) for k, v in raw.items()}
-        if not out.get("cpu"):
-            cpu_declared = False
-        if not out.get("memory"):
-            memory_declared = False
-        return out
-
-    total: dict[str, Decimal] = {}
-    for container in spec.get("containers") or ():
-        for name, value in limits(container).items():
-            total[name] = total.get(name, Decimal(0)) + value
-    sidecars: dict[str, Decimal] = {}
-    peak: dict[str, Decimal] = {}
-    for container in spec.get("initContainers") or ():
-        own = limits(container)
-        if container.get("restartPolicy") == "Always":
-            for name, value in own.items():
-                total[name] = total.get(name, Decimal(0)) + value
-                sidecars[name] = sidecars.get(name, Decimal(0)) + value
-            step = dict(sidecars)
-        else:
-            step = {name: value + sidecars.get(name, Decimal(0)) for name, value in own.items()}
-        for name, value in step.items():
-            peak[name] = max(peak.get(name, Decimal(0)), value)
-    for name, value in peak.items():
-        total[name] = max(total.get(name, Decimal(0)), value)
+    declared = [
+        (container.get("resources") or {}).get("limits") or {}
+        for container in (*(spec.get("containers") or ()), *(spec.get("initContainers") or ()))
+    ]
+    cpu_declared = all(parse_quantity(str(limits.get("cpu") or 0)) for limits in declared)
+    memory_declared = all(parse_quantity(str(limits.get("memory") or 0)) for limits in declared)
+    total = pod_limits(pod)
     for name, value in (spec.get("overhead") or {}).items():
         total[str(name)] = total.get(str(name), Decimal(0)) + parse_quantity(str(value))
     return total, cpu_declared, memory_declared
