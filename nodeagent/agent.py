@@ -66,6 +66,7 @@ from nodeagent.kube.metrics import RestClientMetrics
 from nodeagent.kube.servicestore import ServiceStore
 from nodeagent.kubelet import Kubelet, Pod, PodEviction
 from nodeagent.kuberuntime.cgroups import CgroupfsPodCgroups
+from nodeagent.kuberuntime.etc_hosts import selinux_enabled
 from nodeagent.kuberuntime.logrotation import ContainerLogManager
 from nodeagent.kuberuntime.manager import NodeContext, RuntimeManager
 from nodeagent.kuberuntime.references import ObjectFetcher
@@ -211,6 +212,20 @@ def cgroup_driver_problem(config: KubeletConfiguration) -> str | None:
     return None
 
 
+def selinux_problem(enabled: bool) -> str | None:
+    """Why the agent cannot run on this host's SELinux, or None. Refused rather than run half-way: on a host with
+    SELinux on, upstream labels pod volumes (the runtime relabels them, or they are mounted with `-o context` per the
+    pod's seLinuxChangePolicy); nodeagent does neither, so every pod's volumes would carry the wrong label and the
+    pod's seLinuxChangePolicy would be ignored. Without SELinux (this project's hosts) the field has no effect, on
+    upstream as here."""
+    if enabled:
+        return (
+            "SELinux is enabled on this host and nodeagent does not label pod volumes for it "
+            "(no relabelling, no seLinuxChangePolicy mount option): run nodeagent on a host with SELinux disabled"
+        )
+    return None
+
+
 # How long an agent with static pods waits for its Node before it starts the pods anyway.
 STATIC_POD_REGISTRATION_WAIT = 5.0
 
@@ -249,7 +264,7 @@ async def _start(options: AgentOptions, stop: asyncio.Event) -> None:
         # as upstream, the flag wins over the file.
         config = replace(config, **options.config_overrides)
     node_name = (options.node_name or socket.gethostname()).lower()
-    problem = cgroup_driver_problem(config)
+    problem = cgroup_driver_problem(config) or selinux_problem(selinux_enabled())
     if problem is not None:
         raise AgentError(problem)
     if not options.standalone and options.kubeconfig is None:

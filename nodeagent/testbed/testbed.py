@@ -64,6 +64,8 @@ from nodeagent.testbed.versions import (
 )
 
 log = logging.getLogger(__name__)
+# Upstream's kubelet API port (KubeletConfiguration `port`), which the e2e framework dials through the node proxy.
+KUBELET_PORT = 10250
 
 # Stopped in this order by `down`: clients of the apiserver first, containerd after its sandboxes are gone.
 AGENT = "nodeagent"
@@ -105,6 +107,28 @@ def _free_ports(count: int) -> list[int]:
     finally:
         for s in socks:
             s.close()
+
+
+def kubelet_api_port(node_ip: str, fallback: int) -> int:
+    """Upstream's kubelet port (10250) on the node's own address when nothing holds it there, else `fallback`.
+
+    Each testbed's node address is its own (the gateway of its pod range), so two testbeds both get 10250; what takes
+    it away is a listener on the wildcard address (a kubeadm node on this machine, say). The e2e framework reaches a
+    node's kubelet through the node proxy at `NODE:10250` (a constant), so specs such as Pods Extended's
+    Delete Grace Period only work where the agent listens there.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        # As the agent's server binds (asyncio sets SO_REUSEADDR): a previous agent's connections in TIME_WAIT on
+        # this address do not hold the port, a listener does.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((node_ip, KUBELET_PORT))
+        except OSError as exc:
+            log.info(
+                "testbed kubelet port taken node_ip=%s port=%d err=%s fallback=%d", node_ip, KUBELET_PORT, exc, fallback
+            )
+            return fallback
+    return KUBELET_PORT
 
 
 def _metrics_server_binary() -> str:
@@ -326,6 +350,9 @@ class Testbed:
             await asyncio.to_thread(hostnet.ensure_bridge, settings.bridge, settings.pod_cidr)
         except hostnet.HostNetError as exc:
             raise TestbedError(str(exc)) from exc
+        # Now that the node address exists: the kubelet API on upstream's port where it is free there.
+        settings = replace(settings, kubelet_port=kubelet_api_port(settings.node_ip, ports[8]))
+        settings.save(lay.settings_file)
         pki = _make_pki(lay, node_name, settings.node_ip)
         self._write_configs(settings, pki)
         cni_plugin = cniplugin.install_plugins(lay)

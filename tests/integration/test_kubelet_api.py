@@ -413,6 +413,13 @@ async def test_node_proxy_reaches_the_agent_on_the_node_address(
     listed = json.loads((await akubectl(testbed, "get", "--raw", f"{base}/pods")).stdout)
     assert listed["kind"] == "PodList"
     assert name in {p["metadata"]["name"] for p in listed["items"]}
+    # The e2e framework names the port (NODE:10250, a constant): the testbed's agent listens on upstream's port.
+    assert settings.kubelet_port == 10250
+    assert node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"] == 10250
+    at_port = json.loads(
+        (await akubectl(testbed, "get", "--raw", f"/api/v1/nodes/{settings.node_name}:10250/proxy/pods")).stdout
+    )
+    assert name in {p["metadata"]["name"] for p in at_port["items"]}
     # Pods reach the node address too (their gateway), as on a real node: a connection to the kubelet port opens.
     dial = f"nc -w 5 {settings.node_ip} {settings.kubelet_port} </dev/null; echo rc=$?"
     assert (await akubectl(testbed, "exec", name, "--", "sh", "-c", dial)).stdout.strip() == "rc=0"
