@@ -24,7 +24,7 @@ from nodeagent.config.quantity import parse_quantity
 from nodeagent.kube import paths
 from nodeagent.kube.client import KubeClient
 from nodeagent.kube.errors import NotFound
-from nodeagent.testbed import configs
+from nodeagent.testbed import configs, processes
 from nodeagent.testbed.layout import Settings
 from nodeagent.testbed.testbed import Testbed
 from tests.integration.agentproc import (
@@ -208,6 +208,80 @@ async def test_a_memory_limit_raised_under_restart_container_restarts_it_with_th
         assert await _cgroup_value(cri_client, second_id, "memory", "memory.limit_in_bytes", pod=True) == 96 * MI
         killing = await _events(admin, name, "Killing")
         assert any(e["message"] == "Container main resize requires restart" for e in killing), killing
+    finally:
+        await _delete(admin, name)
+
+
+def _verbose_info(status: Any) -> Obj:
+    info: Obj = json.loads(status.info["info"])
+    return info
+
+
+def _oom_score_adj(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/oom_score_adj").read_text())
+
+
+async def _resize_actuated(admin: KubeClient, agent: Agent, name: str, resources: Obj) -> Obj:
+    """The pod once e2e's WaitForPodResizeActuation would let it go: its status shows `resources`, no resize
+    condition is left, and it is Ready."""
+
+    async def actuated() -> Obj | None:
+        pod: Obj = await admin.get(paths.pod(NS, name))
+        conditions = {c["type"]: c["status"] for c in pod["status"].get("conditions") or ()}
+        done = cstatus(pod, "main").get("resources") == resources
+        settled = "PodResizeInProgress" not in conditions and "PodResizePending" not in conditions
+        return pod if done and settled and conditions.get("Ready") == "True" else None
+
+    found: Obj = await eventually(actuated, timeout=60, what=f"resize of {name} to {resources} actuated", agent=agent)
+    return found
+
+
+async def test_a_guaranteed_pod_raised_and_rolled_back_under_restart_container_restarts_each_time(
+    agent: Agent, admin: KubeClient, settings: Settings, testbed: Testbed, cri_client: CRIClient
+) -> None:
+    """What e2e's `Guaranteed QoS pod, one container - increase CPU (NotRequired) & memory (RestartContainer)` checks,
+    both ways, after each of its waits (status resources as asked, no resize condition, Ready): one restart per
+    resize (1, then 2), the new cgroup values, and oom_score_adj -997 asked of the runtime for every new container
+    of the still Guaranteed pod. The spec itself cannot pass on these machines: it reads -997 in the container, and
+    containerd (`restrict_oom_score_adj`) never gives a container less than its own value, 0 where root lacks
+    CAP_SYS_RESOURCE; the upstream kubelet fails it alike (docs/conformance.md)."""
+    await wait_node_ready(admin, agent, settings.node_name)
+    name = _name("gu")
+    policy = [
+        {"resourceName": "cpu", "restartPolicy": "NotRequired"},
+        {"resourceName": "memory", "restartPolicy": "RestartContainer"},
+    ]
+
+    def guaranteed(cpu: str, memory: str) -> Obj:
+        return {"requests": {"cpu": cpu, "memory": memory}, "limits": {"cpu": cpu, "memory": memory}}
+
+    await admin.create(paths.pods(NS), _pod(name, configs.busybox_image(settings), guaranteed("100m", "32Mi"), policy))
+    containerd = processes.load(testbed.layout.pids, "containerd")
+    assert containerd is not None
+    floor = await asyncio.to_thread(_oom_score_adj, containerd.pid)
+    try:
+        pod = await _running_pod(admin, agent, name)
+        seen = [_container_id(pod)]
+        for restarts, (cpu, memory, mib, shares) in enumerate(
+            (("150m", "48Mi", 48, 153), ("100m", "32Mi", 32, 102)), 1
+        ):
+            await _resize(admin, name, guaranteed(cpu, memory))
+            pod = await _resize_actuated(admin, agent, name, guaranteed(cpu, memory))
+            status = cstatus(pod, "main")
+            assert (status["restartCount"], status["allocatedResources"]) == (restarts, {"cpu": cpu, "memory": memory})
+            container_id = _container_id(pod)
+            assert container_id not in seen
+            seen.append(container_id)
+            assert await _cgroup_value(cri_client, container_id, "memory", "memory.limit_in_bytes") == mib * MI
+            assert await _cgroup_value(cri_client, container_id, "cpu", "cpu.cfs_quota_us") == int(cpu[:-1]) * 100
+            assert await _cgroup_value(cri_client, container_id, "cpu", "cpu.shares") == shares
+            assert (
+                await _cgroup_value(cri_client, container_id, "memory", "memory.limit_in_bytes", pod=True) == mib * MI
+            )
+            info = _verbose_info(await cri_client.runtime.container_status(container_id, verbose=True))
+            assert info["config"]["linux"]["resources"]["oom_score_adj"] == -997
+            assert await asyncio.to_thread(_oom_score_adj, int(info["pid"])) == max(-997, floor)
+        assert len(await _events(admin, name, "ResizeCompleted")) == 2
     finally:
         await _delete(admin, name)
 

@@ -160,3 +160,51 @@ async def test_a_memory_limit_is_not_set_below_its_usage(runtime: ScriptedRuntim
         '(41943040), attempting to set container "main" memory limit (33554432) below current usage (41943040)]'
     )
     assert log == []  # nothing was changed
+
+
+async def test_a_guaranteed_pod_restarted_by_its_resize_policy_keeps_the_guaranteed_oom_score(
+    runtime: ScriptedRuntime, client: CRIClient
+) -> None:
+    """e2e's `Guaranteed QoS pod, one container - increase CPU (NotRequired) & memory (RestartContainer)` reads -997
+    in the restarted container (upstream GetContainerOOMScoreAdjust of the pod as allocated): the new container is
+    asked for it, with the new limits, once the pod cgroup has grown; the old one is stopped with upstream's
+    message, and no in-place update is sent."""
+    log: list[str] = []
+    _script_updates(runtime, log)
+    runtime.script["PullImage"] = api_pb2.PullImageResponse(image_ref="sha256:1")  # busybox:latest: always pulled
+
+    async def create(request: Any) -> api_pb2.CreateContainerResponse:
+        resources = request.config.linux.resources
+        log.append(
+            f"create quota={resources.cpu_quota} shares={resources.cpu_shares} "
+            f"memory={resources.memory_limit_in_bytes} oom_score_adj={resources.oom_score_adj}"
+        )
+        return api_pb2.CreateContainerResponse(container_id="c2")
+
+    runtime.script["CreateContainer"] = create
+    before = {"requests": {"cpu": "20m", "memory": "20Mi"}, "limits": {"cpu": "20m", "memory": "20Mi"}}
+    after = {"requests": {"cpu": "25m", "memory": "25Mi"}, "limits": {"cpu": "25m", "memory": "25Mi"}}
+    current = PodResourceConfig(cpu_shares=20, cpu_quota=2000, cpu_period=100000, memory=20 * MI)
+    record = Record(before)
+    manager = RuntimeManager(
+        client.runtime,
+        client.image,
+        NodeContext(node_name="n1", host_ip="198.18.0.1"),
+        resources=record,
+        pod_cgroups=Cgroups(log, current),
+    )
+    pod = _pod(after)
+    pod["spec"]["containers"][0]["resizePolicy"] = [
+        {"resourceName": "cpu", "restartPolicy": "NotRequired"},
+        {"resourceName": "memory", "restartPolicy": "RestartContainer"},
+    ]
+    result = await manager.sync_pod(pod, _status(pod))
+    assert result.resize_error is None
+    assert [call.request.container_id for call in runtime.calls_of("StopContainer")] == ["c1"]  # type: ignore[attr-defined]
+    assert log == [
+        f"pod memory={25 * MI}",
+        "pod cpu_period=100000 cpu_quota=2500",
+        "pod cpu_shares=25",
+        f"create quota=2500 shares=25 memory={25 * MI} oom_score_adj=-997",
+    ]
+    assert record.actuated["main"] == after
