@@ -19,6 +19,7 @@ from nodeagent.cluster.cluster import ClusterError
 from nodeagent.cluster.node import NodeError
 from nodeagent.config import ConfigError, load_config
 from nodeagent.conformance import presets, subset
+from nodeagent.conformance.certified import CertifiedOptions, certified
 from nodeagent.conformance.errors import ConformanceError
 from nodeagent.conformance.harness import HarnessOptions, conformance
 from nodeagent.conformance.run import DEFAULT_FOCUS, DEFAULT_PROCS, DEFAULT_TIMEOUT, default_skip
@@ -124,9 +125,12 @@ async def _experiment(args: argparse.Namespace) -> int:
 
 
 async def _conformance(args: argparse.Namespace) -> int:
+    if args.certified or args.resume is not None or args.report is not None:
+        return await _certified(args)
     names = subset.SUBSETS[args.subset] if args.subset else ()
     preset = presets.PRESETS[args.preset] if args.preset else None
-    focus = subset.focus(names) if names else preset.focus if preset is not None else args.focus
+    given_focus = args.focus if args.focus is not None else DEFAULT_FOCUS
+    focus = subset.focus(names) if names else preset.focus if preset is not None else given_focus
     default = preset.skip if preset is not None else default_skip(slow=args.slow)
     label_filter = args.label_filter if args.label_filter is not None else preset.label_filter if preset else ""
     return await conformance(
@@ -143,6 +147,29 @@ async def _conformance(args: argparse.Namespace) -> int:
             kubeconfig=args.kubeconfig,
             registry=args.registry,
             keep=args.keep,
+        )
+    )
+
+
+async def _certified(args: argparse.Namespace) -> int:
+    if args.skip is not None or args.slow:
+        raise ConformanceError("--certified skips nothing: --skip and --slow do not apply")
+    return await certified(
+        CertifiedOptions(
+            dir=args.dir,
+            resume=args.resume,
+            report_only=args.report,
+            shard=args.shard,
+            kubeconfig=args.kubeconfig,
+            registry=args.registry,
+            cluster=args.cluster,
+            procs=args.procs,
+            provider=args.provider,
+            timeout=args.timeout,
+            budget_minutes=args.shard_minutes,
+            durations=tuple(args.durations),
+            narrow=args.focus or "",
+            label_filter=args.label_filter or "",
         )
     )
 
@@ -226,7 +253,12 @@ def build_parser() -> argparse.ArgumentParser:
         "conformance",
         help="run the upstream e2e suite's [NodeConformance] specs against a testbed whose only node is nodeagent",
     )
-    conf.add_argument("--focus", default=DEFAULT_FOCUS, help=f"ginkgo focus regex (default {DEFAULT_FOCUS!r})")
+    conf.add_argument(
+        "--focus",
+        default=None,
+        help=f"ginkgo focus regex (default {DEFAULT_FOCUS!r}); with --certified, a Python regex that keeps only the "
+        "certified specs it matches",
+    )
     conf.add_argument(
         "--skip",
         default=None,
@@ -246,6 +278,38 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="a named selection instead of --focus, with its own skip and label filter, counted per group "
         "(node-features: the node specs the default run leaves out)",
+    )
+    selection.add_argument(
+        "--certified",
+        action="store_true",
+        help="the certified suite (focus [Conformance], no skip) in resumable shards of about 45 min, against "
+        "`nodeagent cluster up` (--cluster) or --kubeconfig; see docs/conformance.md",
+    )
+    certified_group = conf.add_argument_group("--certified")
+    certified_group.add_argument(
+        "--resume", type=Path, default=None, metavar="DIR", help="go on with the certified run in DIR: what is missing"
+    )
+    certified_group.add_argument(
+        "--report", type=Path, default=None, metavar="DIR", help="print the merged report of the certified run in DIR"
+    )
+    certified_group.add_argument("--shard", type=int, default=None, metavar="K", help="run only shard K of the plan")
+    certified_group.add_argument(
+        "--cluster",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="the `nodeagent cluster up --dir DIR` cluster to run against (default /var/tmp/nodeagent-cluster)",
+    )
+    certified_group.add_argument(
+        "--shard-minutes", type=float, default=45.0, help="a shard's estimated length when planning (default 45)"
+    )
+    certified_group.add_argument(
+        "--durations",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="JUnit reports (files, or directories searched for junit_*.xml) whose spec times the plan uses",
     )
     conf.add_argument(
         "--label-filter",

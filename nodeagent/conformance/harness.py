@@ -85,7 +85,7 @@ async def conformance(options: HarnessOptions, progress: Progress | None = None)
             progress.step("images: no --registry: the suite pulls from upstream's registries, which are not reachable")
         else:
             repo_list = repolist.write_repo_list(root / "repo-list.yaml", registry_addr)
-            await _images(suite.e2e_test, repo_list, registry_addr, report_dir, progress=progress)
+            await prepare_images(suite.e2e_test, repo_list, registry_addr, report_dir, progress=progress)
         run_options = RunOptions(
             kubeconfig=kubeconfig,
             report_dir=report_dir,
@@ -109,7 +109,7 @@ async def conformance(options: HarnessOptions, progress: Progress | None = None)
         progress.step(f"ginkgo: output in {report_dir / 'ginkgo.log'}")
         started = time.monotonic()
         code = await run_ginkgo(
-            argv, env=env, log_path=report_dir / "ginkgo.log", show=progress.write, stop=_stop_event()
+            argv, env=env, log_path=report_dir / "ginkgo.log", show=progress.write, stop=stop_event()
         )
         progress.step(f"ginkgo: exit {code} after {time.monotonic() - started:.0f}s")
         if bed is not None:
@@ -141,7 +141,10 @@ async def conformance(options: HarnessOptions, progress: Progress | None = None)
                 await bed.down()
 
 
-async def _images(e2e_test: Path, repo_list: Path, registry_addr: str, report_dir: Path, *, progress: Progress) -> None:
+async def prepare_images(
+    e2e_test: Path, repo_list: Path, registry_addr: str, report_dir: Path, *, progress: Progress
+) -> None:
+    """The suite's images: the testbed's stand-ins pushed under the suite's names, and `images.txt` (have / lack)."""
     needed = await asyncio.to_thread(images.list_images, e2e_test, repo_list, registry_addr)
     # Into the testbed's registry, or the one --registry names (a testbed's, brought up by `nodeagent up`).
     for ref in await images.push_aliases(registry_addr, needed):
@@ -166,7 +169,7 @@ async def _pulled(bed: Testbed, report_dir: Path, progress: Progress) -> None:
     progress.step(f"images: the node holds {len(used)} after the run: {', '.join(used)}")
 
 
-def _stop_event() -> asyncio.Event:
+def stop_event() -> asyncio.Event:
     """Set on SIGINT/SIGTERM, so the run interrupts ginkgo and still reads its report and brings the testbed down."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

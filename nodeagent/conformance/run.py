@@ -55,7 +55,8 @@ def ginkgo_argv(suite: Suite, options: RunOptions) -> list[str]:
         str(suite.ginkgo),
         f"--procs={options.procs}",
         f"--focus={options.focus}",
-        f"--skip={options.skip}",
+        # An empty skip means none: ginkgo would compile `--skip=` to a regex that matches, and so skips, every spec.
+        *([f"--skip={options.skip}"] if options.skip else []),
         f"--timeout={options.timeout}",
         *([f"--label-filter={options.label_filter}"] if options.label_filter else []),
         # Verbose: every finished spec is reported with its name (what ProgressParser follows); without colour,

@@ -120,3 +120,9 @@ def test_ginkgo_argv_without_the_optional_paths() -> None:
     argv = ginkgo_argv(SUITE, RunOptions(kubeconfig=Path("/k"), report_dir=Path("/r"), focus="host IP"))
     assert "--focus=host IP" in argv
     assert not any(a.startswith(("--kube-test-repo-list", "--kubectl-path", "--kubelet-root-dir")) for a in argv)
+
+
+def test_ginkgo_argv_without_a_skip() -> None:
+    # The certified run skips nothing: `--skip=` would be a regex that matches, and so skips, every spec.
+    argv = ginkgo_argv(SUITE, RunOptions(kubeconfig=Path("/k"), report_dir=Path("/r"), skip=""))
+    assert not any(a.startswith("--skip") for a in argv)
