@@ -36,7 +36,15 @@ from nodeagent.conformance.errors import ConformanceError
 from nodeagent.conformance.harness import DEFAULT_ROOT, prepare_images, stop_event
 from nodeagent.conformance.merge import merge, write_report
 from nodeagent.conformance.progress import Progress
-from nodeagent.conformance.resume import AttemptRecord, attempt_dir, missing, next_attempt, read_attempts
+from nodeagent.conformance.resume import (
+    GINKGO_PID_FILE,
+    AttemptRecord,
+    attempt_dir,
+    missing,
+    next_attempt,
+    read_attempts,
+    running_ginkgo,
+)
 from nodeagent.conformance.run import DEFAULT_TIMEOUT, RunOptions, ginkgo_argv, run_ginkgo
 from nodeagent.conformance.shards import (
     PLAN_FILE,
@@ -237,12 +245,21 @@ async def _run_shard(
     progress.step(f"{shard.label}: attempt {number}, {len(specs)} specs, output in {report_dir / 'ginkgo.log'}")
     started = time.monotonic()
     code = await run_ginkgo(
-        ginkgo_argv(suite, run_options), env=env, log_path=report_dir / "ginkgo.log", show=progress.write, stop=stop
+        ginkgo_argv(suite, run_options),
+        env=env,
+        log_path=report_dir / "ginkgo.log",
+        show=progress.write,
+        stop=stop,
+        on_start=lambda pid: _write_pid(report_dir, pid),
     )
     seconds = time.monotonic() - started
     ended = AttemptRecord(**{**record.__dict__, "exit_code": code, "seconds": round(seconds, 1)})
     (report_dir / "attempt.json").write_text(ended.to_json())
     progress.step(f"shard {shard.index}: ginkgo exit {code} after {seconds / 60:.1f} min")
+
+
+def _write_pid(report_dir: Path, pid: int) -> None:
+    (report_dir / GINKGO_PID_FILE).write_text(f"{pid}\n")
 
 
 def report(root: Path) -> tuple[str, bool]:
@@ -275,7 +292,15 @@ async def certified(options: CertifiedOptions, progress: Progress | None = None)
             plan.save(root)
         progress.write(format_plan(plan))
         shards = [plan.shard(options.shard)] if options.shard is not None else list(plan.shards)
-        todo = [(shard, missing(shard, await asyncio.to_thread(read_attempts, root, shard.index))) for shard in shards]
+        attempts = {shard.index: await asyncio.to_thread(read_attempts, root, shard.index) for shard in plan.shards}
+        for index, tried in attempts.items():
+            for attempt in tried:
+                if (pid := running_ginkgo(attempt)) is not None:
+                    raise ConformanceError(
+                        f"shard {index}'s attempt {attempt.number} is still running (ginkgo PID {pid}; its driver "
+                        f"was killed): wait for it, or interrupt it with `kill -INT -- -{pid}`, then resume"
+                    )
+        todo = [(shard, missing(shard, attempts[shard.index])) for shard in shards]
         todo = [(shard, specs) for shard, specs in todo if specs]
         if todo:
             target = resolve_target(options, root)

@@ -9,6 +9,13 @@ itself with a reason. It is missing when no attempt has one:
   `interrupted` and the ones not yet started `skipped` with the bare message "skipped", as specs left out by the
   focus are; neither is an end.
 The latest attempt's end wins, so a spec run again (`--resume` after a fix) reports its last result.
+
+ginkgo runs in a session of its own. When the driver is killed outright (SIGKILL), ginkgo dies at its next line of
+output (SIGPIPE; seen on 2026-11-28: ginkgo died at once, one e2e.test process it had started ran on a little, and
+there was no report, so the whole attempt ran again); but in parallel a spec's output comes only when it ends,
+minutes later for some. Its PID is in
+`ginkgo.pid`: a resume refuses to start while an attempt that never recorded its end still has that ginkgo alive,
+rather than run the same specs twice at once against one cluster.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from nodeagent.conformance.shards import Shard
 
 SHARDS_DIR = "shards"
 ATTEMPT_FILE = "attempt.json"
+GINKGO_PID_FILE = "ginkgo.pid"
 _ATTEMPT = re.compile(r"^attempt-(\d+)$")
 
 
@@ -129,3 +137,16 @@ def missing(shard: Shard, attempts: Iterable[Attempt]) -> tuple[str, ...]:
     """The shard's specs with no end yet, in the plan's order."""
     ends = latest_ends(shard, attempts)
     return tuple(name for name in shard.specs if name not in ends)
+
+
+def running_ginkgo(attempt: Attempt, proc_root: Path = Path("/proc")) -> int | None:
+    """The PID of the attempt's ginkgo when the attempt has no recorded end and that process still runs ginkgo."""
+    if attempt.record is not None and attempt.record.exit_code is not None:
+        return None
+    try:
+        pid = int((attempt.report_dir / GINKGO_PID_FILE).read_text().strip())
+        cmdline = (proc_root / str(pid) / "cmdline").read_bytes()
+    except (OSError, ValueError):
+        return None
+    program = cmdline.split(b"\0", 1)[0]
+    return pid if program.endswith(b"ginkgo") else None

@@ -181,11 +181,13 @@ async def run_ginkgo(
     log_path: Path,
     show: Callable[[str], None],
     stop: asyncio.Event | None = None,
+    on_start: Callable[[int], None] | None = None,
 ) -> int:
     """Run ginkgo to its end, its output into `log_path` and the progress lines into `show`; ginkgo's exit code.
 
     When `stop` is set (the user's Ctrl-C or a SIGTERM), ginkgo gets one SIGINT: it interrupts the running specs,
-    runs their cleanup and still writes the report, which is then read as usual.
+    runs their cleanup and still writes the report, which is then read as usual. `on_start` gets ginkgo's PID, which
+    is also its process group's (it runs in a session of its own).
     """
     parser = ProgressParser()
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -200,6 +202,8 @@ async def run_ginkgo(
         start_new_session=True,
     )
     assert proc.stdout is not None
+    if on_start is not None:
+        on_start(proc.pid)
 
     async def interrupt() -> None:
         if stop is None:

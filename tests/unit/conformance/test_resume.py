@@ -22,6 +22,7 @@ from nodeagent.conformance.resume import (
     missing,
     next_attempt,
     read_attempts,
+    running_ginkgo,
 )
 from nodeagent.conformance.shards import Shard
 
@@ -147,3 +148,24 @@ def test_read_attempts_from_disk(tmp_path: Path) -> None:
 def test_attempt_record_round_trip() -> None:
     record = AttemptRecord(("a", "b"), 1, "2026-11-28T22:45:30+00:00", "v", exit_code=1, seconds=21.3)
     assert AttemptRecord.from_json(record.to_json()) == record
+
+
+def test_running_ginkgo(tmp_path: Path) -> None:
+    proc = tmp_path / "proc"
+    (proc / "41").mkdir(parents=True)
+    (proc / "41" / "cmdline").write_bytes(b"/cache/e2e/ginkgo\0--procs=2\0")
+    (proc / "42").mkdir()
+    (proc / "42" / "cmdline").write_bytes(b"/usr/bin/sleep\0100\0")  # the PID was reused by another program
+    report_dir = tmp_path / "attempt-1"
+    report_dir.mkdir()
+    unended = Attempt(1, report_dir, AttemptRecord(("a",), 2, "t", "v"), None)
+    ended = Attempt(1, report_dir, AttemptRecord(("a",), 2, "t", "v", exit_code=0, seconds=1.0), None)
+    assert running_ginkgo(unended, proc) is None  # no ginkgo.pid
+    (report_dir / "ginkgo.pid").write_text("41\n")
+    assert running_ginkgo(unended, proc) == 41
+    assert running_ginkgo(Attempt(1, report_dir, None, None), proc) == 41
+    assert running_ginkgo(ended, proc) is None  # its driver saw it end
+    (report_dir / "ginkgo.pid").write_text("42\n")
+    assert running_ginkgo(unended, proc) is None
+    (report_dir / "ginkgo.pid").write_text("43\n")  # gone
+    assert running_ginkgo(unended, proc) is None
