@@ -7,5 +7,7 @@ is nodeagent.
   suite's names;
 - `run`: the ginkgo command line, run with its progress streamed;
 - `junit` and `summary`: the JUnit report read back, counted, and the failures grouped by cause;
-- `harness`: the whole command, a testbed brought up for it or a cluster given by kubeconfig.
+- `harness`: the whole command, a testbed brought up for it or a cluster given by kubeconfig;
+- `certified` (with `speclist`, `shards`, `resume`, `merge`): `--certified`, the `[Conformance]` specs with no skip
+  against a cluster, in shards of about 45 minutes that `--resume` completes, merged into one report.
 """
