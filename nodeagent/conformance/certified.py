@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import datetime
 import fcntl
 import json
@@ -253,7 +254,7 @@ async def _run_shard(
         on_start=lambda pid: _write_pid(report_dir, pid),
     )
     seconds = time.monotonic() - started
-    ended = AttemptRecord(**{**record.__dict__, "exit_code": code, "seconds": round(seconds, 1)})
+    ended = dataclasses.replace(record, exit_code=code, seconds=round(seconds, 1))
     (report_dir / "attempt.json").write_text(ended.to_json())
     progress.step(f"shard {shard.index}: ginkgo exit {code} after {seconds / 60:.1f} min")
 
@@ -303,7 +304,11 @@ async def certified(options: CertifiedOptions, progress: Progress | None = None)
         todo = [(shard, missing(shard, attempts[shard.index])) for shard in shards]
         todo = [(shard, specs) for shard, specs in todo if specs]
         if todo:
-            target = resolve_target(options, root)
+            try:
+                target = resolve_target(options, root)
+            except ConformanceError as exc:
+                # A new run's plan is saved already: it is a preview, and the run goes on from it once a cluster is up.
+                raise ConformanceError(f"{exc}; the plan is saved: then `--resume {root}`") from exc
             target.save(root)
             progress.step(f"cluster: {target.source}, KUBECONFIG={target.kubeconfig}")
             repo_list = None

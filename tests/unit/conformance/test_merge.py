@@ -8,6 +8,7 @@ from pathlib import Path
 from nodeagent.conformance.junit import Outcome, parse_junit
 from nodeagent.conformance.merge import (
     JUNIT_FILE,
+    MAX_LISTED,
     REPORT_FILE,
     failure_location,
     format_report,
@@ -115,3 +116,12 @@ def test_write_report_from_disk(tmp_path: Path) -> None:
     assert "not run 2 (of 8 specs)" in text and "shard 2 (serial, 1 process, 2 specs, ~3 min): 0 of 2 done" in text
     assert len(parse_junit((tmp_path / JUNIT_FILE).read_text())) == 6
     assert not merged.complete
+
+
+def test_a_long_list_of_specs_not_run_is_cut() -> None:
+    names = tuple(f"[sig-a] spec {i:03d} [Conformance]" for i in range(MAX_LISTED + 5))
+    plan = Plan("Kubernetes e2e suite", r"\[Conformance\]", "", "", 2700, (Shard(1, False, 2, names, 900),), "t", "v")
+    text = format_report(merge(plan, {}))
+    assert "not run 25 (of 25 specs)" in text
+    assert f"  shard 1: {names[MAX_LISTED - 1]}" in text and names[MAX_LISTED] not in text
+    assert "  shard 1: ... and 5 more (the shard's specs: plan.json)" in text
