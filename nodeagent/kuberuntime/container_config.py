@@ -15,17 +15,23 @@ Choices, each as upstream unless said:
   period 100000 always and quota from the cpu limit (at least 1000 when set, 0 without), memory limit in bytes,
   oom_score_adj as upstream's GetContainerOOMScoreAdjust (`oom_score_adj`): node-critical pods and Guaranteed -997,
   BestEffort 1000, Burstable 1000 - 1000*request/capacity clamped to 3..999 (the request with the pod-level memory
-  request's unclaimed share; a sidecar never above the regular containers).
+  request's unclaimed share; a sidecar never above the regular containers). Hugepage limits: one per page size of
+  the host, zero unless the container limits that size (hugepages.py). Swap: NoSwap, the swap limit equal to the
+  memory limit on cgroup v1 where the swap controller is (swap.py). Both host facts are read once from the host
+  unless passed in, as upstream reads them.
 - Security (upstream determineEffectiveSecurityContext): the pod's runAsUser, runAsGroup, runAsNonRoot and
   seLinuxOptions overridden by the container's; capabilities, privileged, readOnlyRootFilesystem,
   allowPrivilegeEscalation and procMount are the container's own. Capability names go as the spec has them (the
-  runtime adds `CAP_`). no_new_privs is set when allowPrivilegeEscalation is false. Masked and read-only /proc paths
-  are upstream's defaults, none for procMount Unmasked. Seccomp: the container's profile, else the pod's, else
+  runtime adds `CAP_`); the Capability message goes only when the container's securityContext has `capabilities`
+  (empty when that is `{}`), as upstream's convertToRuntimeCapabilities. no_new_privs is set when
+  allowPrivilegeEscalation is false. Masked and read-only /proc paths are upstream's defaults, none for procMount
+  Unmasked. Seccomp: the container's profile, else the pod's, else
   Unconfined; Localhost is a file under `<root-dir>/seccomp`. AppArmor: the profile nodeagent.apparmor finds (field,
   deprecated annotation, pod), also in the deprecated string form. supplementalGroupsPolicy as the CRI enum. The
   image's user (passed in, as the CRI image status reports it: `image_user_of`) fills run_as_user or run_as_username
-  only when the spec sets no runAsUser; runAsNonRoot is verified against the spec's runAsUser, else the image's user
-  (none at all is root).
+  only when the spec sets no runAsUser, an image without a user filling run_as_user 0 (upstream getImageUser treats
+  it as root and sends it); runAsNonRoot is verified against the spec's runAsUser, else the image's user (none at
+  all is root).
 - log_path is `<container>/<restartCount>.log`, relative to the sandbox's log directory (the CRI contract). Mounts,
   devices and the termination message file are not covered here.
 """
@@ -49,6 +55,7 @@ from nodeagent.kuberuntime import labels as kubelabels
 from nodeagent.kuberuntime.errors import CreateContainerConfigError, CreatePodSandboxConfigError
 from nodeagent.kuberuntime.expansion import expand
 from nodeagent.kuberuntime.hashing import hash_container
+from nodeagent.kuberuntime.hugepages import host_page_sizes, hugepage_limits
 from nodeagent.kuberuntime.qos import QOSClass, effective_limits, effective_requests, pod_qos
 from nodeagent.kuberuntime.sandbox_config import (
     DEFAULT_SECCOMP_PROFILE_ROOT,
@@ -58,6 +65,7 @@ from nodeagent.kuberuntime.sandbox_config import (
     supplemental_groups,
     supplemental_groups_policy,
 )
+from nodeagent.kuberuntime.swap import SwapSupport, apply_no_swap, host_swap_support
 
 #: (namespace, name) → the object's data, or None when it does not exist. Secret values are already decoded.
 DataLookup = Callable[[str, str], Mapping[str, str] | None]
@@ -299,20 +307,31 @@ def oom_score_adj(
 
 
 def make_linux_resources(
-    container: Mapping[str, Any], *, qos: QOSClass, memory_capacity: int, pod: Mapping[str, Any] | None = None
+    container: Mapping[str, Any],
+    *,
+    qos: QOSClass,
+    memory_capacity: int,
+    pod: Mapping[str, Any] | None = None,
+    hugepage_sizes: Sequence[str] | None = None,
+    swap: SwapSupport | None = None,
 ) -> api_pb2.LinuxContainerResources:
+    """Upstream generateLinuxContainerResources (without MemoryQoS, alpha and off), for CreateContainer and resize
+    alike. `hugepage_sizes` (the host's page sizes) and `swap` (the host's swap controller) default to this host's."""
     requests, limits = effective_requests(container), effective_limits(container)
     # Saturated at int64 (the CRI's fields): the apiserver stores quantities as large as 1e999999.
     cpu_request_milli = ceil_int64(requests.get("cpu", Decimal(0)), milli=True)
     cpu_limit_milli = ceil_int64(limits.get("cpu", Decimal(0)), milli=True)
     shares_milli = cpu_request_milli or cpu_limit_milli
-    return api_pb2.LinuxContainerResources(
+    out = api_pb2.LinuxContainerResources(
         cpu_period=CPU_PERIOD,
         cpu_quota=min(INT64_MAX, milli_cpu_to_quota(cpu_limit_milli)),
         cpu_shares=milli_cpu_to_shares(shares_milli),
         memory_limit_in_bytes=ceil_int64(limits.get("memory", Decimal(0))),
         oom_score_adj=oom_score_adj(qos, container, memory_capacity, pod),
+        hugepage_limits=hugepage_limits(limits, host_page_sizes() if hugepage_sizes is None else hugepage_sizes),
     )
+    apply_no_swap(out, host_swap_support() if swap is None else swap)
+    return out
 
 
 # --- security --------------------------------------------------------------------------------------------------
@@ -406,7 +425,7 @@ def make_security_context(
     def pick(key: str) -> Any:
         return sc[key] if sc.get(key) is not None else pod_sc.get(key)
 
-    caps: Mapping[str, Any] = sc.get("capabilities") or {}
+    caps: Mapping[str, Any] | None = sc.get("capabilities")
     try:
         seccomp = seccomp_profile(pick("seccompProfile"), profile_root=seccomp_profile_root)
     except CreatePodSandboxConfigError as exc:
@@ -414,13 +433,6 @@ def make_security_context(
     armor, armor_deprecated = apparmor_profile(pod, container)
     unmasked = sc.get("procMount") == "Unmasked"
     out = api_pb2.LinuxContainerSecurityContext(
-        capabilities=api_pb2.Capability(
-            # As upstream's convertToRuntimeCapabilities: the names as the pod spec has them ("NET_ADMIN"); the
-            # runtime adds the CAP_ prefix itself (containerd: "CAP_" + upper(name)), so a prefix added here made
-            # "CAP_CAP_NET_ADMIN", which runc ignores: capabilities were neither added nor dropped.
-            add_capabilities=[str(c) for c in caps.get("add") or []],
-            drop_capabilities=[str(c) for c in caps.get("drop") or []],
-        ),
         privileged=bool(sc.get("privileged")),
         namespace_options=namespace_options(pod),
         readonly_rootfs=bool(sc.get("readOnlyRootFilesystem")),
@@ -432,6 +444,17 @@ def make_security_context(
         seccomp=seccomp,
         apparmor_profile=armor_deprecated,
     )
+    if caps is not None:
+        # As upstream's convertToRuntimeCapabilities: a message only when the container names `capabilities`, with
+        # the names as the pod spec has them ("NET_ADMIN"); the runtime adds the CAP_ prefix itself (containerd:
+        # "CAP_" + upper(name)), so a prefix added here made "CAP_CAP_NET_ADMIN", which runc ignores: capabilities
+        # were neither added nor dropped.
+        out.capabilities.CopyFrom(
+            api_pb2.Capability(
+                add_capabilities=[str(c) for c in caps.get("add") or []],
+                drop_capabilities=[str(c) for c in caps.get("drop") or []],
+            )
+        )
     if armor is not None:
         out.apparmor.CopyFrom(armor)
     selinux = selinux_option(pick("seLinuxOptions"))
@@ -441,10 +464,11 @@ def make_security_context(
     uid, username = parse_image_user(image_user)
     if run_as_user is not None:
         out.run_as_user.value = int(run_as_user)
-    elif uid is not None:
-        out.run_as_user.value = uid
     elif username:
         out.run_as_username = username
+    else:
+        # Upstream getImageUser: an image status with neither a uid nor a user name is root, sent as uid 0.
+        out.run_as_user.value = 0 if uid is None else uid
     if pick("runAsGroup") is not None:
         out.run_as_group.value = int(pick("runAsGroup"))
     if pick("runAsNonRoot"):

@@ -25,8 +25,10 @@ from cri.v1 import api_pb2
 from nodeagent.kube import paths
 from nodeagent.kube.client import KubeClient
 from nodeagent.kube.errors import AlreadyExists, ApiError, NotFound
-from nodeagent.testbed import configs
+from nodeagent.testbed import configs, registry
+from nodeagent.testbed import images as testbed_images
 from nodeagent.testbed.testbed import Testbed
+from nodeagent.testbed.versions import busybox_path, cache_root
 from tests.differential import agents
 from tests.differential.compare import Comparison, Recording, compare
 from tests.differential.normalise import Context, event_line, pod_state
@@ -40,6 +42,11 @@ log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 SIGNALS = {"KILL": signal.SIGKILL, "TERM": signal.SIGTERM, "INT": signal.SIGINT}
 DEFAULT_GRACE = 2
+# The corpus's own image (nothing else uses it): the e2e busybox rootfs whose configured user is a NAME ("nobody",
+# in its /etc/passwd), so that the image status reports a user name rather than a uid (`spec-image-user`).
+NAMED_USER_REPOSITORY = "differential/named-user"
+NAMED_USER_TAG = "1"
+NAMED_USER = "nobody"
 
 
 def images(testbed: Testbed) -> dict[str, str]:
@@ -52,6 +59,7 @@ def images(testbed: Testbed) -> dict[str, str]:
         "pause": configs.pause_image(s),
         "e2e_busybox": configs.e2e_busybox_image(s),
         "nonewprivs": configs.nonewprivs_image(s),
+        "named_user": f"{s.registry}/{NAMED_USER_REPOSITORY}:{NAMED_USER_TAG}",
         "registry": s.registry,
         "node_ip": s.node_ip,
     }
@@ -69,9 +77,20 @@ def roots(testbed: Testbed) -> Roots:
     )
 
 
+async def push_named_user_image(testbed: Testbed) -> None:
+    """The named-user image into the testbed's registry (built once per machine into the testbed's image cache)."""
+    image = await asyncio.to_thread(
+        testbed_images.build_nonroot_image,
+        cache_root() / "images" / "differential-named-user",
+        busybox_path(),
+        user=NAMED_USER,
+    )
+    await registry.push_image(testbed.settings.registry, NAMED_USER_REPOSITORY, NAMED_USER_TAG, image)
+
+
 async def pull_all(cri: CRIClient, names: dict[str, str]) -> None:
     """Every image present before any agent runs, so that both see "already present" rather than one pulling."""
-    for key in ("busybox", "agnhost", "nginx", "grpc", "e2e_busybox", "nonewprivs"):
+    for key in ("busybox", "agnhost", "nginx", "grpc", "e2e_busybox", "nonewprivs", "named_user"):
         await cri.image.pull_image(api_pb2.ImageSpec(image=names[key]), timeout=300)
 
 
@@ -267,6 +286,7 @@ async def run(
         KubeClient.from_kubeconfig(testbed.layout.admin_kubeconfig) as admin,
         connect(f"unix://{testbed.layout.containerd_socket}", timeout=60) as cri,
     ):
+        await push_named_user_image(testbed)
         await pull_all(cri, images(testbed))
         for index, name in enumerate(agent_names):
             label = f"{name}#{index + 1}" if agent_names.count(name) > 1 else name

@@ -24,6 +24,7 @@ from nodeagent.kuberuntime.container_config import (
 from nodeagent.kuberuntime.errors import CreateContainerConfigError
 from nodeagent.kuberuntime.hashing import hash_container
 from nodeagent.kuberuntime.qos import QOSClass
+from nodeagent.kuberuntime.swap import SwapSupport
 
 GI = 1024**3
 CONFIG_MAPS: dict[tuple[str, str], dict[str, str]] = {("default", "cm"): {"K": "cm-v", "OTHER": "o"}}
@@ -215,6 +216,72 @@ def test_linux_resources(resources: dict[str, Any], qos: QOSClass, shares: int, 
     )
 
 
+V1_SWAP = SwapSupport(cgroup_v2=False, controller=True)
+
+
+@pytest.mark.parametrize(
+    ("resources", "hugepages", "swap"),
+    [
+        # As the kubelet on this host: a zero limit at each page size, the swap limit equal to the memory limit.
+        ({}, [("2MB", 0), ("1GB", 0)], 0),
+        ({"limits": {"memory": "64Mi"}}, [("2MB", 0), ("1GB", 0)], 64 << 20),
+        ({"limits": {"memory": "1Gi", "hugepages-2Mi": "8Mi"}}, [("2MB", 8 << 20), ("1GB", 0)], GI),
+    ],
+)
+def test_linux_resources_hugepages_and_swap(
+    resources: dict[str, Any], hugepages: list[tuple[str, int]], swap: int
+) -> None:
+    out = make_linux_resources(
+        {"name": "c", "resources": resources},
+        qos=QOSClass.BURSTABLE,
+        memory_capacity=8 * GI,
+        hugepage_sizes=("2MB", "1GB"),
+        swap=V1_SWAP,
+    )
+    assert [(h.page_size, h.limit) for h in out.hugepage_limits] == hugepages
+    assert out.memory_swap_limit_in_bytes == swap
+    assert dict(out.unified) == {}
+
+
+def test_linux_resources_on_cgroup_v2_without_hugepages() -> None:
+    out = make_linux_resources(
+        {"name": "c", "resources": {"limits": {"memory": "64Mi"}}},
+        qos=QOSClass.BURSTABLE,
+        memory_capacity=8 * GI,
+        hugepage_sizes=(),
+        swap=SwapSupport(cgroup_v2=True, controller=True),
+    )
+    assert (list(out.hugepage_limits), out.memory_swap_limit_in_bytes) == ([], 0)
+    assert dict(out.unified) == {"memory.swap.max": "0"}
+
+
+@pytest.mark.parametrize(
+    ("security_context", "capabilities"),
+    [
+        # As upstream's convertToRuntimeCapabilities: no message unless the container names `capabilities`
+        # (nodeagent sent an empty one for every container).
+        (None, None),
+        ({}, None),
+        ({"runAsUser": 5, "capabilities": None}, None),
+        ({"capabilities": {}}, ([], [])),
+        ({"capabilities": {"add": ["NET_ADMIN"]}}, (["NET_ADMIN"], [])),
+        ({"capabilities": {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]}}, (["NET_BIND_SERVICE"], ["ALL"])),
+    ],
+)
+def test_capabilities_message_only_when_named(
+    security_context: dict[str, Any] | None, capabilities: tuple[list[str], list[str]] | None
+) -> None:
+    container: dict[str, Any] = {"name": "c"}
+    if security_context is not None:
+        container["securityContext"] = security_context
+    sc = make_security_context(make_pod(container), container)
+    if capabilities is None:
+        assert not sc.HasField("capabilities")
+        return
+    assert sc.HasField("capabilities")
+    assert (list(sc.capabilities.add_capabilities), list(sc.capabilities.drop_capabilities)) == capabilities
+
+
 @pytest.mark.parametrize(
     ("qos", "memory_request", "expected"),
     [
@@ -344,8 +411,11 @@ def test_security_context() -> None:
 @pytest.mark.parametrize(
     ("spec_sc", "image_user", "uid", "username", "error"),
     [
-        ({}, "", None, "", None),
-        ({"allowPrivilegeEscalation": True}, "", None, "", None),
+        # An image without a user is root, and upstream sends it as uid 0 (getImageUser); nodeagent sent none.
+        ({}, "", 0, "", None),
+        ({"allowPrivilegeEscalation": True}, "", 0, "", None),
+        ({}, ":1000", 0, "", None),  # containerd reports neither a uid nor a name for an empty user part
+        ({"runAsUser": 7}, "", 7, "", None),
         ({}, "1000:1000", 1000, "", None),
         ({}, "nginx", None, "nginx", None),
         ({"runAsUser": 0}, "nginx", 0, "", None),
