@@ -1,12 +1,15 @@
 """`nodeagent cluster up --nodes N` / `nodeagent cluster down`: a kubeadm cluster on this machine whose every node's
 kubelet is nodeagent.
 
-`up`: build (cached) the control-plane images and push them to a registry of the cluster's own; node 1 gets its
-namespace, pod network and containerd (node.py) and runs `kubeadm init` (the kubelet starts when kubeadm has written
-its files; kubeadm then waits for its healthz and for the static control-plane pods it runs); nodes 2..N each run
-`kubeadm join --token ... --discovery-token-ca-cert-hash ...` (TLS bootstrap) the same way. `down`: `kubeadm reset
--f` on every node (last joined first), then everything started is stopped by PID and the bridges, mounts and
-cgroups are removed. The cluster's state (cluster.json) lets `down` run from another process.
+`up`: make the cluster's fabric (nodenet.py: a bridge in the host, each node in a network namespace of its own on
+it), build (cached) the control-plane images and push them to a registry of the cluster's own on the fabric's
+gateway; node 1 gets its namespaces, pod network and containerd (node.py) and runs `kubeadm init` (the kubelet
+starts when kubeadm has written its files; kubeadm then waits for its healthz and for the static control-plane pods
+it runs); nodes 2..N each run `kubeadm join --token ... --discovery-token-ca-cert-hash ...` (TLS bootstrap) the same
+way. kubeadm's addons run as on any cluster: one kube-proxy per node (its DaemonSet), each writing its own node's
+iptables, and CoreDNS. `down`: `kubeadm reset -f` on every node (last joined first), then everything started is
+stopped by PID (each node's network namespace, with its iptables, goes with its last process) and the fabric,
+mounts and cgroups are removed. The cluster's state (cluster.json) lets `down` run from another process.
 """
 
 from __future__ import annotations
@@ -22,10 +25,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from nodeagent.cluster import config, podnet
+from nodeagent.cluster import config, nodenet
 from nodeagent.cluster.config import NodePlan
-from nodeagent.cluster.node import MOUNTNS, Node, NodeError
-from nodeagent.testbed import controlplaneimages, coredns, hostnet, kubeproxy, processes, registry
+from nodeagent.cluster.node import Node, NodeError
+from nodeagent.testbed import controlplaneimages, coredns, hostnet, processes, registry
 from nodeagent.testbed.install import Progress as InstallProgress
 from nodeagent.testbed.kubeadm import build_kubeadm, kubeadm_path
 from nodeagent.testbed.layout import Layout
@@ -38,13 +41,10 @@ STATE_FILE = "cluster.json"
 # Beyond kubeadm's own waits (config.INIT_TIMEOUTS, JOIN_TIMEOUTS): only a kubeadm that hangs outright hits these.
 INIT_TIMEOUT = 240.0
 JOIN_TIMEOUT = 240.0
-# The kubelet ports kubeadm's control-plane node keeps (upstream defaults); joined nodes take free ones.
-FIRST_KUBELET_PORT = 10250
-FIRST_HEALTHZ_PORT = 10248
-# What kubeadm's control plane listens on (the first node's address, or loopback): checked free before init, so a
-# taken port is a clear error rather than a control plane that never comes up.
-CONTROL_PLANE_PORTS = (config.API_SERVER_PORT, 2379, 2380, 2381, 10257, 10259, FIRST_KUBELET_PORT, FIRST_HEALTHZ_PORT)
-KUBE_PROXY_PORTS = (config.KUBE_PROXY_HEALTHZ_PORT, config.KUBE_PROXY_METRICS_PORT)
+# Every node's kubelet on upstream's ports: each node has a network namespace of its own (nodenet.py).
+KUBELET_PORT = 10250
+HEALTHZ_PORT = 10248
+FABRIC = "fabric"
 
 
 class ClusterError(RuntimeError):
@@ -56,6 +56,7 @@ class ClusterState:
     registry: str
     service_cidr: str
     nodes: tuple[NodePlan, ...]
+    fabric: nodenet.Fabric
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=2) + "\n")
@@ -63,7 +64,12 @@ class ClusterState:
     @classmethod
     def load(cls, path: Path) -> ClusterState:
         data = json.loads(path.read_text())
-        return cls(data["registry"], data["service_cidr"], tuple(NodePlan(**n) for n in data["nodes"]))
+        return cls(
+            data["registry"],
+            data["service_cidr"],
+            tuple(NodePlan(**n) for n in data["nodes"]),
+            nodenet.Fabric(**data["fabric"]),
+        )
 
 
 def node_name(index: int) -> str:
@@ -74,22 +80,6 @@ def new_token(choose: Callable[[str], str] = secrets.choice) -> str:
     """A bootstrap token, `[a-z0-9]{6}.[a-z0-9]{16}` as kubeadm's."""
     alphabet = string.ascii_lowercase + string.digits
     return "".join(choose(alphabet) for _ in range(6)) + "." + "".join(choose(alphabet) for _ in range(16))
-
-
-def taken_ports(ports: tuple[int, ...], addresses: tuple[str, ...] = ("0.0.0.0",)) -> list[int]:
-    """The ports of `ports` something already listens on (bind fails)."""
-    taken = []
-    for port in ports:
-        for address in addresses:
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-                # As Go's listeners: a port whose last connections linger in TIME_WAIT is free.
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                try:
-                    s.bind((address, port))
-                except OSError:
-                    taken.append(port)
-                    break
-    return taken
 
 
 def _free_port() -> int:
@@ -111,7 +101,10 @@ class Cluster:
         return self.root / f"node{index}"
 
     def nodes(self, state: ClusterState) -> list[Node]:
-        return [Node(self.node_root(i), plan, state.registry, state.service_cidr) for i, plan in enumerate(state.nodes)]
+        return [
+            Node(self.node_root(i), plan, state.registry, state.service_cidr, state.fabric)
+            for i, plan in enumerate(state.nodes)
+        ]
 
     # --- up -------------------------------------------------------------------------------------------------------
 
@@ -120,19 +113,12 @@ class Cluster:
             raise ClusterError("--nodes must be at least 1")
         if (self.root / STATE_FILE).exists():
             raise ClusterError(f"a cluster is already up in {self.root}: `nodeagent cluster down --dir {self.root}`")
-        taken = taken_ports(CONTROL_PLANE_PORTS + (KUBE_PROXY_PORTS if kube_proxy else ()))
-        if taken:
-            raise ClusterError(f"ports kubeadm's control plane needs are taken: {', '.join(map(str, taken))}")
-        held = kubeproxy.live_owner()
-        if kube_proxy and held is not None:
-            # As a testbed does (testbed/kubeproxy.py): one kube-proxy per host, or two rewrite each other's iptables.
-            self.progress(f"kube-proxy and CoreDNS: skipped, this host's kube-proxy is held by {held.root}")
-            kube_proxy = False
         self.root.mkdir(parents=True, exist_ok=True)
         kubeadm = await asyncio.to_thread(build_kubeadm, InstallProgress(write=self.progress))
         state = self._plan()
         state.save(self.root / STATE_FILE)
         try:
+            await asyncio.to_thread(nodenet.ensure_fabric, state.fabric)
             await self._registry(state, coredns_image=kube_proxy)
             addons = await self._init(self.nodes(state)[0], state, kubeadm, kube_proxy=kube_proxy)
             self.progress(f"addons (kube-proxy, CoreDNS): {'on' if addons else 'skipped'}")
@@ -158,7 +144,7 @@ class Cluster:
         state before it starts, so `down` removes it whatever happens."""
         state = self.state()
         index = len(state.nodes)
-        plan = self._node_plan(index, {n.pod_cidr for n in state.nodes} | {state.service_cidr})
+        plan = self._node_plan(index, state.fabric, {n.pod_cidr for n in state.nodes} | {state.service_cidr})
         state = replace(state, nodes=(*state.nodes, plan))
         state.save(self.root / STATE_FILE)
         node = self.nodes(state)[index]
@@ -166,21 +152,27 @@ class Cluster:
         await self._join(node, join, kubeadm_path(), ca_cert_hash=ca_cert_hash or join.ca_cert_hash)
         return node
 
-    def _node_plan(self, index: int, taken: set[str]) -> NodePlan:
-        first = index == 0
+    def _node_plan(self, index: int, fabric: nodenet.Fabric, taken: set[str]) -> NodePlan:
         return NodePlan(
             name=node_name(index),
-            pod_cidr=hostnet.choose_pod_cidr(self.node_root(index), taken),
-            kubelet_port=FIRST_KUBELET_PORT if first else _free_port(),
-            healthz_port=FIRST_HEALTHZ_PORT if first else _free_port(),
+            pod_cidr=hostnet.choose_pod_cidr(self.node_root(index), taken | {fabric.cidr}),
+            kubelet_port=KUBELET_PORT,
+            healthz_port=HEALTHZ_PORT,
             cgroup_root=f"/nodeagent-{hostnet.bridge_name(self.node_root(index))}",
+            address=fabric.node_address(index),
         )
 
     def _plan(self) -> ClusterState:
-        first = self._node_plan(0, set())
-        # A /24 of its own for the Services, beside the nodes' pod ranges (never the testbeds' 198.19.0.0/16).
-        service_cidr = hostnet.choose_pod_cidr(self.root / "services", {first.pod_cidr})
-        return ClusterState(registry=f"127.0.0.1:{_free_port()}", service_cidr=service_cidr, nodes=(first,))
+        # The fabric, the Services and every node's pods: a /24 each of 198.18.0.0/16 (never the testbeds'
+        # 198.19.0.0/16), none overlapping a route of the machine.
+        fabric_cidr = hostnet.choose_pod_cidr(self.root / FABRIC, set())
+        fabric = nodenet.Fabric(bridge=hostnet.bridge_name(self.root / FABRIC), cidr=fabric_cidr)
+        first = self._node_plan(0, fabric, {fabric_cidr})
+        service_cidr = hostnet.choose_pod_cidr(self.root / "services", {fabric_cidr, first.pod_cidr})
+        # The registry on the fabric's gateway: the nodes' containerds, each in its own network namespace, reach it
+        # there (not on the host's loopback).
+        registry_address = f"{fabric.gateway}:{_free_port()}"
+        return ClusterState(registry=registry_address, service_cidr=service_cidr, nodes=(first,), fabric=fabric)
 
     async def _registry(self, state: ClusterState, *, coredns_image: bool) -> None:
         lay = self.registry_layout
@@ -216,8 +208,7 @@ class Cluster:
         """kubeadm init on the first node; whether it ran the addons (kube-proxy and CoreDNS)."""
         self.progress(f"{node.plan.name}: starting containerd and the pod network ({node.plan.pod_cidr})")
         await node.start(_free_port())
-        if kube_proxy:
-            kube_proxy = self._claim_kube_proxy(node)
+        await asyncio.to_thread(nodenet.connect, [node.link()])
         etcd_tag = controlplaneimages.installed_etcd_tag()
         text = config.init_config(
             node.plan,
@@ -243,28 +234,7 @@ class Cluster:
         if result.returncode != 0:
             raise ClusterError(f"kubeadm init failed (exit {result.returncode}):\n{_tail(result.output)}")
         self.progress(f"{node.plan.name}: kubeadm init done in {result.seconds:.0f}s")
-        if kube_proxy:
-            # Before any join: the DaemonSet controller then never makes a kube-proxy pod for another node.
-            patch = json.dumps(config.pin_daemonset_patch(node.plan.name))
-            await self.kubectl("-n", "kube-system", "patch", "daemonset", "kube-proxy", "--type=merge", "-p", patch)
-            self.progress(f"kube-proxy: pinned to {node.plan.name} (one kube-proxy for the host's shared iptables)")
         return kube_proxy
-
-    def _claim_kube_proxy(self, first: Node) -> bool:
-        """Record this cluster as the host's kube-proxy owner (testbed/kubeproxy.py, under its lock), by the first
-        node's namespace holder, which lives as long as the cluster's kube-proxy may; False (skip kube-proxy and
-        CoreDNS) when another testbed or cluster took the host meanwhile."""
-        holder = processes.load(first.layout.pids, MOUNTNS)
-        if holder is None:
-            raise ClusterError(f"{first.plan.name}: its mount namespace is not running")
-        with kubeproxy.host_lock():
-            held = kubeproxy.live_owner()
-            if held is not None:
-                self.progress(f"kube-proxy and CoreDNS: skipped, this host's kube-proxy is held by {held.root}")
-                return False
-            kubeproxy.record_owner(Layout(self.root), holder)
-        self.progress(f"kube-proxy: this host's kube-proxy is the cluster's ({self.root})")
-        return True
 
     async def kubectl(self, *args: str) -> str:
         """kubectl as the cluster's admin; its output, or ClusterError naming the command."""
@@ -291,7 +261,9 @@ class Cluster:
     async def _join(self, node: Node, join: config.JoinCommand, kubeadm: Path, *, ca_cert_hash: str) -> None:
         self.progress(f"{node.plan.name}: starting containerd and the pod network ({node.plan.pod_cidr})")
         await node.start(_free_port())
-        await asyncio.to_thread(podnet.connect, [n.settings.bridge for n in self.nodes(self.state())])
+        # Every node's pod range routed through its node's address, in every node and in the host.
+        links = [n.link() for n in self.nodes(self.state()) if n.root.exists()]
+        await asyncio.to_thread(nodenet.connect, links)
         path = node.root / "kubeadm-join.yaml"
         path.write_text(
             config.join_config(
@@ -338,12 +310,9 @@ class Cluster:
             except (NodeError, OSError) as exc:
                 self.progress(f"{node.plan.name}: kubeadm reset failed: {exc}")
             removed += await node.stop()
-        removed += await asyncio.to_thread(podnet.disconnect, [n.settings.bridge for n in self.nodes(state)])
-        # The cluster's kube-proxy pod is gone with its node: its iptables rules are not (kubeadm reset says so).
-        # As a testbed's release: `kube-proxy --cleanup`, only when this cluster owns the host's kube-proxy.
-        if kubeproxy.owned_by(Layout(self.root)):
-            await asyncio.to_thread(kubeproxy.release, Layout(self.root), str(kubernetes_bin_dir() / "kube-proxy"))
-            removed.append("kube-proxy iptables rules")
+        # kube-proxy's and portmap's rules went with each node's network namespace; the host keeps only the fabric.
+        veths = [n.veth for n in self.nodes(state)]
+        removed += await asyncio.to_thread(nodenet.remove_fabric, state.fabric, veths)
         proc = processes.load(self.registry_layout.pids, REGISTRY)
         if proc is not None:
             await asyncio.to_thread(processes.stop, proc, pid_dir=self.registry_layout.pids)

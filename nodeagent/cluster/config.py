@@ -15,28 +15,17 @@ KUBEADM_API = "kubeadm.k8s.io/v1beta4"
 KUBELET_API = "kubelet.config.k8s.io/v1beta1"
 KUBE_PROXY_API = "kubeproxy.config.k8s.io/v1alpha1"
 API_SERVER_PORT = 6443
-# kube-proxy shares the host's iptables with any other kube-proxy on the machine (a testbed's, the conformance
-# run's): skipped when another holds the host, or when asked (`--skip-kube-proxy`), e.g. by the init/join test.
+# kubeadm's addons, skipped together when asked (`--skip-kube-proxy`, e.g. by the init/join test): CoreDNS reaches
+# the apiserver through the `kubernetes` Service's ClusterIP, so without kube-proxy it never becomes Ready.
 KUBE_PROXY_PHASE = "addon/kube-proxy"
-# CoreDNS reaches the apiserver through the `kubernetes` Service's ClusterIP: without kube-proxy it never becomes
-# Ready, so it is skipped with it.
 COREDNS_PHASE = "addon/coredns"
-# kube-proxy's own listeners (the cluster's single kube-proxy, on the first node): healthz on the node's address
-# (upstream's port), metrics on loopback (upstream's default).
+# kube-proxy's own listeners, upstream's defaults, in each node's network namespace (nodenet.py).
 KUBE_PROXY_HEALTHZ_PORT = 10256
 KUBE_PROXY_METRICS_PORT = 10249
 
-# Preflight checks that cannot hold on this machine, each with why (docs/kubeadm.md lists them too):
-PREFLIGHT_IGNORED: dict[str, str] = {
-    # The testbed never turns on host-wide forwarding (hostnet.py enables it per bridge only); pod traffic between
-    # the nodes' bridges is routed by the bridges' own `forwarding` sysctls.
-    "FileContent--proc-sys-net-ipv4-ip_forward": "host-wide ip_forward stays off; forwarding is per bridge",
-}
-# A joining node on the same machine: its kubelet listens on other ports (the patches), but kubeadm checks the
-# defaults, which the first node holds.
-JOIN_PREFLIGHT_IGNORED: dict[str, str] = {
-    "Port-10250": "the first node's kubelet API; this node's is on its own port",
-}
+# Preflight checks that cannot hold on this machine, each with why (docs/kubeadm.md lists them too). None: each node
+# has a network namespace of its own (nodenet.py) with its own ports and its own ip_forward.
+PREFLIGHT_IGNORED: dict[str, str] = {}
 
 
 # kubeadm's waits, shorter than its 4-minute defaults: on this machine the kubelet is healthy in seconds and the
@@ -48,17 +37,19 @@ JOIN_TIMEOUTS = {"kubeletHealthCheck": "1m0s", "tlsBootstrap": "2m0s", "discover
 
 @dataclass(frozen=True)
 class NodePlan:
-    """One node of a `cluster up`: its name, address (its bridge's gateway) and pod range, and its kubelet ports."""
+    """One node of a `cluster up`: its name, address (on the cluster's fabric, in the node's own network namespace:
+    nodenet.py) and pod range, and its kubelet ports."""
 
     name: str
     pod_cidr: str
     kubelet_port: int
     healthz_port: int
     cgroup_root: str
+    address: str
 
     @property
     def ip(self) -> str:
-        return str(ipaddress.IPv4Network(self.pod_cidr).network_address + 1)
+        return self.address
 
 
 def _dump(*docs: dict[str, object]) -> str:
@@ -113,23 +104,24 @@ def init_config(
         # No systemd on these machines: the cgroupfs driver, as the testbed runs nodeagent.
         "cgroupDriver": "cgroupfs",
     }
-    proxy = kube_proxy_config(node)
+    proxy = kube_proxy_config()
     return _dump(init, cluster, kubelet, proxy)
 
 
-def kube_proxy_config(node: NodePlan) -> dict[str, object]:
-    """The cluster's one kube-proxy (pinned to the first node, cluster.py), as the testbed runs its own
-    (testbed/kubeproxy.py): iptables mode; NodePorts and healthz only on the node's address (no route_localnet
-    sysctl, nothing on the host's other addresses); no conntrack sysctls (a shared machine). No clusterCIDR (there
-    is no podSubnet): kube-proxy then masquerades only what it marks itself (a pod reaching itself through a
-    Service, NodePorts), never traffic merely leaving the cluster's ranges."""
+def kube_proxy_config() -> dict[str, object]:
+    """kubeadm's kube-proxy DaemonSet runs one kube-proxy per node, each in its node's network namespace with the
+    node's own iptables (nodenet.py): iptables mode; NodePorts on the node's primary address only (`primary`: the
+    Node's InternalIP, so no route_localnet sysctl and nothing on the pod bridge's gateway); no conntrack sysctls
+    (the conntrack table's size is the host's). No clusterCIDR (there is no podSubnet): kube-proxy then masquerades
+    only what it marks itself (a pod reaching itself through a Service, NodePorts), never traffic merely leaving the
+    cluster's ranges. The same configuration serves every node."""
     return {
         "apiVersion": KUBE_PROXY_API,
         "kind": "KubeProxyConfiguration",
         "mode": "iptables",
-        "healthzBindAddress": f"{node.ip}:{KUBE_PROXY_HEALTHZ_PORT}",
+        "healthzBindAddress": f"0.0.0.0:{KUBE_PROXY_HEALTHZ_PORT}",
         "metricsBindAddress": f"127.0.0.1:{KUBE_PROXY_METRICS_PORT}",
-        "nodePortAddresses": [f"{node.ip}/32"],
+        "nodePortAddresses": ["primary"],
         "conntrack": {"maxPerCore": 0, "tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s"},
     }
 
@@ -147,7 +139,6 @@ def join_config(
     node: NodePlan, *, api_endpoint: str, token: str, ca_cert_hash: str, cri_socket: str, patches_dir: str
 ) -> str:
     registration = node_registration(node, cri_socket)
-    registration["ignorePreflightErrors"] = sorted({*PREFLIGHT_IGNORED, *JOIN_PREFLIGHT_IGNORED})
     join: dict[str, object] = {
         "apiVersion": KUBEADM_API,
         "kind": "JoinConfiguration",
@@ -202,14 +193,6 @@ def skipped_phases(*, kube_proxy: bool) -> list[str]:
     """kubeadm init's --skip-phases: none with kube-proxy; without it, CoreDNS too (it could not reach the
     apiserver's ClusterIP)."""
     return [] if kube_proxy else [KUBE_PROXY_PHASE, COREDNS_PHASE]
-
-
-def pin_daemonset_patch(node_name: str) -> dict[str, object]:
-    """A merge patch pinning a DaemonSet's pods to one node: kubeadm's kube-proxy DaemonSet would run one
-    kube-proxy per node, but every node of a `cluster up` shares the host's network namespace and iptables, so
-    the first node's kube-proxy serves them all (a second would rewrite the same chains). The template's other
-    selector (kubernetes.io/os) stays."""
-    return {"spec": {"template": {"spec": {"nodeSelector": {"kubernetes.io/hostname": node_name}}}}}
 
 
 def cluster_dns_ip(service_cidr: str) -> str:

@@ -1,12 +1,13 @@
-"""One kubeadm node on this machine: a private mount namespace, its containerd, its pod network, nodeagent as its
-kubelet, and kubeadm run inside the namespace.
+"""One kubeadm node on this machine: a private mount and network namespace, its containerd, its pod network,
+nodeagent as its kubelet, and kubeadm run inside the namespaces.
 
 kubeadm hard-codes /etc/kubernetes and /var/lib/kubelet. Each node gets a mount namespace of its own (`unshare
 --mount --propagation private`, held open by a `sleep infinity`) in which the node's own `etc-kubernetes` and
 `var-lib-kubelet` directories are bind-mounted over those two paths. kubeadm, containerd (whose runc resolves the
 static pods' hostPaths, e.g. /etc/kubernetes/pki) and the kubelet all run in it (`nsenter -t PID -m`), so two nodes
 never see each other's files and the host's are never touched (only the two empty mount points are made on the host
-if missing). Everything mounted in the namespace goes away with it.
+if missing). Everything mounted in the namespace goes away with it. The same `unshare` makes the node's network
+namespace (nodenet.py: its address, its iptables, its ports, its pod bridge), entered with the mount namespace.
 
 The kubelet is started as kubeadm's systemd drop-in would (there is no systemd here): the `kubelet` console script
 with $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS $KUBELET_KUBEADM_ARGS $KUBELET_EXTRA_ARGS, rebuilt from the files
@@ -30,6 +31,7 @@ from pathlib import Path
 
 import nodeagent
 from cri.errors import CRIError
+from nodeagent.cluster import nodenet
 from nodeagent.cluster.config import NodePlan, kubelet_patch
 from nodeagent.kubeletflags import read_drop_in
 from nodeagent.testbed import cniplugin, configs, hostnet, processes
@@ -60,10 +62,11 @@ class KubeadmResult:
 
 
 class Node:
-    def __init__(self, root: Path, plan: NodePlan, registry: str, service_cidr: str) -> None:
+    def __init__(self, root: Path, plan: NodePlan, registry: str, service_cidr: str, fabric: nodenet.Fabric) -> None:
         self.root = root
         self.plan = plan
         self.registry = registry
+        self.fabric = fabric
         self.layout = Layout(root)
         self.etc = root / "etc-kubernetes"
         self.var_lib = root / "var-lib-kubelet"
@@ -94,7 +97,17 @@ class Node:
         holder = self._pid(MOUNTNS)
         if holder is None or not holder.alive():
             raise NodeError(f"node {self.plan.name}: its mount namespace is not running")
-        return ["nsenter", "-t", str(holder.pid), "-m", "--", *argv]
+        return ["nsenter", "-t", str(holder.pid), "-m", "-n", "--", *argv]
+
+    def link(self) -> nodenet.NodeLink:
+        holder = self._pid(MOUNTNS)
+        if holder is None or not holder.alive():
+            raise NodeError(f"node {self.plan.name}: its namespace is not running")
+        return nodenet.NodeLink(pid=holder.pid, address=self.plan.address, pod_cidr=self.plan.pod_cidr)
+
+    @property
+    def veth(self) -> str:
+        return nodenet.veth_name(self.settings.bridge)
 
     # --- start ----------------------------------------------------------------------------------------------------
 
@@ -105,13 +118,18 @@ class Node:
             path.mkdir(parents=True, exist_ok=True)
         (self.patches / "kubeletconfiguration.yaml").write_text(self._patch_text())
         self._start_namespace()
-        await asyncio.to_thread(hostnet.ensure_bridge, self.settings.bridge, self.plan.pod_cidr)
+        await asyncio.to_thread(
+            nodenet.attach, self.link(), self.fabric, veth=self.veth, pod_bridge=self.settings.bridge
+        )
         lay = self.layout
         lay.containerd.mkdir(parents=True, exist_ok=True)
-        lay.containerd_config.write_text(configs.containerd_config(lay, self.settings))
+        # The cluster's registry is on the fabric's gateway (the node's loopback is its own): the sandbox image
+        # and the registry's hosts.toml name it there.
+        text = configs.containerd_config(lay, self.settings)
+        lay.containerd_config.write_text(text.replace(self.settings.registry, self.registry))
         hosts = lay.registry_hosts / self.registry
         hosts.mkdir(parents=True, exist_ok=True)
-        (hosts / "hosts.toml").write_text(configs.registry_hosts_toml(self.settings))
+        (hosts / "hosts.toml").write_text(registry_hosts_toml(self.registry))
         lay.cni_conf_dir.mkdir(parents=True, exist_ok=True)
         (lay.cni_conf_dir / "10-nodeagent.conflist").write_text(configs.cni_conflist(lay, self.settings))
         plugin = cniplugin.install_plugins(lay)
@@ -135,7 +153,7 @@ class Node:
         )
         _start_then_exec(
             MOUNTNS,
-            ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script],
+            ["unshare", "--mount", "--net", "--propagation", "private", "--", "sh", "-c", script],
             HOLDER_ARGV,
             self.layout,
         )
@@ -252,10 +270,16 @@ class Node:
             proc = self._pid(name)
             if proc is not None:
                 await asyncio.to_thread(processes.stop, proc, pid_dir=self.layout.pids)
-        removed = await asyncio.to_thread(hostnet.remove_bridge_leftovers, self.settings.bridge)
-        removed += hostnet.unmount_under(self.root)
+        # The pod bridge, eth0 and every pod's veth went with the node's network namespace.
+        removed = hostnet.unmount_under(self.root)
         removed += remove_cgroups(self.plan.cgroup_root)
         return removed
+
+
+def registry_hosts_toml(registry: str) -> str:
+    """containerd's hosts.toml for the cluster's registry: plain HTTP on the fabric's gateway."""
+    url = f"http://{registry}"
+    return f'server = "{url}"\n\n[host."{url}"]\n  capabilities = ["pull", "resolve", "push"]\n  skip_verify = true\n'
 
 
 def _python_path_env() -> dict[str, str]:

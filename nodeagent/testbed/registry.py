@@ -46,7 +46,8 @@ class RegistryNotReady(RegistryError):
 
 
 def registry_config(root: Path, addr: str) -> str:
-    """docker-registry (distribution 2.8) config: filesystem storage under `root`, plain HTTP on loopback `addr`."""
+    """docker-registry (distribution 2.8) config: filesystem storage under `root`, plain HTTP on `addr` (loopback,
+    or a host-only bridge in 198.18.0.0/15)."""
     _check_loopback(addr)
     config = {
         "version": 0.1,
@@ -63,6 +64,9 @@ def registry_config(root: Path, addr: str) -> str:
     return yaml.safe_dump(config, sort_keys=False)
 
 
+TESTING_RANGE = ipaddress.ip_network("198.18.0.0/15")
+
+
 def _check_loopback(addr: str) -> None:
     # The testbed serves nothing beyond the machine (TESTBED.md, Addresses).
     host, sep, port = addr.rpartition(":")
@@ -72,11 +76,13 @@ def _check_loopback(addr: str) -> None:
     if host == "localhost":
         return
     try:
-        loopback = ipaddress.ip_address(host).is_loopback
+        ip = ipaddress.ip_address(host)
     except ValueError:
-        loopback = False
-    if not loopback:
-        raise ValueError(f"registry address {addr!r} is not on loopback")
+        ip = None
+    # Loopback, or a host-only bridge of the network-testing range (a `cluster up`'s fabric, whose nodes each have
+    # a network namespace and so a loopback of their own: cluster/nodenet.py).
+    if ip is None or not (ip.is_loopback or ip in TESTING_RANGE):
+        raise ValueError(f"registry address {addr!r} is neither on loopback nor in {TESTING_RANGE}")
 
 
 def _client(registry: str, transport: httpx.AsyncBaseTransport | None, timeout: float) -> httpx.AsyncClient:

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import re
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from nodeagent.cluster.cluster import ClusterState, new_token, node_name, taken_ports
+from nodeagent.cluster.cluster import ClusterState, new_token, node_name
 from nodeagent.cluster.config import NodePlan
 from nodeagent.cluster.node import leftover_cgroups, remove_cgroups
+from nodeagent.cluster.nodenet import Fabric
 
 
 def test_new_token_has_kubeadms_shape() -> None:
@@ -25,23 +25,12 @@ def test_node_names(index: int, name: str) -> None:
     assert node_name(index) == name
 
 
-def test_taken_ports_finds_a_listener_and_not_a_free_port() -> None:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen()
-        busy = listener.getsockname()[1]
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-            probe.bind(("127.0.0.1", 0))
-            free = probe.getsockname()[1]
-        assert taken_ports((busy, free), addresses=("127.0.0.1",)) == [busy]
-
-
 def test_state_round_trips(tmp_path: Path) -> None:
-    plan = NodePlan("n", "198.18.3.0/24", 10250, 10248, "/nodeagent-x")
-    state = ClusterState("127.0.0.1:5000", "198.18.4.0/24", (plan,))
+    plan = NodePlan("n", "198.18.3.0/24", 10250, 10248, "/nodeagent-x", "198.18.5.2")
+    state = ClusterState("198.18.5.1:5000", "198.18.4.0/24", (plan,), Fabric("nafab", "198.18.5.0/24"))
     state.save(tmp_path / "cluster.json")
     assert ClusterState.load(tmp_path / "cluster.json") == state
-    assert plan.ip == "198.18.3.1"
+    assert plan.ip == "198.18.5.2"
 
 
 def test_remove_cgroups_takes_every_hierarchy_deepest_first(tmp_path: Path) -> None:

@@ -10,8 +10,22 @@ import yaml
 from nodeagent.cluster import config
 from nodeagent.cluster.config import NodePlan
 
-NODE = NodePlan(name="cp", pod_cidr="198.18.7.0/24", kubelet_port=10250, healthz_port=10248, cgroup_root="/na-x")
-WORKER = NodePlan(name="w1", pod_cidr="198.18.9.0/24", kubelet_port=41001, healthz_port=41002, cgroup_root="/na-y")
+NODE = NodePlan(
+    name="cp",
+    pod_cidr="198.18.7.0/24",
+    kubelet_port=10250,
+    healthz_port=10248,
+    cgroup_root="/na-x",
+    address="198.18.5.2",
+)
+WORKER = NodePlan(
+    name="w1",
+    pod_cidr="198.18.9.0/24",
+    kubelet_port=10250,
+    healthz_port=10248,
+    cgroup_root="/na-y",
+    address="198.18.5.3",
+)
 HASH = "sha256:" + "ab" * 32
 
 
@@ -43,16 +57,16 @@ def test_init_config_points_kubeadm_at_the_local_images_and_the_nodes_address() 
     assert cluster["imageRepository"] == "127.0.0.1:5000"
     assert cluster["kubernetesVersion"] == "v1.34.4"
     assert cluster["etcd"] == {"local": {"imageTag": "3.5.16-0", "dataDir": "/d/etcd"}}
-    assert cluster["controlPlaneEndpoint"] == "198.18.7.1:6443"
-    assert cluster["apiServer"] == {"extraArgs": [{"name": "bind-address", "value": "198.18.7.1"}]}
+    assert cluster["controlPlaneEndpoint"] == "198.18.5.2:6443"
+    assert cluster["apiServer"] == {"extraArgs": [{"name": "bind-address", "value": "198.18.5.2"}]}
     init = d["InitConfiguration"]
-    assert init["localAPIEndpoint"] == {"advertiseAddress": "198.18.7.1", "bindPort": 6443}
+    assert init["localAPIEndpoint"] == {"advertiseAddress": "198.18.5.2", "bindPort": 6443}
     assert init["patches"] == {"directory": "/d/patches"}
     registration = init["nodeRegistration"]
     assert isinstance(registration, dict)
     assert registration["name"] == "cp"
     assert registration["criSocket"] == "unix:///d/containerd.sock"
-    assert registration["kubeletExtraArgs"] == [{"name": "node-ip", "value": "198.18.7.1"}]
+    assert registration["kubeletExtraArgs"] == [{"name": "node-ip", "value": "198.18.5.2"}]
     assert d["KubeletConfiguration"]["cgroupDriver"] == "cgroupfs"
     assert init["timeouts"] == {"kubeletHealthCheck": "1m0s", "controlPlaneComponentHealthCheck": "2m0s"}
 
@@ -66,7 +80,7 @@ def test_the_service_range_is_only_ever_from_198_18_0_0_15() -> None:
     assert "podSubnet" not in networking
 
 
-def test_join_config_pins_the_ca_and_ignores_the_first_nodes_kubelet_port() -> None:
+def test_join_config_pins_the_ca_and_ignores_no_preflight_check() -> None:
     d = docs(
         config.join_config(
             WORKER,
@@ -87,22 +101,22 @@ def test_join_config_pins_the_ca_and_ignores_the_first_nodes_kubelet_port() -> N
     }
     registration = join["nodeRegistration"]
     assert isinstance(registration, dict)
-    assert "Port-10250" in registration["ignorePreflightErrors"]
-    assert set(config.PREFLIGHT_IGNORED) <= set(registration["ignorePreflightErrors"])
+    # Each node has a network namespace of its own (nodenet.py): its own 10250, its own ip_forward.
+    assert registration["ignorePreflightErrors"] == []
     assert join["patches"] == {"directory": "/w/patches"}
     assert join["timeouts"] == {"kubeletHealthCheck": "1m0s", "tlsBootstrap": "2m0s", "discovery": "1m0s"}
 
 
 def test_every_ignored_preflight_check_says_why() -> None:
-    for name, why in {**config.PREFLIGHT_IGNORED, **config.JOIN_PREFLIGHT_IGNORED}.items():
+    for name, why in config.PREFLIGHT_IGNORED.items():
         assert name and why.strip(), name
 
 
 @pytest.mark.parametrize(
     ("plan", "expected"),
     [
-        (NODE, {"address": "198.18.7.1", "port": 10250, "healthzPort": 10248, "podCIDR": "198.18.7.0/24"}),
-        (WORKER, {"address": "198.18.9.1", "port": 41001, "healthzPort": 41002, "podCIDR": "198.18.9.0/24"}),
+        (NODE, {"address": "198.18.5.2", "port": 10250, "healthzPort": 10248, "podCIDR": "198.18.7.0/24"}),
+        (WORKER, {"address": "198.18.5.3", "port": 10250, "healthzPort": 10248, "podCIDR": "198.18.9.0/24"}),
     ],
 )
 def test_kubelet_patch_holds_the_nodes_own_fields(plan: NodePlan, expected: dict[str, object]) -> None:
@@ -152,21 +166,17 @@ def test_coredns_is_the_image_built_here_under_the_clusters_repository() -> None
     assert cluster["dns"] == {"imageTag": "v1.14.3"}
 
 
-def test_kube_proxy_config_stays_on_the_first_nodes_address_and_off_the_hosts_sysctls() -> None:
+def test_kube_proxy_config_serves_each_nodes_own_address_and_leaves_the_hosts_sysctls() -> None:
     proxy = init_docs()["KubeProxyConfiguration"]
     assert proxy["mode"] == "iptables"
-    assert proxy["healthzBindAddress"] == "198.18.7.1:10256"
+    # One kube-proxy per node, each in its node's network namespace: upstream's listeners.
+    assert proxy["healthzBindAddress"] == "0.0.0.0:10256"
     assert proxy["metricsBindAddress"] == "127.0.0.1:10249"
-    # NodePorts only on the node's address: kube-proxy sets route_localnet only for loopback NodePorts.
-    assert proxy["nodePortAddresses"] == ["198.18.7.1/32"]
+    # NodePorts on each node's own InternalIP: no route_localnet, nothing on the pod bridge's gateway.
+    assert proxy["nodePortAddresses"] == ["primary"]
     assert proxy["conntrack"] == {"maxPerCore": 0, "tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s"}
     # No clusterCIDR: no "masquerade what comes from outside the pod range" rule (see kube_proxy_config).
     assert "clusterCIDR" not in proxy
-
-
-def test_kube_proxy_is_pinned_to_one_node_keeping_the_os_selector() -> None:
-    patch = config.pin_daemonset_patch("cp")
-    assert patch == {"spec": {"template": {"spec": {"nodeSelector": {"kubernetes.io/hostname": "cp"}}}}}
 
 
 @pytest.mark.parametrize(

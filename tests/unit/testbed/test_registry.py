@@ -191,13 +191,18 @@ def test_registry_config_serves_loopback_from_the_given_root(tmp_path: Path) -> 
         ("[::1]:5000", True),
         ("localhost:5000", True),
         ("0.0.0.0:5000", False),
-        ("198.18.0.1:5000", False),
+        # A `cluster up`'s fabric gateway (a host-only bridge; its nodes' loopbacks are their own).
+        ("198.18.0.1:5000", True),
+        ("198.19.255.1:5000", True),
+        ("198.20.0.1:5000", False),
+        ("192.0.2.2:5000", False),
+        ("10.0.0.1:5000", False),
         ("registry.example:5000", False),
         ("127.0.0.1", False),
         ("127.0.0.1:0", False),
     ],
 )
-def test_registry_config_accepts_only_loopback_host_port(tmp_path: Path, addr: str, accepted: bool) -> None:
+def test_registry_config_accepts_only_loopback_or_the_testing_range(tmp_path: Path, addr: str, accepted: bool) -> None:
     if accepted:
         registry.registry_config(tmp_path, addr)
     else:
