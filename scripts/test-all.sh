@@ -26,10 +26,10 @@ step "pytest";            python3 -m pytest "$@"
 # builds e2e.test and ginkgo (cached). Fails on any failed spec, or when the subset selects another number of specs.
 step "conformance (CI subset of [NodeConformance])"
 python3 -m nodeagent conformance --subset ci --dir "$(mktemp -d /tmp/nodeagent-conformance-XXXXXX)"
-# kubeadm's addons (kube-proxy, CoreDNS) on a 2-node nodeagent cluster (marker `cluster`, deselected from the pytest
-# step): the cluster's kube-proxy needs the host's, which the pytest session testbed holds during that step.
-step "kubeadm cluster addons (kube-proxy, CoreDNS)"
-python3 -m pytest -m cluster tests/integration/test_kubeadm_addons.py
+# kubeadm's addons (kube-proxy, CoreDNS) and the nodes' network (NodePort, hostPort, 10250, webhook, DNS on every
+# node) on 2- and 3-node nodeagent clusters (marker `cluster`, deselected from the pytest step: minutes of kubeadm).
+step "kubeadm cluster: addons and network"
+python3 -m pytest -m cluster tests/integration/test_kubeadm_addons.py tests/integration/test_cluster_network.py
 # The Vagrant VM end to end (marker `vm`, deselected from the pytest step): builds the box (cached), boots it under
 # libvirt, runs static pods in it, destroys it (about 5 min warm, 7 cold).
 step "vagrant VM (static pods in a real VM)"

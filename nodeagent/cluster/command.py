@@ -23,8 +23,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     up.add_argument(
         "--skip-kube-proxy",
         action="store_true",
-        help="skip kubeadm's addon/kube-proxy phase, and addon/coredns with it (another kube-proxy, e.g. a testbed's, "
-        "holds this host's iptables; skipped anyway when one does)",
+        help="skip kubeadm's addon/kube-proxy phase, and addon/coredns with it (CoreDNS reaches the apiserver through "
+        "a ClusterIP)",
     )
     down = actions.add_parser("down", help="kubeadm reset on every node, then stop and remove what `up` started")
     down.add_argument("--dir", type=Path, default=DEFAULT_DIR)

@@ -6,11 +6,9 @@ system-node-critical), kubeadm's waits succeed and the node is Ready; a second n
 bootstrap, is Ready, and a Deployment's pods run on both. A join with a wrong CA hash fails with kubeadm's message and
 leaves no Node. `kubeadm reset` on every node then leaves no process, mount, netns, veth or cgroup behind.
 
-kube-proxy's addon phase is skipped here: the pytest session testbed or the conformance run may hold the host's only
-kube-proxy (testbed/kubeproxy.py), and two kube-proxies would rewrite each other's iptables. CoreDNS is always
-skipped (no image: testbed/controlplaneimages.py). This test needs no session testbed of its own; its ports are
-kubeadm's fixed ones (6443, 2379-2381, 10248, 10250, 10257, 10259), which testbeds never take (theirs are chosen from
-the ephemeral range): when one is taken, `cluster up` fails at once naming it.
+kubeadm's addons (kube-proxy, CoreDNS) are skipped here (`kube_proxy=False`): test_kubeadm_addons.py and
+test_cluster_network.py cover them. This test needs no session testbed of its own; kubeadm's fixed ports (6443,
+2379-2381, 10248, 10250, 10257, 10259) are each node's own, in its network namespace (cluster/nodenet.py).
 """
 
 from __future__ import annotations
@@ -180,8 +178,9 @@ async def test_kubeadm_init_join_and_reset(cluster: Cluster) -> None:
         node = first if pod["spec"]["nodeName"] == first.name else second
         assert hostnet_contains(node.pod_cidr, pod["status"]["podIP"]), (pod["status"]["podIP"], node.pod_cidr)
 
-    # Pods on different nodes reach each other (cluster/podnet.py): a client on the second node fetches a page from
-    # an httpd on the first. busybox's nc, not its wget: Debian's static busybox wget crashes (SIGSEGV) in pods.
+    # Pods on different nodes reach each other (cluster/nodenet.py: routed over the cluster's fabric): a client on the
+    # second node fetches a page from an httpd on the first. busybox's nc, not its wget: Debian's static busybox wget
+    # crashes (SIGSEGV) in pods.
     busybox = images.build_busybox_image(cache_root() / "images" / "busybox")
     await registry.push_image(state.registry, "busybox", "1.35", busybox)
     box = f"{state.registry}/busybox:1.35"
@@ -231,9 +230,11 @@ async def test_kubeadm_init_join_and_reset(cluster: Cluster) -> None:
     # What reset must remove, recorded while it exists.
     netns = pod_netns(cluster)
     assert netns, "the Deployment's pods have network namespaces"
-    bridges = [node.settings.bridge for node in cluster.nodes(cluster.state())]
-    veths = [v for b in bridges for v in bridge_veths(b)]
-    assert veths, "the Deployment's pods have veths on their nodes' bridges"
+    nodes = cluster.nodes(cluster.state())
+    bridges = [node.settings.bridge for node in nodes] + [cluster.state().fabric.bridge]
+    # The pods' veths are on their nodes' bridges inside the nodes' namespaces; the host holds each node's veth.
+    veths = [node.veth for node in nodes]
+    assert set(veths) <= set(bridge_veths(cluster.state().fabric.bridge)), "every node's veth is on the fabric"
     cgroup_roots = [plan.cgroup_root for plan in cluster.state().nodes]
 
     removed = await cluster.down()
