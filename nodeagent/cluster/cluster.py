@@ -45,6 +45,7 @@ JOIN_TIMEOUT = 240.0
 KUBELET_PORT = 10250
 HEALTHZ_PORT = 10248
 FABRIC = "fabric"
+CLUSTER_INFO_TIMEOUT = 180.0
 
 
 class ClusterError(RuntimeError):
@@ -149,8 +150,29 @@ class Cluster:
         state.save(self.root / STATE_FILE)
         node = self.nodes(state)[index]
         join = self._join_command(self.nodes(state)[0])
+        await self._wait_cluster_info_signed(join.token)
         await self._join(node, join, kubeadm_path(), ca_cert_hash=ca_cert_hash or join.ca_cert_hash)
         return node
+
+    async def _wait_cluster_info_signed(self, token: str) -> None:
+        """kubeadm init returns before the controller-manager's bootstrap signer has signed the cluster-info
+        ConfigMap with the token (`jws-kubeconfig-<token id>`); join's discovery fails without it ("could not find a
+        JWS signature"). Seconds on an idle machine; over a minute, join's discovery timeout, was seen here under a
+        load average of 20."""
+        key = config.cluster_info_signature_key(token)
+        deadline = time.monotonic() + CLUSTER_INFO_TIMEOUT
+        while True:
+            try:
+                data = json.loads(
+                    await self.kubectl("-n", "kube-public", "get", "configmap", "cluster-info", "-o", "json")
+                )
+                if key in data.get("data", {}):
+                    return
+            except (ClusterError, ValueError):
+                pass  # not there yet, or the apiserver busy
+            if time.monotonic() > deadline:
+                raise ClusterError(f"cluster-info not signed for the join token ({key}) in {CLUSTER_INFO_TIMEOUT:.0f}s")
+            await asyncio.sleep(1)
 
     def _node_plan(self, index: int, fabric: nodenet.Fabric, taken: set[str]) -> NodePlan:
         return NodePlan(

@@ -189,6 +189,12 @@ def parse_join_command(output: str) -> JoinCommand:
     return JoinCommand(match.group(1), match.group(2), match.group(3))
 
 
+def cluster_info_signature_key(token: str) -> str:
+    """The key under which the bootstrap signer puts its signature for `token` in kube-public/cluster-info (upstream
+    bootstrapapi.JWSSignatureKeyPrefix + the token's id, the part before the dot)."""
+    return "jws-kubeconfig-" + token.split(".", 1)[0]
+
+
 def skipped_phases(*, kube_proxy: bool) -> list[str]:
     """kubeadm init's --skip-phases: none with kube-proxy; without it, CoreDNS too (it could not reach the
     apiserver's ClusterIP)."""

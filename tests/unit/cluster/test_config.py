@@ -185,3 +185,7 @@ def test_kube_proxy_config_serves_each_nodes_own_address_and_leaves_the_hosts_sy
 )
 def test_cluster_dns_is_the_tenth_service_address(service_cidr: str, dns: str) -> None:
     assert config.cluster_dns_ip(service_cidr) == dns
+
+
+def test_the_cluster_info_signature_is_keyed_by_the_token_id() -> None:
+    assert config.cluster_info_signature_key("abcdef.0123456789abcdef") == "jws-kubeconfig-abcdef"
