@@ -123,9 +123,9 @@ async def test_kubeadm_init_join_and_reset(cluster: Cluster) -> None:
     print(f"init {cluster.timings['init']:.1f}s join {cluster.timings[f'join:{second.name}']:.1f}s ready +{ready:.1f}s")
 
     # The control plane runs as nodeagent's static pods, with their mirror pods on the first node.
-    pods = kubectl_json(cluster, "-n", "kube-system", "get", "pods")["items"]
-    by_component = {p["metadata"]["labels"].get("component"): p for p in pods}
-    for component in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"):
+    by_component = control_plane_pods(cluster)
+    for component in CONTROL_PLANE:
+        assert component in by_component, sorted(by_component)
         pod = by_component[component]
         assert pod["spec"]["nodeName"] == first.name
         assert pod["spec"]["hostNetwork"] is True
@@ -240,6 +240,28 @@ async def test_kubeadm_init_join_and_reset(cluster: Cluster) -> None:
     removed = await cluster.down()
     print(f"down removed {len(removed)} leftovers; total {time.monotonic() - started:.0f}s")
     assert leftovers(cluster.root, netns, bridges, veths, cgroup_roots) == []
+
+
+CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+
+
+def control_plane_pods(cluster: Cluster, timeout: float = 90) -> dict[str, Any]:
+    """The control plane's mirror pods by component, once all four exist and are Running with their containers
+    ready: a Ready node does not mean its mirror pods are posted yet (under a load average of 20 one was missing)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pods = kubectl_json(cluster, "-n", "kube-system", "get", "pods")["items"]
+        found = {p["metadata"]["labels"].get("component"): p for p in pods}
+        ready = [
+            c
+            for c in CONTROL_PLANE
+            if c in found
+            and found[c]["status"].get("phase") == "Running"
+            and all(s["ready"] for s in found[c]["status"].get("containerStatuses", [{"ready": False}]))
+        ]
+        if len(ready) == len(CONTROL_PLANE) or time.monotonic() > deadline:
+            return found
+        time.sleep(1)
 
 
 def leftovers(root: Path, netns: list[str], bridges: list[str], veths: list[str], cgroup_roots: list[str]) -> list[str]:
