@@ -80,7 +80,12 @@ async def _up(args: argparse.Namespace) -> int:
 
 async def _testbed(args: argparse.Namespace) -> int:
     if args.action == "install":
-        installer.install(with_kubelet=args.with_kubelet, with_csi=args.with_csi, with_kubeadm=args.with_kubeadm)
+        installer.install(
+            with_kubelet=args.with_kubelet,
+            with_csi=args.with_csi,
+            with_kubeadm=args.with_kubeadm,
+            with_certified=args.with_certified,
+        )
         return 0
     bed = Testbed(args.dir)
     if args.action == "up":
@@ -353,6 +358,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--with-kubeadm",
         action="store_true",
         help="also build kubeadm, which `nodeagent cluster up` runs (testbed/kubeadm.py, docs/kubeadm.md)",
+    )
+    install.add_argument(
+        "--with-certified",
+        action="store_true",
+        help="also build what the images only the certified [Conformance] suite pulls are made of "
+        "(sample-apiserver, etcd 3.6, Apache, dnsutils; testbed/certifiedbuild.py, docs/conformance.md)",
     )
     for name in ("up", "down"):
         action = actions.add_parser(name)

@@ -10,10 +10,17 @@ Two images the testbed already builds are pushed under the suite's names before 
 BusyBox 1.37.0, which every testbed holds as e2e-test-images/busybox:1.37.0-1) under every tag the suite names for
 busybox (the CSI manifests name 1.36.1-1 too), and its pause as the manifest's pause (some specs run pause as an
 ordinary container). The testbed's own names stay as they are.
+
+The images only the certified `[Conformance]` suite pulls (httpd, jessie-dnsutils, sample-apiserver, etcd 3.6,
+nautilus: testbed/certifiedimages.py) are pushed too, each when its parts are on the machine (`nodeagent testbed
+install --with-certified`); without them the image stays lacking in images.txt and the run says why. Nothing is
+built for them by a plain install, so a [NodeConformance] run on a machine without them costs nothing more.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 import subprocess
 from collections.abc import Iterable, Sequence
@@ -26,8 +33,11 @@ from cri.client import connect
 from cri.errors import CRIError
 from nodeagent.conformance import repolist
 from nodeagent.conformance.errors import ConformanceError
-from nodeagent.testbed import images, registry
+from nodeagent.testbed import certifiedimages, images, registry
+from nodeagent.testbed.images import ImageBuildError
 from nodeagent.testbed.versions import busybox_path, cache_root
+
+log = logging.getLogger(__name__)
 
 # The testbed image (by its builder) that stands in for a manifest repository below the registry.
 ALIASES: dict[str, str] = {
@@ -139,7 +149,8 @@ async def registry_inventory(registry_addr: str) -> set[tuple[str, str]]:
 
 
 async def push_aliases(registry_addr: str, needed: Sequence[ImageRef]) -> list[ImageRef]:
-    """Push the testbed's e2e busybox and pause under the suite's names; the refs pushed."""
+    """Push the testbed's e2e busybox and pause under the suite's names, and the certified suite's own images whose
+    parts are here (`push_certified`); the refs pushed."""
     cache = cache_root() / "images"
     builders = {
         "e2e-busybox": lambda: images.build_e2e_busybox_image(cache / "e2e-busybox", busybox_path()),
@@ -149,7 +160,43 @@ async def push_aliases(registry_addr: str, needed: Sequence[ImageRef]) -> list[I
     for ref, source in alias_targets(needed, registry_addr):
         await registry.push_image(registry_addr, ref.repository, ref.tag, builders[source]())
         pushed.append(ref)
-    return pushed
+    certified, unbuilt = await push_certified(registry_addr, needed)
+    for reason in unbuilt:
+        log.info("certified image not pushed reason=%r", reason)
+    return pushed + certified
+
+
+def certified_targets(needed: Sequence[ImageRef], registry_addr: str) -> dict[str, list[ImageRef]]:
+    """The certified-only images the suite names, by the builder's name in certifiedimages.certified_builders()."""
+    repositories = certifiedimages.certified_repositories()
+    targets: dict[str, list[ImageRef]] = {}
+    for ref in needed:
+        if ref.registry == registry_addr and ref.repository in repositories:
+            targets.setdefault(repositories[ref.repository], []).append(ref)
+    return targets
+
+
+async def push_certified(registry_addr: str, needed: Sequence[ImageRef]) -> tuple[list[ImageRef], list[str]]:
+    """Build (or reuse from the cache) and push each certified-only image the suite names, under exactly the tags it
+    names; the refs pushed, and one reason per image whose parts are missing."""
+    builders = certifiedimages.certified_builders()
+    pushed: list[ImageRef] = []
+    unbuilt: list[str] = []
+    for name, refs in sorted(certified_targets(needed, registry_addr).items()):
+        try:
+            built = await asyncio.to_thread(builders[name])
+        except ImageBuildError as exc:
+            unbuilt.append(f"{name}: {exc}")
+            continue
+        by_tag = {(image.repository, image.tag): image.image for image in built}
+        for ref in refs:
+            image = by_tag.get((ref.repository, ref.tag))
+            if image is None:
+                unbuilt.append(f"{ref}: the testbed builds {name} under other tags ({', '.join(t for _, t in by_tag)})")
+                continue
+            await registry.push_image(registry_addr, ref.repository, ref.tag, image)
+            pushed.append(ref)
+    return pushed, unbuilt
 
 
 async def runtime_images(containerd_socket: Path) -> list[str]:

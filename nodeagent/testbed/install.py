@@ -23,7 +23,9 @@ registries only (Debian, the Go module proxy), because these machines reach noth
 - Debian bookworm's nginx and nginx-common (`apt-get download`, `dpkg-deb -x` into the cache, never installed, which
   would start a daemon), the program of the testbed's e2e nginx images;
 - with `--with-csi` only, the testbed's CSI stack (testbed/csistack.py): the e2e suite's CSI mock driver and our
-  registration sidecar, built on packages of the release, and the external-attacher from its own module.
+  registration sidecar, built on packages of the release, and the external-attacher from its own module;
+- with `--with-certified` only, the parts of the images only the certified `[Conformance]` suite pulls
+  (testbed/certifiedbuild.py): sample-apiserver, etcd 3.6, and Debian's apache2-bin and bind9-dnsutils.
 """
 
 from __future__ import annotations
@@ -850,11 +852,11 @@ CSI_STEPS = (build_csi_mock, build_csi_registrar, build_csi_attacher)
 
 
 def install_steps(
-    *, with_kubelet: bool = False, with_csi: bool = False, with_kubeadm: bool = False
+    *, with_kubelet: bool = False, with_csi: bool = False, with_kubeadm: bool = False, with_certified: bool = False
 ) -> list[Callable[[Progress], object]]:
     """The steps of an install, in order; the upstream kubelet only when asked for (`--with-kubelet`), after the
     control plane, whose build module it is built in; the CSI stack (`--with-csi`) last, as it needs that module
-    too."""
+    too; the certified suite's image parts (`--with-certified`, testbed/certifiedbuild.py) at the very end."""
     steps: list[Callable[[Progress], object]] = [
         install_debian_packages,
         build_kubernetes,
@@ -878,16 +880,28 @@ def install_steps(
         steps.insert(steps.index(build_kubeadm) + 1, build_coredns)
     if with_csi:
         steps.extend(CSI_STEPS)
+    if with_certified:
+        from nodeagent.testbed.certifiedbuild import CERTIFIED_STEPS  # noqa: PLC0415 - it builds on this module
+
+        steps.extend(CERTIFIED_STEPS)
     return steps
 
 
 def install(
-    progress: Progress | None = None, *, with_kubelet: bool = False, with_csi: bool = False, with_kubeadm: bool = False
+    progress: Progress | None = None,
+    *,
+    with_kubelet: bool = False,
+    with_csi: bool = False,
+    with_kubeadm: bool = False,
+    with_certified: bool = False,
 ) -> None:
     progress = progress or Progress(write=lambda line: print(line, file=sys.stderr, flush=True))
     if os.geteuid() != 0:
         raise InstallError("nodeagent testbed install must run as root (it installs Debian packages)")
     started = time.monotonic()
-    for step in install_steps(with_kubelet=with_kubelet, with_csi=with_csi, with_kubeadm=with_kubeadm):
+    chosen = install_steps(
+        with_kubelet=with_kubelet, with_csi=with_csi, with_kubeadm=with_kubeadm, with_certified=with_certified
+    )
+    for step in chosen:
         step(progress)
     progress.step(f"done in {time.monotonic() - started:.0f}s")

@@ -138,3 +138,40 @@ def csi_registrar_path() -> Path:
 
 def csi_attacher_path() -> Path:
     return cache_root() / f"external-attacher-{EXTERNAL_ATTACHER_VERSION}" / "csi-attacher"
+
+
+# The images only the certified suite (focus `[Conformance]`) pulls beyond the [NodeConformance] set, built by
+# `nodeagent testbed install --with-certified` (testbed/certifiedbuild.py) and packed by testbed/certifiedimages.py,
+# under the tags test/utils/image/manifest.go of KUBERNETES_VERSION gives them (the installer checks each):
+# - e2e-test-images/sample-apiserver:1.29.2, the aggregator spec's API server: k8s.io/sample-apiserver of the
+#   release the tag names (the image directory's own VERSION file says 1.33.2; the manifest, which the suite pulls
+#   by, says 1.29.2), built from that module's own go.mod and go.sum;
+SAMPLE_APISERVER_VERSION = "v0.29.2"
+SAMPLE_APISERVER_TAG = "1.29.2"
+# - etcd:3.6.4-0 (registry.k8s.io/etcd, gcEtcdRegistry), the sample-apiserver's storage in the same spec: etcd and
+#   etcdctl of go.etcd.io/etcd v3.6.4, static (the testbed's own etcd is Debian's 3.5);
+ETCD_E2E_VERSION = "v3.6.4"
+ETCD_E2E_TAG = "3.6.4-0"
+# - e2e-test-images/httpd:2.4.38-4 and :2.4.39-4 (upstream FROM httpd:2.4.38-alpine / 2.4.39-alpine): Debian
+#   bookworm's Apache (apache2-bin) under both tags, as nginx's one Debian build carries both nginx tags;
+HTTPD_IMAGE_TAGS = ("2.4.38-4", "2.4.39-4")
+# - e2e-test-images/jessie-dnsutils:1.7 (upstream debian:jessie plus dnsutils): Debian bookworm's dig, nslookup and
+#   host (bind9-dnsutils) and glibc's getent on the vanilla busybox rootfs;
+JESSIE_DNSUTILS_TAG = "1.7"
+# - e2e-test-images/nautilus:1.7 (upstream FROM agnhost, plus nautilus.jpg and data.json, CMD test-webserver): the
+#   testbed's agnhost image plus those two files of the release.
+NAUTILUS_TAG = "1.7"
+
+
+def sample_apiserver_path() -> Path:
+    return cache_root() / f"sample-apiserver-{SAMPLE_APISERVER_VERSION}" / "sample-apiserver"
+
+
+def etcd_e2e_dir() -> Path:
+    """etcd and etcdctl of ETCD_E2E_VERSION (the certified suite's etcd image), static."""
+    return cache_root() / f"etcd-{ETCD_E2E_VERSION}"
+
+
+def nautilus_dir() -> Path:
+    """nautilus.jpg and data.json of the release's test/images/nautilus/html (the installer copies them here)."""
+    return cache_root() / f"kubernetes-{KUBERNETES_VERSION}" / f"nautilus-{NAUTILUS_TAG}"
