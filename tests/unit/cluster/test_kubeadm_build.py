@@ -30,7 +30,7 @@ async def test_with_kubeadm_reaches_the_installer(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(install, "install", lambda **kwargs: calls.append(kwargs))
     args = cli.build_parser().parse_args(["testbed", "install", "--with-kubeadm"])
     assert await cli._testbed(args) == 0
-    assert calls == [{"with_kubelet": False, "with_csi": False, "with_kubeadm": True}]
+    assert calls == [{"with_kubelet": False, "with_csi": False, "with_kubeadm": True, "with_certified": False}]
 
 
 @pytest.mark.parametrize(

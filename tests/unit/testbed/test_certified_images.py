@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from nodeagent import cli
 from nodeagent.conformance.images import ImageRef, certified_targets
 from nodeagent.testbed import certifiedbuild, certifiedimages, images, install
 from tests.unit.testbed.ocilayout import read_layout
@@ -204,3 +205,11 @@ def test_certified_targets_are_the_suites_refs_of_the_testbeds_registry() -> Non
     assert [ref.tag for ref in targets["httpd"]] == ["2.4.38-4", "2.4.39-4"]
     assert targets["nautilus"] == [ImageRef(REGISTRY, "e2e-test-images/nautilus", "1.7")]
     assert set(certifiedimages.certified_repositories().values()) == set(certifiedimages.certified_builders())
+
+
+async def test_the_install_option_reaches_the_installer(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[dict[str, object]] = []
+    monkeypatch.setattr(install, "install", lambda **kwargs: calls.append(kwargs))
+    args = cli.build_parser().parse_args(["testbed", "install", "--with-certified"])
+    assert await cli._testbed(args) == 0
+    assert calls == [{"with_kubelet": False, "with_csi": False, "with_kubeadm": False, "with_certified": True}]
