@@ -17,6 +17,11 @@ Each is upstream's image in the shape its specs rely on (docs/conformance.md, "I
   busybox rootfs (upstream's base is alpine).
 - etcd:3.6.4-0: static etcd and etcdctl at /usr/local/bin, as upstream's (whose base is distroless); the aggregator
   spec runs `/usr/local/bin/etcd --listen-client-urls ...` with the working directory's default data dir.
+- e2e-test-images/agnhost:2.56 with the DNS tools: the same 7 DNS specs run a second prober ("wheezy") in agnhost
+  with the same dig and getent loop; upstream's agnhost has them (`apk add bind-tools`, musl's getent), the testbed's
+  (built for every testbed, images.py) has not, and giving it bind's libraries would grow every install and every
+  agnhost image by 24 MB. So the certified step pushes, over the testbed's agnhost:2.56, that image's files and config
+  plus dig, nslookup, host and getent with their libraries and an nsswitch.conf.
 - e2e-test-images/nautilus:1.7 (upstream: FROM agnhost, `COPY nautilus.jpg`, `COPY data.json`, `CMD
   ["test-webserver"]`): the testbed's agnhost image's files plus those two at /, which test-webserver serves on
   port 80; the Update Demo specs read /data.json through the apiserver's pod proxy.
@@ -37,6 +42,7 @@ from pathlib import Path
 from nodeagent.testbed import images
 from nodeagent.testbed.images import DEFAULT_PATH, ImageBuildError, OCIImage, TarEntry
 from nodeagent.testbed.versions import (
+    AGNHOST_VERSION,
     ETCD_E2E_TAG,
     HTTPD_IMAGE_TAGS,
     JESSIE_DNSUTILS_TAG,
@@ -57,6 +63,7 @@ JESSIE_DNSUTILS_REPOSITORY = "e2e-test-images/jessie-dnsutils"
 SAMPLE_APISERVER_REPOSITORY = "e2e-test-images/sample-apiserver"
 ETCD_REPOSITORY = "etcd"
 NAUTILUS_REPOSITORY = "e2e-test-images/nautilus"
+AGNHOST_REPOSITORY = "e2e-test-images/agnhost"
 
 HTTPD_PREFIX = "usr/local/apache2"
 APACHE2_BINARY = Path("/usr/sbin/apache2")
@@ -116,6 +123,10 @@ DNSUTILS_PROGRAMS: dict[str, Path] = {
 # Debian's default for the lookups getent and the resolver make.
 NSSWITCH_CONF = b"passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\n"
 JESSIE_CMD = ("bash",)
+# What agnhost gains for the DNS specs' wheezy prober (alpine's bind-tools and getent are at these paths too).
+AGNHOST_DNS_PROGRAMS: dict[str, Path] = {
+    path: source for path, source in DNSUTILS_PROGRAMS.items() if path.startswith("usr/bin/")
+}
 
 SAMPLE_APISERVER_ENTRYPOINT = ("/sample-apiserver",)
 ETCD_BINARIES = ("etcd", "etcdctl")
@@ -334,6 +345,35 @@ def build_nautilus_image(dest: Path, agnhost: OCIImage, sources: Mapping[str, Pa
     return images._build(dest, inputs, files, config)
 
 
+def build_agnhost_dns_image(
+    dest: Path, agnhost: OCIImage, *, programs: Mapping[str, Path] = AGNHOST_DNS_PROGRAMS
+) -> OCIImage:
+    """agnhost's files and config plus dig, nslookup, host and getent (with their libraries) and an nsswitch.conf;
+    a library agnhost already carries (bash's and curl's) is taken from the host once, as it is the same file."""
+    missing = [str(path) for path in programs.values() if not path.is_file()]
+    if missing:
+        raise ImageBuildError(
+            f"{', '.join(missing)} missing: `nodeagent testbed install --with-certified` installs bind9-dnsutils"
+        )
+    host_files = with_libgcc_s(images.host_program_files(programs))
+    inputs = {
+        "image": "e2e-agnhost-dns",
+        "agnhost": agnhost.manifest_digest,
+        "host": _host_digests(host_files),
+        "nsswitch.conf": images.sha256_digest(NSSWITCH_CONF),
+        "architecture": images.host_architecture(),
+    }
+
+    def files() -> list[TarEntry]:
+        own = {*host_files, "etc/nsswitch.conf"}
+        entries = [e for e in layer_entries(agnhost) if e.path not in own]
+        entries += _host_entries(host_files)
+        entries.append(TarEntry.file("etc/nsswitch.conf", NSSWITCH_CONF))
+        return images.with_parent_directories(entries)
+
+    return images._build(dest, inputs, files, image_config(agnhost))
+
+
 def default_cache() -> Path:
     return cache_root() / "images" / "certified"
 
@@ -359,13 +399,21 @@ def certified_builders(cache: Path | None = None) -> dict[str, Callable[[], list
     def etcd() -> list[CertifiedImage]:
         return [CertifiedImage(ETCD_REPOSITORY, ETCD_E2E_TAG, build_etcd_image(cache / "etcd", etcd_e2e_dir()))]
 
+    def testbed_agnhost() -> OCIImage:
+        return images.build_agnhost_image(cache_root() / "images" / "agnhost", agnhost_path(), busybox)
+
+    def agnhost_dns() -> list[CertifiedImage]:
+        image = build_agnhost_dns_image(cache / "agnhost-dns", testbed_agnhost())
+        return [CertifiedImage(AGNHOST_REPOSITORY, AGNHOST_VERSION, image)]
+
     def nautilus() -> list[CertifiedImage]:
-        agnhost = images.build_agnhost_image(cache_root() / "images" / "agnhost", agnhost_path(), busybox)
+        agnhost = testbed_agnhost()
         sources = {name: nautilus_dir() / name for name in NAUTILUS_FILES}
         image = build_nautilus_image(cache / "nautilus", agnhost, sources)
         return [CertifiedImage(NAUTILUS_REPOSITORY, NAUTILUS_TAG, image)]
 
     return {
+        "agnhost-dns": agnhost_dns,
         "httpd": httpd,
         "jessie-dnsutils": jessie,
         "sample-apiserver": sample_apiserver,
@@ -377,6 +425,7 @@ def certified_builders(cache: Path | None = None) -> dict[str, Callable[[], list
 def certified_repositories() -> dict[str, str]:
     """Repository path -> the builder's name in certified_builders()."""
     return {
+        AGNHOST_REPOSITORY: "agnhost-dns",
         HTTPD_REPOSITORY: "httpd",
         JESSIE_DNSUTILS_REPOSITORY: "jessie-dnsutils",
         SAMPLE_APISERVER_REPOSITORY: "sample-apiserver",

@@ -6,9 +6,9 @@ testbed's registry under the suite's names, as the conformance image step does, 
 - httpd (both tags): no command, the image's CMD serves "It works!" on port 80, the StatefulSet fixture's readiness
   probe (GET /index.html) passes, and the specs' `mv -v /usr/local/apache2/htdocs/index.html /tmp/` through exec
   turns the pod NotReady;
-- jessie-dnsutils: the DNS specs' probe shape, `sh -c` with seq, `dig +notcp/+tcp +noall +answer +search` and
-  `getent hosts`: dig answers from a DNS server (busybox dnsd in the same container, UDP), getent reads the
-  kubelet's /etc/hosts;
+- jessie-dnsutils, and agnhost with the DNS tools (pushed over the testbed's agnhost:2.56): the DNS specs' probe
+  shape, `sh -c` with seq, `dig +notcp/+tcp +noall +answer +search` and `getent hosts`: dig answers from a DNS
+  server (busybox dnsd in the same container, UDP), getent reads the kubelet's /etc/hosts;
 - etcd: the aggregator spec's command (`/usr/local/bin/etcd --listen-client-urls http://127.0.0.1:2379 ...`)
   serves: a second container reads /health and /version, and etcdctl in the etcd container writes and reads a key;
 - sample-apiserver: the binary starts and prints its flags (`--help`, exit 0);
@@ -155,12 +155,20 @@ dig -v 2>&1; nslookup -version; host -V
 """
 
 
-async def test_jessie_dnsutils_runs_the_dns_specs_probe_tools(
-    testbed: Testbed, agent: Agent, admin: KubeClient, settings: Settings, pushed: dict[str, str]
+@pytest.mark.parametrize(("builder", "tag"), [("jessie-dnsutils", "1.7"), ("agnhost-dns", "2.56")])
+async def test_the_dns_probers_run_the_dns_specs_probe_tools(
+    testbed: Testbed,
+    agent: Agent,
+    admin: KubeClient,
+    settings: Settings,
+    pushed: dict[str, str],
+    builder: str,
+    tag: str,
 ) -> None:
+    """The jessie prober (jessie-dnsutils) and the wheezy prober (agnhost) run the same loop."""
     await wait_node_ready(admin, agent, settings.node_name)
-    image = f"{pushed['jessie-dnsutils']}:1.7"
-    name = f"jessie-{_suffix()}"
+    image = f"{pushed[builder]}:{tag}"
+    name = f"{builder}-{_suffix()}"
     container = {"image": image, "command": ["sh", "-c", JESSIE_SCRIPT]}
     await admin.create(paths.pods(NS), one_container_pod(name, container, LABEL, restartPolicy="Never"))
     terminated = await _container_done(admin, agent, name, "main")

@@ -152,6 +152,27 @@ def test_nautilus_is_its_base_plus_the_two_files_with_test_webserver(tmp_path: P
     assert members["tmp"].mode == base_members["tmp"].mode == 0o1777
 
 
+def test_agnhost_dns_is_its_base_plus_the_dns_tools_with_shared_libraries_once(tmp_path: Path) -> None:
+    # A base that already holds libc and friends (as agnhost holds bash's and curl's): no path twice.
+    programs = {path: STAND_IN for path in certifiedimages.DNSUTILS_PROGRAMS}
+    base = certifiedimages.build_jessie_dnsutils_image(tmp_path / "base", _busybox(tmp_path), programs=programs)
+    dns = {path: STAND_IN for path in certifiedimages.AGNHOST_DNS_PROGRAMS}
+    built = certifiedimages.build_agnhost_dns_image(tmp_path / "agnhost", base, programs=dns)
+    config, members, read = read_layout(built.layout)
+    base_config, base_members, _ = read_layout(base.layout)
+    assert config["config"] == base_config["config"]
+    assert set(members) >= set(base_members)
+    assert sorted(certifiedimages.AGNHOST_DNS_PROGRAMS) == [
+        "usr/bin/dig",
+        "usr/bin/getent",
+        "usr/bin/host",
+        "usr/bin/nslookup",
+    ]
+    for path in certifiedimages.AGNHOST_DNS_PROGRAMS:
+        assert read(path) == STAND_IN.read_bytes()
+    assert b"hosts: files dns" in read("etc/nsswitch.conf")
+
+
 MANIFEST = """
 	configs[APIServer] = Config{list.PromoterE2eRegistry, "sample-apiserver", "1.29.2"}
 	configs[Etcd] = Config{list.GcEtcdRegistry, "etcd", "3.6.4-0"}
@@ -201,7 +222,8 @@ def test_certified_targets_are_the_suites_refs_of_the_testbeds_registry() -> Non
         ImageRef(REGISTRY, "e2e-test-images/nautilus", "1.7"),
     ]
     targets = certified_targets(needed, REGISTRY)
-    assert sorted(targets) == ["etcd", "httpd", "nautilus"]
+    # agnhost too: the certified step pushes the one with the DNS tools over the testbed's.
+    assert sorted(targets) == ["agnhost-dns", "etcd", "httpd", "nautilus"]
     assert [ref.tag for ref in targets["httpd"]] == ["2.4.38-4", "2.4.39-4"]
     assert targets["nautilus"] == [ImageRef(REGISTRY, "e2e-test-images/nautilus", "1.7")]
     assert set(certifiedimages.certified_repositories().values()) == set(certifiedimages.certified_builders())
