@@ -13,8 +13,9 @@ ordinary container). The testbed's own names stay as they are.
 
 The images only the certified `[Conformance]` suite pulls (httpd, jessie-dnsutils, sample-apiserver, etcd 3.6,
 nautilus: testbed/certifiedimages.py) are pushed too, each when its parts are on the machine (`nodeagent testbed
-install --with-certified`); without them the image stays lacking in images.txt and the run says why. Nothing is
-built for them by a plain install, so a [NodeConformance] run on a machine without them costs nothing more.
+install --with-certified`); without them the image stays lacking in images.txt and the log says why. So is agnhost
+with the DNS tools the DNS specs run in it (dig, getent), over the testbed's agnhost:2.56. Nothing is built for them
+by a plain install, so a [NodeConformance] run on a machine without their parts costs nothing more.
 """
 
 from __future__ import annotations
