@@ -22,16 +22,12 @@ step.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import ssl
 import subprocess
-import tempfile
 import time
 import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -40,6 +36,7 @@ import pytest_asyncio
 from nodeagent.cluster.cluster import Cluster, ClusterError, wait_nodes_ready
 from nodeagent.testbed import configs, images, registry
 from nodeagent.testbed.versions import agnhost_path, busybox_path, cache_root
+from tests.integration.clusterkit import temporary_cluster
 from tests.integration.test_kubeadm_addons import host_rules_naming
 from tests.integration.test_kubeadm_cluster import KUBECTL, kubectl, kubectl_json, leftovers, pod_netns
 
@@ -51,16 +48,8 @@ WEB_PORT = 8080
 
 @pytest_asyncio.fixture
 async def cluster() -> AsyncIterator[Cluster]:
-    root = Path(tempfile.mkdtemp(prefix="nodeagent-cluster-net-"))
-    lines: list[str] = []
-    made = Cluster(root, progress=lambda line: lines.append(f"{time.monotonic():.1f} {line}"))
-    try:
+    async with temporary_cluster("nodeagent-cluster-net-") as made:
         yield made
-    finally:
-        await made.down()
-        print("\n".join(lines))
-        if not os.environ.get("NODEAGENT_KEEP_TESTBED"):
-            shutil.rmtree(root, ignore_errors=True)
 
 
 def web_pod(name: str, node: str, image: str) -> dict[str, Any]:

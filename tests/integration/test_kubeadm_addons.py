@@ -16,13 +16,9 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import os
-import shutil
 import subprocess
-import tempfile
 import time
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -34,6 +30,7 @@ from nodeagent.cluster.cluster import Cluster, ClusterError, wait_nodes_ready
 from nodeagent.testbed import images, kubeproxy, registry
 from nodeagent.testbed.coredns import COREDNS_VERSION
 from nodeagent.testbed.versions import cache_root
+from tests.integration.clusterkit import temporary_cluster
 from tests.integration.test_kubeadm_cluster import KUBECTL, bridge_veths, kubectl, kubectl_json, leftovers, pod_netns
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
@@ -62,16 +59,8 @@ def nat_rules(cluster: Cluster, index: int) -> list[str]:
 
 @pytest_asyncio.fixture
 async def cluster() -> AsyncIterator[Cluster]:
-    root = Path(tempfile.mkdtemp(prefix="nodeagent-kubeadm-addons-"))
-    lines: list[str] = []
-    made = Cluster(root, progress=lambda line: lines.append(f"{time.monotonic():.1f} {line}"))
-    try:
+    async with temporary_cluster("nodeagent-kubeadm-addons-") as made:
         yield made
-    finally:
-        await made.down()
-        print("\n".join(lines))
-        if not os.environ.get("NODEAGENT_KEEP_TESTBED"):
-            shutil.rmtree(root, ignore_errors=True)
 
 
 def probe_pod(name: str, node: str, image: str, api_ip: str) -> dict[str, Any]:

@@ -14,10 +14,7 @@ test_cluster_network.py cover them. This test needs no session testbed of its ow
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
-import tempfile
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -30,6 +27,7 @@ from nodeagent.cluster.cluster import Cluster, ClusterError, wait_nodes_ready
 from nodeagent.cluster.node import leftover_cgroups
 from nodeagent.testbed import hostnet, images, registry
 from nodeagent.testbed.versions import cache_root, crictl_path, kubernetes_bin_dir
+from tests.integration.clusterkit import temporary_cluster
 
 pytestmark = pytest.mark.integration
 
@@ -96,17 +94,8 @@ def bridge_veths(bridge: str) -> list[str]:
 
 @pytest_asyncio.fixture
 async def cluster() -> AsyncIterator[Cluster]:
-    root = Path(tempfile.mkdtemp(prefix="nodeagent-kubeadm-"))
-    lines: list[str] = []
-    made = Cluster(root, progress=lambda line: lines.append(f"{time.monotonic():.1f} {line}"))
-    try:
+    async with temporary_cluster("nodeagent-kubeadm-") as made:
         yield made
-    finally:
-        await made.down()
-        print("\n".join(lines))
-        # The logs (kubeadm's, each kubelet's, containerd's) stay only when asked for, as a testbed's.
-        if not os.environ.get("NODEAGENT_KEEP_TESTBED"):
-            shutil.rmtree(root, ignore_errors=True)
 
 
 async def test_kubeadm_init_join_and_reset(cluster: Cluster) -> None:
