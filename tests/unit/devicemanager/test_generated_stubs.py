@@ -1,4 +1,4 @@
-"""The committed stubs in nodeagent/devicemanager/v1beta1 are exactly what scripts/gen-deviceplugin.sh makes of the proto.
+"""The committed stubs in nodeagent/devicemanager/v1beta1 are what scripts/gen-deviceplugin.sh makes of the proto.
 
 A proto edit without regeneration, or a hand edit of a generated file, fails here. The fix is to run
 scripts/gen-deviceplugin.sh (with the pinned grpcio-tools and mypy-protobuf of pyproject.toml).
