@@ -24,7 +24,7 @@ import logging
 import os
 import signal
 import socket
-from collections.abc import Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -47,6 +47,8 @@ from nodeagent.clock import SystemClock
 from nodeagent.config import KubeletConfiguration, load_config
 from nodeagent.config.kubelet_config import CgroupDriver
 from nodeagent.config.quantity import parse_quantity
+from nodeagent.devicemanager import DeviceManager, running_containers
+from nodeagent.devicemanager import container_resources as device_container_resources
 from nodeagent.events import EventRecorder, ObjectRef
 from nodeagent.evictionmanager import EvictionInputs, EvictionManager, disk_layout, eviction_config
 from nodeagent.experiment.injectionfile import InjectionFile
@@ -438,6 +440,17 @@ async def _run(
     runtime_state = RuntimeState()
     await until_stopped(stop, "reading the runtime's status", _runtime_health(cri, runtime_state))
     eviction.use_disk_layout(await disk_layout(cri.image.image_fs_info, str(options.root_dir)))
+    # Device plugins (upstream's container manager starts it before the node registers): its pods and sources are
+    # the kubelet's, bound once they exist; the containers running now keep their devices until the sources are
+    # read (a restart before their plugins are back).
+    late: dict[str, Callable[[], Any]] = {}
+    device_manager = DeviceManager(
+        str(options.root_dir),
+        active_pods=lambda: late["active_pods"]() if "active_pods" in late else [],
+        sources_ready=lambda: bool(late["sources_ready"]()) if "sources_ready" in late else False,
+        monotonic=clock.monotonic,
+    )
+    await device_manager.start(running_containers(pod_cache.get_all()))
     node_status = None
     volume_managers: list[VolumeManager] = []
     if client is not None:
@@ -456,6 +469,7 @@ async def _run(
             # The volume manager is made after the node is registered: until then, nothing is in use.
             volumes_in_use=lambda: volume_managers[0].volumes_in_use() if volume_managers else (),
             node_labels=options.node_labels,
+            device_capacity=lambda: device_manager.get_capacity()[:2],
         )
         wait = registration_wait(config.static_pod_path)
         # Retried for ever, as upstream (an unreachable apiserver, a credential that may not register this name);
@@ -528,6 +542,7 @@ async def _run(
         fetch_object=_object_fetcher(client),
         container_mounts=volumes.container_mounts,
         container_devices=volumes.container_devices,
+        container_resources=device_container_resources(device_manager),
         services=services,
         runtime_handlers=runtime_state.handlers,
         runtime_classes=runtime_classes if runtime_classes is not None else UnresolvedRuntimeClasses(),
@@ -583,7 +598,10 @@ async def _run(
         eviction_admit=lambda pod: (
             None if (refused := eviction.admit(pod)) is None else (refused.reason, refused.message)
         ),
+        device_admit=device_manager.admit,
     )
+    late["active_pods"] = kubelet.active_pods
+    late["sources_ready"] = pod_config.sources_ready
     # As upstream's PodDeletionSafetyProvider: a terminal phase is sent once the pod's worker stopped everything.
     status_manager.could_have_running_containers = kubelet.workers.could_have_running_containers
     # A CSI volume's stats come from its driver (NodeGetVolumeStats), through the kubernetes.io/csi plugin.
@@ -795,6 +813,7 @@ async def _run(
     await kubelet.workers.stop()
     await probes.stop()
     await prober.aclose()
+    await device_manager.stop()
     log.info("agent stopping node=%s", node_name)
     if failed.done() and not failed.cancelled() and supervisor.failed.is_set():
         raise AgentError("a background task failed; see the log above")

@@ -35,7 +35,7 @@ import dataclasses
 import datetime
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -265,6 +265,9 @@ class Kubelet:
     supports_recursive_read_only: Callable[[Pod], bool] = lambda pod: False
     # Upstream's eviction admit handler, the first admit handler: None admits, else (reason, message).
     eviction_admit: Callable[[Pod], tuple[str, str] | None] = lambda pod: None
+    # Upstream's resource allocation admit handler (the device manager's Allocate for every container), between
+    # the sysctls and the predicates: None admits, else (reason, message). None: no device manager.
+    device_admit: Callable[[Pod], Awaitable[tuple[str, str] | None]] | None = None
     # In-place resize (upstream's allocation manager): None runs every pod as its spec says, never resized.
     allocation: AllocationManager | None = None
     monotonic: Callable[[], float] = time.monotonic
@@ -316,6 +319,10 @@ class Kubelet:
                     self._reject(pod, *refused)
                     continue
                 active = [p for p in known if self._active(p) and _uid(p) != _uid(pod)]
+                refused = await self._device_admit(pod)
+                if refused is not None:
+                    self._reject(pod, *refused)
+                    continue
                 # As upstream's allocation manager AddPod: the pod and the others as allocated (a restart keeps an
                 # accepted resize; admission counts what is allocated, not what a spec asks for).
                 refused = self._admit_allocated(pod, active)
@@ -727,6 +734,12 @@ class Kubelet:
             if memory is not None:
                 out[name] = str(memory)
         return out
+
+    async def _device_admit(self, pod: Pod) -> tuple[str, str] | None:
+        # A pod the sysctls refuse is left to _admit_allocated, which says so: upstream checks them first.
+        if self.device_admit is None or (self.sysctls is not None and self.sysctls.forbidden(pod) is not None):
+            return None
+        return await self.device_admit(pod)
 
     def _admit_allocated(self, pod: Pod, active: Sequence[Pod]) -> tuple[str, str] | None:
         """The admit handlers (after the eviction manager's) for `pod` among `active`, both as allocated; an

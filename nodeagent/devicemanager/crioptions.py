@@ -3,8 +3,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
 from cri.v1 import api_pb2
+from nodeagent.devicemanager.manager import DeviceManager, DeviceManagerError
 from nodeagent.devicemanager.poddevices import DeviceRunContainerOptions
+from nodeagent.kuberuntime.errors import CreateContainerConfigError
 
 
 def apply_device_options(config: api_pb2.ContainerConfig, options: DeviceRunContainerOptions | None) -> None:
@@ -32,3 +37,19 @@ def apply_device_options(config: api_pb2.ContainerConfig, options: DeviceRunCont
         if key not in config.annotations:
             config.annotations[key] = value
     config.CDI_devices.extend(api_pb2.CDIDevice(name=name) for name in options.cdi_devices)
+
+
+def container_resources(
+    manager: DeviceManager,
+) -> Callable[[Mapping[str, Any], Mapping[str, Any], api_pb2.ContainerConfig], Awaitable[None]]:
+    """The runtime manager's hook: the container's device options into its config; a failure is the container's
+    CreateContainerConfigError with the device manager's text, as upstream's generateContainerConfig reports it."""
+
+    async def add(pod: Mapping[str, Any], container: Mapping[str, Any], config: api_pb2.ContainerConfig) -> None:
+        try:
+            options = await manager.run_container_options(pod, container)
+        except DeviceManagerError as exc:
+            raise CreateContainerConfigError(str(exc)) from exc
+        apply_device_options(config, options)
+
+    return add

@@ -35,6 +35,7 @@ from typing import Any
 
 import grpc
 
+from cri.v1 import api_pb2 as cri_pb2
 from nodeagent.config import parse_quantity
 from nodeagent.devicemanager.checkpoint import (
     CHECKPOINT_NAME,
@@ -48,6 +49,7 @@ from nodeagent.devicemanager.endpoint import PluginCallError, PluginEndpoint
 from nodeagent.devicemanager.poddevices import DeviceRunContainerOptions, PodDevices
 from nodeagent.devicemanager.v1beta1 import api_pb2, api_pb2_grpc
 from nodeagent.sources.validation import qualified_name_error
+from pleg.status import PodStatus
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +76,16 @@ def is_extended_resource_name(name: str) -> bool:
     if "/" not in name or "kubernetes.io/" in name or name.startswith("requests."):
         return False
     return qualified_name_error("requests." + name) is None
+
+
+def running_containers(statuses: Iterable[PodStatus]) -> set[tuple[str, str]]:
+    """(pod UID, container name) of every running container (upstream's initial containerRunningSet)."""
+    return {
+        (status.uid, record.status.metadata.name)
+        for status in statuses
+        for record in status.containers
+        if record.status.state == cri_pb2.CONTAINER_RUNNING
+    }
 
 
 def _uid(pod: Pod) -> str:
@@ -328,11 +340,12 @@ class DeviceManager:
     def is_device_plugin_resource(self, resource: str) -> bool:
         return resource in self._healthy or resource in self._allocated
 
-    def update_allocated_devices(self) -> None:
-        """Frees the devices of pods no longer active, once every pod source has been seen (upstream)."""
+    def update_allocated_devices(self, admitting: str = "") -> None:
+        """Frees the devices of pods no longer active, once every pod source has been seen (upstream). The pod
+        being admitted (`admitting`) counts as active, as it does upstream (the pod manager holds it already)."""
         if not self._sources_ready():
             return
-        gone = self._pod_devices.pods() - {_uid(p) for p in self._active_pods()}
+        gone = self._pod_devices.pods() - {_uid(p) for p in self._active_pods()} - {admitting}
         if not gone:
             return
         log.info("device manager freeing pods=%s", ",".join(sorted(gone)))
@@ -383,7 +396,7 @@ class DeviceManager:
             if not self.is_device_plugin_resource(resource):
                 continue
             if not updated:
-                self.update_allocated_devices()
+                self.update_allocated_devices(uid)
                 updated = True
             chosen = await self._devices_to_allocate(uid, name, resource, needed, reuse.get(resource, set()))
             if not chosen:

@@ -92,6 +92,9 @@ ContainerMounts = Callable[
 ]
 # (pod, container) -> the CRI devices of its volumeDevices; raises CreateContainerConfigError.
 ContainerDevices = Callable[[Pod, Mapping[str, Any]], Awaitable[Sequence[api_pb2.Device]]]
+# Adds what the container's device-plugin devices need to its config (upstream: the container manager's
+# GetResources); raises a KubeRuntimeError (CreateContainerConfigError) when it cannot.
+ContainerResources = Callable[[Pod, Mapping[str, Any], api_pb2.ContainerConfig], Awaitable[None]]
 
 
 # (type, reason, message): events about the node itself.
@@ -277,6 +280,7 @@ class RuntimeManager:
         fetch_object: ObjectFetcher | None = None,
         container_mounts: ContainerMounts | None = None,
         container_devices: ContainerDevices | None = None,
+        container_resources: ContainerResources | None = None,
         services: ServiceLister | None = None,
         runtime_handlers: Callable[[], Sequence[RuntimeHandler]] = tuple,
         runtime_classes: RuntimeHandlerResolver | None = None,
@@ -296,6 +300,7 @@ class RuntimeManager:
         self._started_at = wall_clock()
         self._container_mounts = container_mounts
         self._container_devices = container_devices
+        self._container_resources = container_resources
         self._services = services
         self._runtime_handlers = runtime_handlers
         # The pods' RuntimeClass → runtime handler (nodeagent.runtimeclass); None: every pod gets the default.
@@ -876,6 +881,8 @@ class RuntimeManager:
                 if self._node.root_dir
                 else DEFAULT_SECCOMP_PROFILE_ROOT,
             )
+            if self._container_resources is not None:
+                await self._container_resources(pod, container, config)
             if self._container_devices is not None:
                 # As upstream makeBlockVolumes: the container's volumeDevices, its mapped Block volumes.
                 config.devices.extend(await self._container_devices(pod, container))

@@ -131,6 +131,7 @@ class NodeStatusManager:
         pressure: Callable[[], frozenset[str]] = frozenset,
         volumes_in_use: Callable[[], Sequence[str]] = tuple,
         node_labels: Mapping[str, str] | None = None,
+        device_capacity: Callable[[], tuple[Mapping[str, int], Mapping[str, int]]] | None = None,
     ) -> None:
         self._client = client
         self._name = node_name
@@ -149,6 +150,8 @@ class NodeStatusManager:
         self._volumes_in_use = volumes_in_use
         # The kubelet's --node-labels: on the Node it creates (upstream initialNode).
         self._node_labels = dict(node_labels or {})
+        # The device plugins' extended resources (capacity, allocatable); None without a device manager.
+        self._device_capacity = device_capacity
         self._node: Obj | None = None
         self._lease: Obj | None = None
         self._runtime_down = False  # what the last computed status said of the runtime
@@ -297,6 +300,7 @@ class NodeStatusManager:
             conditions,
             runtime_handlers=self._runtime_handlers(),
             runtime_features=self._node_features(),
+            device_capacity=self._device_capacity() if self._device_capacity is not None else None,
         )
         in_use = sorted(self._volumes_in_use())
         if in_use:

@@ -28,9 +28,13 @@ def build_node_status(
     hugepages: Mapping[str, int] | None = None,
     runtime_handlers: Sequence[RuntimeHandler] = (),
     runtime_features: RuntimeFeatures | None = None,
+    device_capacity: tuple[Mapping[str, int], Mapping[str, int]] | None = None,
 ) -> dict[str, Any]:
     """Node.status: capacity, allocatable, conditions, addresses, daemon endpoints, node info, and the runtime's
     handlers and features when it reports them (CRI Status).
+
+    `device_capacity` is the device plugins' (capacity, allocatable) per extended resource (the device manager's
+    GetCapacity), set over the machine's as upstream's MachineInfo setter does.
 
     kubeProxyVersion is left out: it is deprecated and the kubelet no longer fills it.
     """
@@ -41,9 +45,15 @@ def build_node_status(
     if facts.internal_ip:
         addresses.append({"type": "InternalIP", "address": facts.internal_ip})
     addresses.append({"type": "Hostname", "address": facts.hostname})
+    node_allocatable = allocatable(node_capacity, config.system_reserved, config.kube_reserved, config.eviction_hard)
+    if device_capacity is not None:
+        node_capacity = dict(sorted({**node_capacity, **{k: str(v) for k, v in device_capacity[0].items()}}.items()))
+        node_allocatable = dict(
+            sorted({**node_allocatable, **{k: str(v) for k, v in device_capacity[1].items()}}.items())
+        )
     status: dict[str, Any] = {
         "capacity": node_capacity,
-        "allocatable": allocatable(node_capacity, config.system_reserved, config.kube_reserved, config.eviction_hard),
+        "allocatable": node_allocatable,
         "conditions": [dict(c) for c in conditions],
         "addresses": addresses,
         "daemonEndpoints": {"kubeletEndpoint": {"Port": facts.daemon_port}},

@@ -4,9 +4,7 @@ capacity, admission, the container's options, the checkpoint across a restart, a
 from __future__ import annotations
 
 import asyncio
-import shutil
-import tempfile
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -33,14 +31,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-@pytest.fixture
-def root() -> Iterator[Path]:
-    # Short: a unix socket path has at most 107 bytes.
-    path = Path(tempfile.mkdtemp(prefix="dm-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def pod(uid: str, *containers: Mapping[str, Any], init: tuple[Mapping[str, Any], ...] = ()) -> dict[str, Any]:
@@ -86,13 +76,6 @@ class Harness:
             await plugin.stop()
         for manager in self.managers:
             await manager.stop()
-
-
-@pytest.fixture
-async def harness(root: Path) -> AsyncIterator[Harness]:
-    h = Harness(root, Clock())
-    yield h
-    await h.close()
 
 
 async def eventually(check: Callable[[], bool], timeout: float = 5.0) -> None:
@@ -185,6 +168,17 @@ async def test_admission_allocates_and_refuses_a_pod_that_does_not_fit(harness: 
     harness.active.clear()
     assert await manager.admit(second) is None
     assert len(plugin.allocate_calls) == 2
+
+
+async def test_every_container_of_a_pod_being_admitted_keeps_its_devices(harness: Harness) -> None:
+    # The pod being admitted is not among the active pods yet: its first container's devices must not be freed
+    # when the second one is allocated.
+    manager = await harness.manager()
+    await harness.plugin(initial=devices("a", "b", "c"))
+    p = pod("p", container("one", 1), container("two", 1))
+    assert await manager.admit(p) is None
+    one, two = manager.container_devices("p", "one"), manager.container_devices("p", "two")
+    assert one and two and one[RESOURCE].isdisjoint(two[RESOURCE])
 
 
 async def test_a_pod_asking_for_a_resource_no_plugin_serves_is_left_to_the_predicates(harness: Harness) -> None:
