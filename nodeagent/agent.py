@@ -83,6 +83,7 @@ from nodeagent.nodestatus.node import build_node_status
 from nodeagent.nodestatus.resources import allocatable as node_allocatable
 from nodeagent.pluginmanager.manager import PluginManager
 from nodeagent.podconfig import FAILED_VALIDATION, PodConfig
+from nodeagent.podresources import PodResourcesServer
 from nodeagent.prober import Prober, ProberManager, ProberMetrics
 from nodeagent.runtimeclass import RuntimeClassManager, UnresolvedRuntimeClasses
 from nodeagent.server.host import AgentHost
@@ -602,6 +603,11 @@ async def _run(
     )
     late["active_pods"] = kubelet.active_pods
     late["sources_ready"] = pod_config.sources_ready
+    # The PodResources API v1 for node agents (device monitors), on <root-dir>/pod-resources/kubelet.sock.
+    pod_resources = PodResourcesServer(
+        str(options.root_dir), device_manager, active_pods=kubelet.active_pods, all_pods=pod_config.pods
+    )
+    await pod_resources.start()
     # As upstream's PodDeletionSafetyProvider: a terminal phase is sent once the pod's worker stopped everything.
     status_manager.could_have_running_containers = kubelet.workers.could_have_running_containers
     # A CSI volume's stats come from its driver (NodeGetVolumeStats), through the kubernetes.io/csi plugin.
@@ -813,6 +819,7 @@ async def _run(
     await kubelet.workers.stop()
     await probes.stop()
     await prober.aclose()
+    await pod_resources.stop()
     await device_manager.stop()
     log.info("agent stopping node=%s", node_name)
     if failed.done() and not failed.cancelled() and supervisor.failed.is_set():

@@ -554,3 +554,7 @@ class DeviceManager:
 
     def container_devices(self, uid: str, name: str) -> dict[str, set[str]]:
         return self._pod_devices.container_resources(uid, name)
+
+    def container_topology(self, uid: str, name: str) -> dict[str, dict[int, list[str]]]:
+        """resource -> NUMA node (-1: none) -> device IDs the container holds."""
+        return self._pod_devices.container_topology(uid, name)

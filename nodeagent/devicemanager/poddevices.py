@@ -74,6 +74,13 @@ class PodDevices:
         """resource name -> device IDs the container holds."""
         return {name: a.ids() for name, a in self._pods.get(uid, {}).get(container, {}).items()}
 
+    def container_topology(self, uid: str, container: str) -> dict[str, dict[int, list[str]]]:
+        """resource name -> NUMA node -> device IDs the container holds (for the PodResources API)."""
+        return {
+            name: {node: list(ids) for node, ids in a.device_ids.items()}
+            for name, a in sorted(self._pods.get(uid, {}).get(container, {}).items())
+        }
+
     def devices(self) -> dict[str, set[str]]:
         """resource name -> every device ID some container holds."""
         out: dict[str, set[str]] = {}
