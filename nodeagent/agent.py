@@ -602,7 +602,6 @@ async def _run(
         device_admit=device_manager.admit,
     )
     late["active_pods"] = kubelet.active_pods
-    late["sources_ready"] = pod_config.sources_ready
     # The PodResources API v1 for node agents (device monitors), on <root-dir>/pod-resources/kubelet.sock.
     pod_resources = PodResourcesServer(
         str(options.root_dir), device_manager, active_pods=kubelet.active_pods, all_pods=pod_config.pods
@@ -632,6 +631,8 @@ async def _run(
         sources_ready=pod_config.sources_ready,
         clock=clock,
     )
+    # As upstream's sourcesReady: a source counts once its first update has been handled, not merely received.
+    late["sources_ready"] = lambda: set(sources) <= sync_loop.handled_sources
     if recorder is not None:
         supervisor.start("events", recorder.run())
         # Upstream's words first (tools match them), then which agent and which release it emulates.

@@ -85,6 +85,9 @@ class SyncLoop:
         self._sync_period = sync_period
         self._housekeeping_period = housekeeping_period
         self.iterations = 0
+        # The sources whose updates have been handled (upstream's sourcesReady.AddSource, after the handler): the
+        # device manager keeps running containers' devices until every source's first pods were admitted.
+        self.handled_sources: set[str] = set()
 
     async def run(self) -> None:
         next_sync = self._clock.monotonic() + self._sync_period
@@ -157,3 +160,4 @@ class SyncLoop:
             await self._handler.handle_pod_reconcile(update.pods)
         else:
             log.error("syncloop unexpected config operation op=%s", update.op.value)
+        self.handled_sources.add(update.source)

@@ -136,3 +136,27 @@ async def test_ticks_sync_due_pods_and_housekeep_when_sources_ready(harness: Har
     harness.ready = True
     await harness.clock.advance(2.0)
     assert ("cleanup", []) in harness.handler.calls
+
+
+async def test_a_source_counts_as_handled_only_after_its_update_was_handled() -> None:
+    # Upstream's sourcesReady.AddSource comes after HandlePodAdditions: while a source's first pods are admitted,
+    # that source is not ready yet (the device manager keeps running containers' devices then).
+    channels = SyncLoopChannels(asyncio.Queue(), asyncio.Queue(maxsize=10), asyncio.Queue())
+    seen_during: list[set[str]] = []
+
+    class Handler(RecordingHandler):
+        async def handle_pod_additions(self, pods: Sequence[Pod]) -> None:
+            seen_during.append(set(loop.handled_sources))
+
+    loop = SyncLoop(
+        channels, Handler(), pod_by_uid=lambda uid: None, pods_due=list, sources_ready=lambda: True, clock=FakeClock()
+    )
+    task = asyncio.create_task(loop.run())
+    channels.config.put_nowait(PodUpdate("api", Operation.ADD, (pod("a"),)))
+    channels.config.put_nowait(PodUpdate("file", Operation.ADD, ()))
+    await settle()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert seen_during == [set()]
+    assert loop.handled_sources == {"api", "file"}
