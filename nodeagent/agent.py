@@ -600,6 +600,7 @@ async def _run(
             None if (refused := eviction.admit(pod)) is None else (refused.reason, refused.message)
         ),
         device_admit=device_manager.admit,
+        node_for_admission=device_manager.sanitize_node,
     )
     late["active_pods"] = kubelet.active_pods
     # The PodResources API v1 for node agents (device monitors), on <root-dir>/pod-resources/kubelet.sock.

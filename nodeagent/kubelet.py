@@ -268,6 +268,9 @@ class Kubelet:
     # Upstream's resource allocation admit handler (the device manager's Allocate for every container), between
     # the sysctls and the predicates: None admits, else (reason, message). None: no device manager.
     device_admit: Callable[[Pod], Awaitable[tuple[str, str] | None]] | None = None
+    # The Node as the predicates see it for a pod (upstream's UpdatePluginResources: a pod holding devices counts
+    # them in allocatable even when their plugin is gone).
+    node_for_admission: Callable[[Pod, dict[str, Any] | None], Mapping[str, Any] | None] = lambda pod, node: node
     # In-place resize (upstream's allocation manager): None runs every pod as its spec says, never resized.
     allocation: AllocationManager | None = None
     monotonic: Callable[[], float] = time.monotonic
@@ -747,7 +750,8 @@ class Kubelet:
 
         def predicates(candidate: Mapping[str, Any], others: Sequence[Mapping[str, Any]]) -> tuple[str, str] | None:
             # Without a Node (standalone) only the node-independent checks (sysctls) apply.
-            node, pods = self.node(), [dict(p) for p in others]
+            found = self.node_for_admission(dict(candidate), self.node())
+            node, pods = (dict(found) if found is not None else None), [dict(p) for p in others]
             verdict = admit(dict(candidate), node, pods, sysctls=self.sysctls)
             if not verdict.admit:  # a critical pod short of resources may preempt others instead
                 verdict = self.preemption.handle_admission_failure(candidate, node, pods, verdict, sysctls=self.sysctls)

@@ -543,6 +543,28 @@ class DeviceManager:
         except PluginCallError as exc:
             raise DeviceManagerError(f"device plugin PreStartContainer rpc failed with err: {exc}") from exc
 
+    def sanitize_node(self, pod: Pod, node: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+        """The Node as the predicates should see it for `pod` (upstream UpdatePluginResources and
+        sanitizeNodeAllocatable): when the pod holds devices, each resource's allocatable is at least the number of
+        devices allocated, so a pod re-admitted after a restart is not refused while its plugin is not back yet."""
+        if node is None or not self._pod_devices.has_pod(_uid(pod)):
+            return node
+        status = dict(node.get("status") or {})
+        allocatable = dict(status.get("allocatable") or {})
+        changed = False
+        for resource, ids in self._allocated.items():
+            try:
+                have = parse_quantity(str(allocatable[resource])) if resource in allocatable else None
+            except (ValueError, ArithmeticError):
+                have = None
+            if have is not None and have >= len(ids):
+                continue
+            allocatable[resource] = str(len(ids))
+            changed = True
+        if not changed:
+            return node
+        return {**node, "status": {**status, "allocatable": allocatable}}
+
     # --- readers ---------------------------------------------------------------------------------------------
 
     def allocatable_devices(self) -> dict[str, dict[str, api_pb2.Device]]:

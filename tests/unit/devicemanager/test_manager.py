@@ -330,3 +330,21 @@ async def test_a_corrupt_checkpoint_is_ignored(harness: Harness) -> None:
     (plugin_dir / "kubelet_internal_checkpoint").write_text('{"Data": {}, "Checksum": 1}')
     manager = await harness.manager()
     assert manager.get_capacity() == ({}, {}, [])
+
+
+async def test_a_pod_holding_devices_sees_them_in_allocatable(harness: Harness) -> None:
+    # Upstream sanitizeNodeAllocatable: the Node may say 0 (its plugin not back after a restart), the predicates
+    # must still admit the pod that holds the devices.
+    manager = await harness.manager()
+    await harness.plugin(initial=devices("a", "b"))
+    p = pod("p", container("c", 2))
+    harness.active.append(p)
+    assert await manager.admit(p) is None
+    node: dict[str, Any] = {"status": {"allocatable": {"cpu": "2", RESOURCE: "0"}}}
+    seen = manager.sanitize_node(p, node)
+    assert seen is not None
+    assert seen["status"]["allocatable"] == {"cpu": "2", RESOURCE: "2"}
+    assert node["status"]["allocatable"][RESOURCE] == "0"  # the agent's own copy is left alone
+    assert manager.sanitize_node(pod("other", {"name": "x"}), node) is node
+    enough: dict[str, Any] = {"status": {"allocatable": {RESOURCE: "5"}}}
+    assert manager.sanitize_node(p, enough) is enough
