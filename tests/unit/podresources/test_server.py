@@ -16,8 +16,6 @@ from nodeagent.podresources.v1 import api_pb2, api_pb2_grpc
 from tests.unit.devicemanager.fakeplugin import devices
 from tests.unit.devicemanager.test_manager import RESOURCE, Harness, container, pod
 
-pytest_plugins = ["tests.unit.devicemanager.conftest"]
-
 
 @pytest.fixture
 async def lister(harness: Harness) -> AsyncIterator[tuple[api_pb2_grpc.PodResourcesListerAsyncStub, Harness]]:
