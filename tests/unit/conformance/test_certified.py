@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from nodeagent.cluster.cluster import STATE_FILE, ClusterState
+from nodeagent.cluster.nodenet import Fabric
 from nodeagent.conformance import certified
 from nodeagent.conformance.certified import CertifiedOptions, Target, cluster_target, resolve_target, run_lock
 from nodeagent.conformance.errors import ConformanceError
@@ -14,7 +15,8 @@ from nodeagent.conformance.errors import ConformanceError
 
 def _cluster(root: Path, registry: str) -> Path:
     root.mkdir(parents=True)
-    ClusterState(registry=registry, service_cidr="198.19.0.0/16", nodes=()).save(root / STATE_FILE)
+    fabric = Fabric(bridge="nafab0000000", cidr="198.18.5.0/24")
+    ClusterState(registry=registry, service_cidr="198.19.0.0/16", nodes=(), fabric=fabric).save(root / STATE_FILE)
     return root
 
 
