@@ -9,8 +9,10 @@ Authorization: `mode: AlwaysAllow`, or `Webhook`, a SubjectAccessReview for the 
 and a subresource from the path (allowed answers cached for `cacheAuthorizedTTL`, denials for
 `cacheUnauthorizedTTL`). With fine-grained authorization (KubeletFineGrainedAuthz, on by default since v1.33), /pods,
 /runningpods, /healthz and /configz are checked as nodes/pods, nodes/healthz, nodes/configz first and then as
-nodes/proxy; /stats, /metrics and /logs only as nodes/stats, nodes/metrics, nodes/log; everything else as
-nodes/proxy. A denial is 403 with upstream's text.
+nodes/proxy; /stats, /metrics, /logs, /checkpoint, /statusz and /flagz only as nodes/stats, nodes/metrics, nodes/log,
+nodes/checkpoint, nodes/statusz and nodes/configz; everything else as nodes/proxy. The verb is upstream's: POST
+create, GET get, PUT update, PATCH patch, DELETE delete, and empty for any other method (HEAD included). A denial is
+403 with upstream's text.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ ANONYMOUS = "system:anonymous"
 UNAUTHENTICATED = "system:unauthenticated"
 AUTHENTICATED = "system:authenticated"
 
-_VERBS = {"POST": "create", "GET": "get", "HEAD": "get", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+# As upstream: any other method (HEAD, OPTIONS, a lower-case "get") is authorized with an empty verb.
+_VERBS = {"POST": "create", "GET": "get", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
 
 # (path prefix, fine-grained subresource, falls back to nodes/proxy)
 _FINE_GRAINED: tuple[tuple[str, str, bool], ...] = (
@@ -39,8 +42,9 @@ _FINE_GRAINED: tuple[tuple[str, str, bool], ...] = (
     ("/runningpods", "pods", True),
     ("/healthz", "healthz", True),
     ("/configz", "configz", True),
-    ("/spec", "spec", False),
     ("/checkpoint", "checkpoint", False),
+    ("/statusz", "statusz", False),
+    ("/flagz", "configz", False),
 )
 
 
@@ -69,7 +73,7 @@ def _is_subpath(path: str, prefix: str) -> bool:
 def request_attributes(user: User, method: str, path: str, node_name: str) -> list[Attributes]:
     """The attributes to authorize, in order; any one allowed admits the request (upstream
     GetRequestAttributes with fine-grained authorization)."""
-    verb = _VERBS.get(method.upper(), "")
+    verb = _VERBS.get(method, "")
     for prefix, subresource, fallback in _FINE_GRAINED:
         if _is_subpath(path, prefix):
             attrs = [Attributes(user, verb, node_name, subresource, path)]

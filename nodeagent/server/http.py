@@ -8,6 +8,16 @@ switches protocols for any upgrade the handler accepts with a 101, and hands ove
 One task per connection; requests on a connection are served one after another (keep-alive). While a handler
 streams a response, a watcher reads the socket: end-of-file means the client went away, and the handler is
 cancelled, so a dropped `kubectl logs -f` leaks no task, file or runtime stream.
+
+Hostile clients are treated as upstream's `http.Server` (pkg/kubelet/server/server.go) treats them:
+- a request head over MaxHeaderBytes (1 MiB, plus Go's 4 KiB of slack) gets Go's bare 431, a malformed one Go's
+  bare 400, and the connection is closed;
+- no handler reads a request body: the handler runs as soon as the head is in, and the body is discarded after it,
+  at most 256 KiB of it (Go's maxPostHandlerReadBytes); a longer body closes the connection after the answer, so
+  an oversized or endless body costs neither memory nor a 413 that upstream never sends;
+- reading a request (head and body) has upstream's ReadTimeout, 4 h, and a kept-alive connection waits at most
+  IdleTimeout, 90 s, for its next request. A slow client holds only its own connection task: others are served
+  meanwhile, as Go serves each connection on its own goroutine.
 """
 
 from __future__ import annotations
@@ -25,9 +35,18 @@ import h11
 
 log = logging.getLogger(__name__)
 
-MAX_BODY = 1 << 20
 READ_SIZE = 64 * 1024
-HEADER_LIMIT = 1 << 20
+# Go's http.Server reads at most MaxHeaderBytes (upstream: 1 << 20) plus 4096 bytes of slack for a request head.
+HEADER_LIMIT = (1 << 20) + 4096
+# Go's maxPostHandlerReadBytes: how much of an unread body the server discards to keep the connection alive.
+DISCARD_LIMIT = 256 << 10
+# Bytes a client may send ahead (pipelined) while a handler runs, before the watcher stops reading them.
+PIPELINE_LIMIT = 64 << 10
+READ_TIMEOUT = 4 * 60 * 60.0  # upstream's ReadTimeout: 4 * 60 * time.Minute
+IDLE_TIMEOUT = 90.0  # upstream's IdleTimeout
+# Go's rstAvoidanceDelay: before closing a connection whose client may still be sending, the server waits this
+# long (here: reading and dropping) so that the unread bytes do not turn the close into a reset that loses the answer.
+LINGER = 0.5
 
 Headers = Sequence[tuple[str, str]]
 
@@ -154,9 +173,18 @@ def _decode_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[str, str]]
 class HTTPServer:
     """Serves `handler` on host:port (TLS when `ssl_context` is given) until `close()`."""
 
-    def __init__(self, handler: Handler, *, ssl_context: ssl.SSLContext | None = None) -> None:
+    def __init__(
+        self,
+        handler: Handler,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        read_timeout: float = READ_TIMEOUT,
+        idle_timeout: float = IDLE_TIMEOUT,
+    ) -> None:
         self._handler = handler
         self._ssl = ssl_context
+        self._read_timeout = read_timeout
+        self._idle_timeout = idle_timeout
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
 
@@ -187,6 +215,8 @@ class HTTPServer:
         self._connections.add(task)
         try:
             await self._serve(reader, writer)
+        except TimeoutError:
+            log.debug("kubelet server connection timed out")
         except (ConnectionError, OSError, ssl.SSLError, asyncio.IncompleteReadError) as exc:
             log.debug("kubelet server connection ended error=%r", exc)
         finally:
@@ -200,24 +230,28 @@ class HTTPServer:
         peer_cert = writer.get_extra_info("peercert")
         peer = writer.get_extra_info("peername")
         remote = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else ""
+        loop = asyncio.get_running_loop()
+        first = True
         while True:
-            event = await _next_event(conn, reader)
-            if isinstance(event, h11.ConnectionClosed) or event is None:
+            if not first and not conn.trailing_data[0]:
+                # As Go: a kept-alive connection waits IdleTimeout for the first byte of its next request.
+                async with asyncio.timeout(self._idle_timeout):
+                    data = await reader.read(READ_SIZE)
+                if not data:
+                    return
+                conn.receive_data(data)
+            first = False
+            deadline = loop.time() + self._read_timeout
+            try:
+                async with asyncio.timeout_at(deadline):
+                    event = await _next_head(conn, reader)
+            except h11.RemoteProtocolError as exc:
+                if not reader.at_eof():  # as Go: a client gone mid-head gets no answer
+                    await _go_error(writer, exc.error_status_hint)
+                    await _linger(reader)
                 return
             if not isinstance(event, h11.Request):
-                return
-            body = bytearray()
-            while True:
-                part = await _next_event(conn, reader)
-                if isinstance(part, h11.Data):
-                    body += part.data
-                    if len(body) > MAX_BODY:
-                        await _plain(conn, writer, 413, "request body too large")
-                        return
-                elif isinstance(part, h11.EndOfMessage):
-                    break
-                else:
-                    return
+                return  # closed between requests (or a protocol switch h11 paused on)
             target = event.target.decode("latin-1")
             path, query = parse_target(target)
             request = Request(
@@ -226,25 +260,39 @@ class HTTPServer:
                 path=path,
                 query=query,
                 headers=_decode_headers(event.headers),
-                body=bytes(body),
                 peer_cert=peer_cert,
                 remote=remote,
             )
             responder = Responder(conn, writer, reader)
-            await self._run_handler(request, responder)
+            body = _BodyState()
+            await self._run_handler(request, responder, body, deadline)
             if responder.upgraded is not None:
                 return  # the handler owned the raw connection and has finished with it
+            if body.overflowed:
+                # As Go: more body than it discards; the answer is out, the connection closes
+                await _linger(reader)
+                return
+            if conn.their_state is h11.SEND_BODY:
+                try:
+                    async with asyncio.timeout_at(deadline):
+                        complete = await _discard_body(conn, reader, body)
+                except h11.RemoteProtocolError:
+                    return
+                if not complete:
+                    return
             if conn.our_state is h11.MUST_CLOSE or conn.their_state is h11.MUST_CLOSE:
                 return
             if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
                 return
             conn.start_next_cycle()
 
-    async def _run_handler(self, request: Request, responder: Responder) -> None:
+    async def _run_handler(self, request: Request, responder: Responder, body: _BodyState, deadline: float) -> None:
         handler = asyncio.create_task(self._handler(request, responder))
         # While the handler runs, a closed socket means the client is gone: cancel the handler. An upgrade's
         # handler reads the socket itself (and sees the end there), so it gets no watcher.
-        watcher = asyncio.create_task(asyncio.Event().wait() if request.wants_upgrade else _watch_eof(responder))
+        watcher = asyncio.create_task(
+            asyncio.Event().wait() if request.wants_upgrade else _watch_eof(responder, body, deadline)
+        )
         try:
             done, _ = await asyncio.wait({handler, watcher}, return_when=asyncio.FIRST_COMPLETED)
             if watcher in done and not handler.done():
@@ -267,25 +315,85 @@ class HTTPServer:
                     await handler
 
 
-async def _watch_eof(responder: Responder) -> None:
-    """Returns when the client closes its side while the handler runs (upgraded connections are the handler's)."""
+@dataclass
+class _BodyState:
+    """How much of the request's body has been discarded, and whether it went over Go's discard limit."""
+
+    discarded: int = 0
+    overflowed: bool = False
+
+
+async def _discard_body(conn: h11.Connection, reader: asyncio.StreamReader, body: _BodyState) -> bool:
+    """Reads and drops the request body; True when it ended, False when the client closed or it passed
+    DISCARD_LIMIT (then `body.overflowed`)."""
+    while conn.their_state is h11.SEND_BODY:
+        event = await _next_event(conn, reader)
+        if isinstance(event, h11.Data):
+            body.discarded += len(event.data)
+            if body.discarded > DISCARD_LIMIT:
+                body.overflowed = True
+                return False
+        elif not isinstance(event, h11.EndOfMessage):
+            return False
+    return True
+
+
+async def _watch_eof(responder: Responder, body: _BodyState, deadline: float) -> None:
+    """Returns when the client closes its side while the handler runs (upgraded connections are the handler's).
+    The request's body is discarded first, within the read deadline."""
+    conn, reader = responder._conn, responder._reader
+    try:
+        async with asyncio.timeout_at(deadline):
+            complete = await _discard_body(conn, reader, body)
+    except (h11.RemoteProtocolError, TimeoutError):
+        return
+    except (ConnectionError, OSError, ssl.SSLError):
+        return
+    if not complete and not body.overflowed:
+        return  # the client closed in the middle of its body
+    buffered = 0
     while True:
         try:
-            data = await responder._reader.read(READ_SIZE)
+            data = await reader.read(READ_SIZE)
         except (ConnectionError, OSError, ssl.SSLError):
             return
         if not data:
             return
-        # Bytes after a complete request: a pipelined request; kept for h11, served after this one.
+        if body.overflowed:
+            continue  # the connection closes after this answer: what follows the body is dropped
+        # Bytes after a complete request: a pipelined request; kept for h11, served after this one. Past a bound,
+        # stop reading and let TCP push back (Go's background read takes one byte).
+        buffered += len(data)
         responder._conn.receive_data(data)
+        if buffered >= PIPELINE_LIMIT:
+            await asyncio.Event().wait()
+
+
+async def _next_head(conn: h11.Connection, reader: asyncio.StreamReader) -> h11.Event | None:
+    """The next request head. Bytes are fed to h11 no further than HEADER_LIMIT, so that a head longer than that is
+    refused exactly as Go refuses it (h11 checks its limit only while an event is incomplete)."""
+    fed = len(conn.trailing_data[0])
+    while True:
+        event = conn.next_event()
+        if event is h11.NEED_DATA:
+            room = HEADER_LIMIT - fed
+            if room <= 0:
+                raise h11.RemoteProtocolError("request head too large", error_status_hint=431)
+            data = await reader.read(min(READ_SIZE, room))
+            fed += len(data)
+            conn.receive_data(data)
+            continue
+        if event is h11.PAUSED:
+            return None
+        assert not isinstance(event, type)
+        return event
 
 
 async def _next_event(conn: h11.Connection, reader: asyncio.StreamReader) -> h11.Event | None:
+    """The next event, reading as needed; None when h11 pauses (a protocol switch). Raises h11's
+    RemoteProtocolError for a malformed or oversized request."""
     while True:
-        try:
-            event = conn.next_event()
-        except h11.RemoteProtocolError:
-            return None
+        event = conn.next_event()
         if event is h11.NEED_DATA:
             data = await reader.read(READ_SIZE)
             conn.receive_data(data)
@@ -296,10 +404,21 @@ async def _next_event(conn: h11.Connection, reader: asyncio.StreamReader) -> h11
         return event
 
 
-async def _plain(conn: h11.Connection, writer: asyncio.StreamWriter, status: int, message: str) -> None:
-    body = (message + "\n").encode()
-    with contextlib.suppress(h11.LocalProtocolError):
-        writer.write(conn.send(h11.Response(status_code=status, headers=[("content-length", str(len(body)))])) or b"")
-        writer.write(conn.send(h11.Data(data=body)) or b"")
-        writer.write(conn.send(h11.EndOfMessage()) or b"")
+async def _linger(reader: asyncio.StreamReader) -> None:
+    with contextlib.suppress(TimeoutError, ConnectionError, OSError, ssl.SSLError):
+        async with asyncio.timeout(LINGER):
+            while await reader.read(READ_SIZE):
+                pass
+
+
+_STATUS_TEXT = {400: "Bad Request", 431: "Request Header Fields Too Large", 501: "Not Implemented"}
+
+
+async def _go_error(writer: asyncio.StreamWriter, status: int) -> None:
+    """Go's answer to a request it cannot read (net/http's conn.serve): a bare status line, its text as the body, and
+    the connection closed."""
+    text = f"{status} {_STATUS_TEXT.get(status, 'Bad Request')}"
+    head = f"HTTP/1.1 {text}\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n"
+    with contextlib.suppress(ConnectionError, OSError, ssl.SSLError, RuntimeError):
+        writer.write(head.encode() + text.encode())
         await writer.drain()

@@ -28,6 +28,14 @@ ALICE = User("alice", ("devs", auth.AUTHENTICATED))
         ("GET", "/containerLogs/ns/p/c", "get", ["proxy"]),
         ("PUT", "/statsx", "update", ["proxy"]),
         ("DELETE", "/podsx", "delete", ["proxy"]),
+        ("POST", "/checkpoint/ns/p/c", "create", ["checkpoint"]),
+        ("GET", "/statusz", "get", ["statusz"]),
+        ("GET", "/flagz", "get", ["configz"]),
+        ("GET", "/spec/", "get", ["proxy"]),  # v1.34 has no /spec route and no spec subresource
+        ("GET", "/debug/pprof/", "get", ["proxy"]),
+        ("HEAD", "/pods", "", ["pods", "proxy"]),  # upstream maps only five methods to verbs
+        ("OPTIONS", "/metrics", "", ["metrics"]),
+        ("get", "/pods", "", ["pods", "proxy"]),
     ],
 )
 def test_request_attributes(method: str, path: str, verb: str, subresources: list[str]) -> None:
