@@ -215,6 +215,10 @@ class HTTPServer:
         self._connections.add(task)
         try:
             await self._serve(reader, writer)
+        except asyncio.CancelledError:
+            # close() ends the connection; the task is the root of its own tree, so it ends quietly (asyncio's
+            # stream callback would log a cancelled connection task as an error)
+            pass
         except TimeoutError:
             log.debug("kubelet server connection timed out")
         except (ConnectionError, OSError, ssl.SSLError, asyncio.IncompleteReadError) as exc:

@@ -124,6 +124,8 @@ class KubeletServer:
     enable_system_log_handler: bool = True
     log_poll: float = logreader.POLL_SECONDS
     active_streams: int = field(default=0, init=False)
+    # Stats answers being computed, by endpoint: concurrent requests for one share its computation (single flight).
+    _inflight: dict[str, asyncio.Future[Any]] = field(default_factory=dict, init=False, repr=False)
 
     async def handle(self, request: Request, responder: Responder) -> None:
         if self.authenticator is not None and not await self._authorized(request, responder):
@@ -278,13 +280,31 @@ class KubeletServer:
         # as upstream: only exactly one only_cpu_and_memory=true selects the CPU-and-memory summary
         only = request.query.get("only_cpu_and_memory") == ["true"]
         try:
-            body = await self.host.summary(only)
+            body = await self._shared(f"summary only={only}", lambda: self.host.summary(only))
         except StatsError as exc:
             log.error("kubelet api stats summary failed error=%s", exc)
             await responder.send(500, f"Internal Error: {exc}".encode())
             return
         # go-restful pretty-prints its JSON answers with one space of indent
         await responder.send(200, json.dumps(body, indent=1).encode(), content_type=JSON_TYPE)
+
+    async def _shared(self, key: str, make: Callable[[], Awaitable[Any]]) -> Any:
+        """The stats endpoints read every container's cgroups (in a thread that holds the GIL against the pod
+        workers). Under a burst of scrapes, requests that arrive while one is being computed get that answer instead
+        of starting their own, so the agent's cost stays one computation at a time (upstream serves them from
+        cadvisor's cache). A client that goes away does not cancel the computation the others wait for."""
+        shared = self._inflight.get(key)
+        if shared is None:
+            shared = asyncio.ensure_future(make())
+            self._inflight[key] = shared
+
+            def done(future: asyncio.Future[Any], key: str = key) -> None:
+                self._inflight.pop(key, None)
+                if not future.cancelled():
+                    future.exception()  # retrieved: every waiter may have gone
+
+            shared.add_done_callback(done)
+        return await asyncio.shield(shared)
 
     async def _stats_redirect(self, request: Request, responder: Responder, params: dict[str, str]) -> None:
         # Go's ServeMux sends a subtree's root without its slash to the subtree (/stats/ is registered).
@@ -300,11 +320,11 @@ class KubeletServer:
         await responder.send(404, b"404: Page Not Found")
 
     async def _resource_metrics(self, request: Request, responder: Responder, params: dict[str, str]) -> None:
-        body = await self.host.resource_metrics()
+        body = await self._shared("resource", self.host.resource_metrics)
         await responder.send(200, body, content_type="text/plain; version=0.0.4; charset=utf-8")
 
     async def _cadvisor_metrics(self, request: Request, responder: Responder, params: dict[str, str]) -> None:
-        body = await self.host.cadvisor_metrics()
+        body = await self._shared("cadvisor", self.host.cadvisor_metrics)
         await responder.send(200, body, content_type="text/plain; version=0.0.4; charset=utf-8")
 
     async def _node_logs(self, request: Request, responder: Responder, params: dict[str, str]) -> None:

@@ -1,0 +1,338 @@
+"""The kubelet API under load while pods keep starting, in one run on one testbed (issue 34):
+
+- idle: pods started one after another (create → Running, seen by a watch), nothing else running;
+- load: the same pod starts, while clients hold STREAMS long-lived streams on the agent (half `logs -f` of a
+  chatty container, half WebSocket exec sessions of a shell that prints every second) and send REQUESTS requests
+  of mixed endpoints (/healthz, /pods, /runningpods/, /configz, /metrics, /metrics/probes, /metrics/resource,
+  /metrics/cadvisor, /stats/summary, /containerLogs with a tail, /logs/) from WORKERS keep-alive connections;
+- after: the streams closed, the agent's RSS settles (`--settle` s), then 5 s of samples give "after";
+- the load phase and its settle are repeated `--rounds` times on the same agent: RSS that keeps growing round after
+  round is a leak, RSS that stays where the first round left it is the allocator's high-water mark.
+
+Clients talk straight to the agent's TLS port on the node address with the apiserver's kubelet client certificate
+(what `kubectl logs -f` and `kubectl exec` reach through the apiserver), so the load is the agent's and not 200
+kubectl processes'. The load generator runs on the same 2 cores as the agent: its CPU is part of the load.
+
+Prints one JSON line and one summary line: pod start p50 under load against idle (goal at most 1.3 times), the requests'
+latency and errors, the streams opened, and the agent's RSS before, at its peak and after.
+Run: `python -m benchmarks.kubelet_api_load [--requests 10000] [--streams 200] [--pods 15] [--rounds 2] [--dir DIR]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import contextlib
+import json
+import os
+import shutil
+import ssl
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from benchmarks.common import NS, percentile
+from benchmarks.pod_startup import agent_round
+from nodeagent.kube import paths
+from nodeagent.kube.client import KubeClient
+from nodeagent.testbed import configs
+from nodeagent.testbed.testbed import Testbed
+
+ENDPOINTS = [
+    "/healthz",
+    "/pods",
+    "/runningpods/",
+    "/configz",
+    "/metrics",
+    "/metrics/probes",
+    "/metrics/resource",
+    "/metrics/cadvisor",
+    "/stats/summary",
+    f"/containerLogs/{NS}/load-logs/main?tailLines=10",
+    "/logs/",
+]
+
+
+def _rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for {pid}")
+
+
+def _cpu_seconds(pid: int) -> float:
+    """The process's user + system CPU time (/proc/PID/stat fields 14 and 15)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _pod(name: str, image: str, command: list[str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "terminationGracePeriodSeconds": 0,
+            "automountServiceAccountToken": False,
+            "containers": [{"name": "main", "image": image, "command": command}],
+        },
+    }
+
+
+async def _running(admin: KubeClient, name: str) -> None:
+    for _ in range(600):
+        pod: dict[str, Any] = await admin.get(paths.pod(NS, name))
+        if any("running" in (s.get("state") or {}) for s in (pod.get("status") or {}).get("containerStatuses") or ()):
+            return
+        await asyncio.sleep(0.2)
+    raise RuntimeError(f"{name} did not run")
+
+
+class Streams:
+    """Long-lived streams on the agent: `logs -f` (chunked) and WebSocket exec sessions; counts what they read."""
+
+    def __init__(self, host: str, port: int, context: ssl.SSLContext) -> None:
+        self.host, self.port, self.context = host, port, context
+        self.opened = 0
+        self.failed: Counter[str] = Counter()
+        self.bytes_read = 0
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def _open(self, head: str, expect: bytes) -> None:
+        try:
+            reader, writer = await asyncio.open_connection(
+                self.host, self.port, ssl=self.context, server_hostname=self.host
+            )
+        except OSError as exc:
+            self.failed[type(exc).__name__] += 1
+            return
+        try:
+            writer.write(head.encode())
+            await writer.drain()
+            status = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 60)
+            if not status.startswith(expect):
+                self.failed[status.split(b"\r\n", 1)[0].decode("latin-1")] += 1
+                return
+            self.opened += 1
+            while data := await reader.read(65536):
+                self.bytes_read += len(data)
+        except (OSError, asyncio.IncompleteReadError, TimeoutError) as exc:
+            self.failed[type(exc).__name__] += 1
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    def logs_follow(self) -> None:
+        head = f"GET /containerLogs/{NS}/load-logs/main?follow=true HTTP/1.1\r\nHost: {self.host}\r\n\r\n"
+        self._tasks.append(asyncio.create_task(self._open(head, b"HTTP/1.1 200")))
+
+    def exec_session(self) -> None:
+        key = base64.b64encode(os.urandom(16)).decode()
+        query = "command=sh&command=-c&command=while%20true%3B%20do%20echo%20x%3B%20sleep%201%3B%20done&output=1"
+        head = (
+            f"GET /exec/{NS}/load-exec/main?{query} HTTP/1.1\r\nHost: {self.host}\r\nConnection: Upgrade\r\n"
+            f"Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: {key}\r\n"
+            "Sec-WebSocket-Protocol: v4.channel.k8s.io\r\n\r\n"
+        )
+        self._tasks.append(asyncio.create_task(self._open(head, b"HTTP/1.1 101")))
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+async def _requests(base: str, context: ssl.SSLContext, total: int, workers: int) -> tuple[list[float], Counter[str]]:
+    latencies: list[float] = []
+    outcomes: Counter[str] = Counter()
+    counter = iter(range(total))
+
+    async def worker() -> None:
+        limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+        async with httpx.AsyncClient(verify=context, timeout=60, limits=limits, trust_env=False) as client:
+            for i in counter:
+                path = ENDPOINTS[i % len(ENDPOINTS)]
+                started = time.monotonic()
+                try:
+                    response = await client.get(base + path)
+                    outcomes[str(response.status_code)] += 1
+                except httpx.HTTPError as exc:
+                    outcomes[type(exc).__name__] += 1
+                    continue
+                latencies.append(time.monotonic() - started)
+
+    await asyncio.gather(*(worker() for _ in range(workers)))
+    return latencies, outcomes
+
+
+async def _pod_starts(admin: KubeClient, image: str, count: int) -> list[float]:
+    durations: list[float] = []
+    for _ in range(count):
+        durations += await agent_round(admin, image, 1)
+    return durations
+
+
+async def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--requests", type=int, default=10_000)
+    parser.add_argument("--streams", type=int, default=200)
+    parser.add_argument("--workers", type=int, default=16)
+    parser.add_argument("--pods", type=int, default=15, help="pod starts in each of the idle and load phases")
+    parser.add_argument("--rounds", type=int, default=2, help="load rounds on the same agent (RSS after each)")
+    parser.add_argument("--settle", type=float, default=30.0, help="seconds after the load before RSS 'after'")
+    parser.add_argument("--dir", type=Path, default=None)
+    args = parser.parse_args(argv)
+    root = args.dir or Path(tempfile.mkdtemp(prefix="nodeagent-bench-"))
+    bed = Testbed(root)
+    settings = await bed.up()
+    result: dict[str, Any] = {"benchmark": "kubelet_api_load"}
+    samples: list[tuple[float, float]] = []
+    try:
+        agent = await bed.start_agent()
+        image = configs.busybox_image(settings)
+        context = ssl.create_default_context(cafile=str(bed.layout.pki / "ca.crt"))
+        pki = bed.layout.pki
+        context.load_cert_chain(str(pki / "apiserver-kubelet-client.crt"), str(pki / "apiserver-kubelet-client.key"))
+        base = f"https://{settings.node_ip}:{settings.kubelet_port}"
+        stop_sampling = asyncio.Event()
+
+        async def sample() -> None:
+            while not stop_sampling.is_set():
+                samples.append((time.monotonic(), await asyncio.to_thread(_rss_mib, agent.pid)))
+                await asyncio.sleep(0.25)
+
+        async with KubeClient.from_kubeconfig(bed.layout.admin_kubeconfig) as admin:
+            chatty = "i=0; while true; do i=$((i+1)); echo line $i; sleep 0.2; done"
+            await admin.create(paths.pods(NS), _pod("load-logs", image, ["sh", "-c", chatty]))
+            await admin.create(paths.pods(NS), _pod("load-exec", image, ["sleep", "3600"]))
+            await _running(admin, "load-logs")
+            await _running(admin, "load-exec")
+            async with httpx.AsyncClient(verify=context, timeout=30, trust_env=False) as probe:
+                for _ in range(120):
+                    with contextlib.suppress(httpx.HTTPError):
+                        if (await probe.get(base + "/healthz")).status_code == 200:
+                            break
+                    await asyncio.sleep(0.5)
+            sampler = asyncio.create_task(sample())
+            await _pod_starts(admin, image, 2)  # warm-up: image, first sandbox, caches
+            idle_started, idle_cpu = time.monotonic(), _cpu_seconds(agent.pid)
+            idle = await _pod_starts(admin, image, args.pods)
+            idle_ended, idle_cpu = time.monotonic(), _cpu_seconds(agent.pid) - idle_cpu
+
+            rounds: list[dict[str, Any]] = []
+            for _ in range(args.rounds):
+                streams = Streams(settings.node_ip, settings.kubelet_port, context)
+                load_started, load_cpu = time.monotonic(), _cpu_seconds(agent.pid)
+                for i in range(args.streams):
+                    if i % 2:
+                        streams.exec_session()
+                    else:
+                        streams.logs_follow()
+                    if i % 20 == 19:
+                        await asyncio.sleep(0.5)  # a ramp: the exec sessions each start a process in the container
+                await asyncio.sleep(3)
+                requests_task = asyncio.create_task(_requests(base, context, args.requests, args.workers))
+                loaded: list[float] = []
+                while len(loaded) < args.pods or not requests_task.done():  # pods keep starting for the whole load
+                    loaded += await _pod_starts(admin, image, 1)
+                latencies, outcomes = await requests_task
+                load_ended, load_cpu = time.monotonic(), _cpu_seconds(agent.pid) - load_cpu
+                opened, failed, streamed = streams.opened, dict(streams.failed), streams.bytes_read
+                await streams.close()
+                await asyncio.sleep(args.settle)
+                after_started = time.monotonic()
+                await asyncio.sleep(5)
+                rounds.append(
+                    {
+                        "loaded": loaded,
+                        "latencies": latencies,
+                        "outcomes": outcomes,
+                        "window": (load_started, load_ended),
+                        "cpu": load_cpu,
+                        "streams": (opened, failed, streamed),
+                        "after": (after_started, time.monotonic()),
+                    }
+                )
+            stop_sampling.set()
+            await sampler
+            for name in ("load-logs", "load-exec"):
+                await admin.delete(paths.pod(NS, name), grace_period_seconds=0)
+
+        def rss(start: float, end: float) -> list[float]:
+            return [r for t, r in samples if start <= t <= end]
+
+        first = rounds[0]
+        loaded, latencies, outcomes = first["loaded"], first["latencies"], first["outcomes"]
+        load_started, load_ended = first["window"]
+        load_cpu = first["cpu"]
+        opened, failed, streamed = first["streams"]
+        idle_p50, load_p50 = statistics.median(idle), statistics.median(loaded)
+        request_seconds = load_ended - load_started
+        before, during, after = rss(idle_started, idle_ended), rss(load_started, load_ended), rss(*first["after"])
+        result.update(
+            pods_idle=len(idle),
+            pods_under_load=len(loaded),
+            pod_start_idle_p50_s=round(idle_p50, 3),
+            pod_start_load_p50_s=round(load_p50, 3),
+            pod_start_load_p90_s=round(percentile(loaded, 0.9), 3),
+            pod_start_ratio_p50=round(load_p50 / idle_p50, 2),
+            pod_start_goal_met=load_p50 <= 1.3 * idle_p50,
+            requests=args.requests,
+            request_outcomes=dict(outcomes),
+            request_p50_ms=round(1000 * statistics.median(latencies), 1),
+            request_p99_ms=round(1000 * percentile(latencies, 0.99), 1),
+            load_seconds=round(request_seconds, 1),
+            agent_cpu_share_idle=round(idle_cpu / (idle_ended - idle_started), 2),
+            agent_cpu_share_load=round(load_cpu / request_seconds, 2),
+            streams_wanted=args.streams,
+            streams_opened=opened,
+            streams_failed=failed,
+            streamed_mib=round(streamed / (1 << 20), 2),
+            rss_before_mib=round(statistics.median(before), 1),
+            rss_peak_mib=round(max(during), 1),
+            rss_after_mib=round(statistics.median(after), 1),
+            rss_after_over_before=round(statistics.median(after) / statistics.median(before), 2),
+            # each further round repeats the load on the same agent: a leak grows, an allocator's high-water mark
+            # stays where the first round left it
+            later_rounds=[
+                {
+                    "pod_start_load_p50_s": round(statistics.median(r["loaded"]), 3),
+                    "request_outcomes": dict(r["outcomes"]),
+                    "streams_opened": r["streams"][0],
+                    "rss_peak_mib": round(max(rss(*r["window"])), 1),
+                    "rss_after_mib": round(statistics.median(rss(*r["after"])), 1),
+                }
+                for r in rounds[1:]
+            ],
+            load_average=os.getloadavg()[0],
+        )
+    finally:
+        with contextlib.suppress(Exception):
+            await bed.down()
+    if args.dir is None:
+        shutil.rmtree(root, ignore_errors=True)
+    print(json.dumps(result))
+    print(
+        f"kubelet_api_load: pod start p50 {result['pod_start_load_p50_s']}s under load vs "
+        f"{result['pod_start_idle_p50_s']}s idle (x{result['pod_start_ratio_p50']}, goal x1.3 "
+        f"{'met' if result['pod_start_goal_met'] else 'missed'}); {args.requests} requests p50 "
+        f"{result['request_p50_ms']} ms p99 {result['request_p99_ms']} ms {result['request_outcomes']}; "
+        f"{result['streams_opened']}/{args.streams} streams; agent RSS {result['rss_before_mib']} -> peak "
+        f"{result['rss_peak_mib']} -> {result['rss_after_mib']} MiB"
+        + "".join(f", after round {i + 2} {r['rss_after_mib']} MiB" for i, r in enumerate(result["later_rounds"]))
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main(sys.argv[1:])))
