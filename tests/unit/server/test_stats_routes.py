@@ -3,6 +3,7 @@ sockets; and AgentHost's side of them over a stand-in for the stats provider."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import json
 from collections.abc import AsyncIterator, Mapping
@@ -161,3 +162,35 @@ async def test_agent_host_without_or_with_a_failing_provider() -> None:
         assert resource["resource_scrape_error"].samples[0].value == 1
         cadvisor = {f.name: f for f in text_string_to_metric_families((await host.cadvisor_metrics()).decode())}
         assert cadvisor["container_scrape_error"].samples[0].value == 1
+
+
+async def test_concurrent_summaries_share_one_computation(tmp_path: Path) -> None:
+    """Requests that arrive while a summary is being computed get that answer; the next one computes again."""
+    release, both_started = asyncio.Event(), asyncio.Event()
+
+    class SlowHost(StatsHost):
+        async def summary(self, only_cpu_and_memory: bool) -> Mapping[str, Any]:
+            self.asked.append(only_cpu_and_memory)
+            if len(self.asked) == 2:
+                both_started.set()
+            await release.wait()
+            return {"node": {"nodeName": f"node-{len(self.asked)}"}, "pods": []}
+
+    host = SlowHost(tmp_path / "0.log")
+    kubelet = KubeletServer(host, Runtime("http://127.0.0.1:1/x", tmp_path / "0.log"), node_name="node-1")
+    server = HTTPServer(kubelet.handle)
+    port = await server.listen("127.0.0.1", 0)
+    try:
+        waiting = [asyncio.create_task(request(port, get("/stats/summary"))) for _ in range(5)]
+        other = asyncio.create_task(request(port, get("/stats/summary?only_cpu_and_memory=true")))
+        await asyncio.wait_for(both_started.wait(), 5)
+        await asyncio.sleep(0.5)  # the other four plain requests reach the server and wait on the first
+        release.set()
+        answers = await asyncio.gather(*waiting, other)
+        assert sorted(host.asked) == [False, True]
+        # the five plain requests got one and the same computation's answer
+        assert len({body for _, body in answers[:5]}) == 1
+        assert (await request(port, get("/stats/summary")))[0] == 200
+        assert len(host.asked) == 3
+    finally:
+        await server.close()
