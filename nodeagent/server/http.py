@@ -47,6 +47,7 @@ IDLE_TIMEOUT = 90.0  # upstream's IdleTimeout
 # Go's rstAvoidanceDelay: before closing a connection whose client may still be sending, the server waits this
 # long (here: reading and dropping) so that the unread bytes do not turn the close into a reset that loses the answer.
 LINGER = 0.5
+LINGER_MAX = 5.0
 
 Headers = Sequence[tuple[str, str]]
 
@@ -409,10 +410,15 @@ async def _next_event(conn: h11.Connection, reader: asyncio.StreamReader) -> h11
 
 
 async def _linger(reader: asyncio.StreamReader) -> None:
+    """Read and drop what the client still sends until it pauses for LINGER (Go waits a fixed 0.5 s; a client whose
+    bytes are still arriving on a loaded machine gets up to LINGER_MAX), so the close is not a reset."""
+    loop = asyncio.get_running_loop()
+    until = loop.time() + LINGER_MAX
     with contextlib.suppress(TimeoutError, ConnectionError, OSError, ssl.SSLError):
-        async with asyncio.timeout(LINGER):
-            while await reader.read(READ_SIZE):
-                pass
+        while loop.time() < until:
+            async with asyncio.timeout(min(LINGER, until - loop.time())):
+                if not await reader.read(READ_SIZE):
+                    return
 
 
 _STATUS_TEXT = {400: "Bad Request", 431: "Request Header Fields Too Large", 501: "Not Implemented"}

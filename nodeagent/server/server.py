@@ -128,6 +128,10 @@ class KubeletServer:
     _inflight: dict[str, asyncio.Future[Any]] = field(default_factory=dict, init=False, repr=False)
 
     async def handle(self, request: Request, responder: Responder) -> None:
+        if not upstream_registered(request.path):
+            # Upstream's ServeMux answers a path outside every pattern it registered before any filter runs.
+            await responder.text(404, "404 page not found")
+            return
         if self.authenticator is not None and not await self._authorized(request, responder):
             return
         path = request.path
@@ -145,15 +149,17 @@ class KubeletServer:
     # --- the auth filter -----------------------------------------------------------------------------------
 
     async def _authorized(self, request: Request, responder: Responder) -> bool:
+        """Upstream's auth filter. Its answers are go-restful's WriteErrorString: the text as it is (the 403's ends in
+        a newline, the others do not), no nosniff header."""
         assert self.authenticator is not None
         try:
             user = await self.authenticator.authenticate(request.peer_cert, request.header("authorization"))
         except AuthError as exc:
             log.warning("kubelet api authentication error error=%s", exc)
-            await responder.text(401, "Unauthorized")
+            await _error_string(responder, 401, "Unauthorized")
             return False
         if user is None:
-            await responder.text(401, "Unauthorized")
+            await _error_string(responder, 401, "Unauthorized")
             return False
         attrs = request_attributes(user, request.method, request.path, self.node_name)
         if self.authorizer is None:
@@ -164,7 +170,7 @@ class KubeletServer:
                     return True
             except AuthError as exc:
                 log.warning("kubelet api authorization error user=%s error=%s", user.name, exc)
-                await responder.text(500, _authz_error(attr))
+                await _error_string(responder, 500, _authz_error(attr))
                 return False
         log.info(
             "kubelet api forbidden user=%s verb=%s subresources=%s",
@@ -172,7 +178,7 @@ class KubeletServer:
             attrs[0].verb,
             ",".join(a.subresource for a in attrs),
         )
-        await responder.text(403, forbidden_message(attrs))
+        await _error_string(responder, 403, forbidden_message(attrs))
         return False
 
     # --- routing -------------------------------------------------------------------------------------------
@@ -501,6 +507,33 @@ class KubeletServer:
 
 
 RouteHandler = Callable[[Request, Responder, dict[str, str]], Awaitable[None]]
+
+# The patterns upstream v1.34 registers on its ServeMux with the default feature gates (go-restful adds "/x/" for a web
+# service at "/x"); a trailing slash is a subtree. /statusz and /flagz are behind alpha gates and not registered.
+_REGISTERED_EXACT = frozenset(
+    {
+        "/healthz", "/healthz/ping", "/healthz/log", "/healthz/syncloop", "/pods", "/stats", "/metrics",
+        "/metrics/cadvisor", "/metrics/resource", "/metrics/probes", "/configz", "/containerLogs", "/exec",
+        "/attach", "/portForward", "/run", "/debug/flags/v",
+    }
+)  # fmt: skip
+_REGISTERED_SUBTREES = (
+    "/pods/", "/stats/", "/logs/", "/containerLogs/", "/exec/", "/attach/", "/portForward/", "/run/", "/runningpods/",
+    "/checkpoint/", "/debug/pprof/",
+)  # fmt: skip
+
+
+def upstream_registered(path: str) -> bool:
+    """Whether upstream's ServeMux has a pattern for `path` (else its bare 404, before authentication). A subtree's
+    root without the slash ("/logs", "/runningpods") is redirected there by the ServeMux: counted as registered."""
+    if path in _REGISTERED_EXACT or path.startswith(_REGISTERED_SUBTREES):
+        return True
+    return path + "/" in _REGISTERED_SUBTREES
+
+
+async def _error_string(responder: Responder, status: int, message: str) -> None:
+    """go-restful's Response.WriteErrorString: the message as it is, Go's sniffed text/plain."""
+    await responder.send(status, message.encode())
 
 
 def _authz_error(attr: Attributes) -> str:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import h11
 
+from nodeagent.prober.probe import go_quote
 from nodeagent.server.http import READ_SIZE, Request, Responder
 
 log = logging.getLogger(__name__)
@@ -63,15 +64,25 @@ def port_forward_ports(request: Request) -> list[int]:
         raise StreamOptionsError('query parameter "port" is required')
     ports = []
     for value in values:
+        if not value:
+            raise StreamOptionsError('query parameter "port" cannot be empty')
         for part in value.split(","):
-            try:
-                port = int(part)
-            except ValueError as exc:
-                raise StreamOptionsError(f'unable to parse "{part}" as a port: {exc}') from exc
-            if not 1 <= port <= 65535:
-                raise StreamOptionsError(f"port {port} must be > 0")
+            port = _parse_port(part, value)
+            if port < 1:
+                raise StreamOptionsError(f"port {go_quote(value)} must be > 0")
             ports.append(port)
     return ports
+
+
+def _parse_port(part: str, value: str) -> int:
+    """Go's strconv.ParseUint(part, 10, 16), failing with upstream's text (it names the whole value, then the part)."""
+    if not part or not all("0" <= c <= "9" for c in part):
+        why = f"strconv.ParseUint: parsing {go_quote(part)}: invalid syntax"
+    elif int(part) > 0xFFFF:
+        why = f"strconv.ParseUint: parsing {go_quote(part)}: value out of range"
+    else:
+        return int(part)
+    raise StreamOptionsError(f"unable to parse {go_quote(value)} as a port: {why}")
 
 
 async def proxy_upgrade(request: Request, responder: Responder, url: str) -> None:

@@ -310,7 +310,7 @@ async def test_auth_without_credentials_and_with_a_stats_only_user(
     async with httpx.AsyncClient(verify=ca, timeout=10, trust_env=False) as anonymous:
         response = await anonymous.get(f"{base}/pods")
         assert response.status_code == 401
-        assert response.text == "Unauthorized\n"
+        assert response.text == "Unauthorized"
     token = await _stats_only_token(admin)
     async with httpx.AsyncClient(
         verify=ca, timeout=10, trust_env=False, headers={"Authorization": f"Bearer {token}"}

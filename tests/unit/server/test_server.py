@@ -299,8 +299,8 @@ async def test_auth_filter(tmp_path: Path) -> None:
     server = HTTPServer(kubelet.handle)
     port = await server.listen("127.0.0.1", 0)
     try:
-        assert await request(port, get("/pods")) == (401, b"Unauthorized\n")
-        assert await request(port, get("/pods", "Authorization: Bearer wrong\r\n")) == (401, b"Unauthorized\n")
+        assert await request(port, get("/pods")) == (401, b"Unauthorized")
+        assert await request(port, get("/pods", "Authorization: Bearer wrong\r\n")) == (401, b"Unauthorized")
         assert await request(port, get("/pods", "Authorization: Bearer t\r\n")) == (
             403,
             b"Forbidden (user=bob, verb=get, resource=nodes, subresource(s)=[pods proxy])\n",
