@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import errno
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -126,11 +127,17 @@ def process_cgroup(cgroups: Mapping[str, str], *, unified: bool) -> str | None:
 
 
 def _read(path: str) -> str | None:
+    """The file's text, or None when its cgroup (or process) is gone. A cgroup being removed can still be listed while
+    reading its files fails with ENODEV (a pod deleted during a /stats/summary): gone too, as cAdvisor skips it."""
     try:
         with open(path) as f:
             return f.read()
     except (FileNotFoundError, NotADirectoryError, ProcessLookupError):
         return None
+    except OSError as exc:
+        if exc.errno == errno.ENODEV:
+            return None
+        raise
 
 
 class CgroupFS:
