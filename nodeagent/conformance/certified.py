@@ -282,7 +282,9 @@ async def certified(options: CertifiedOptions, progress: Progress | None = None)
     root = (options.resume or options.dir or DEFAULT_ROOT / f"certified-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     with run_lock(root):
         progress.step(f"certified run directory {root}")
-        await asyncio.to_thread(installer.install)
+        # The certified specs' own images (httpd, jessie-dnsutils, sample-apiserver, etcd, agnhost with dig) are
+        # built from parts only this install brings; a plain install would leave them lacking in images.txt.
+        await asyncio.to_thread(installer.install, with_certified=True)
         suite = await asyncio.to_thread(build.ensure_suite, progress)
         if options.resume is not None:
             plan = Plan.load(root)

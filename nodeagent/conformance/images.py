@@ -6,10 +6,11 @@ upstream's registries are mapped here as the framework maps them when it deploys
 which of them a run can pull; the rest are for later work (a spec that uses one fails with ErrImagePull, whatever
 the node).
 
-Two images the testbed already builds are pushed under the suite's names before a run: its e2e busybox (vanilla
+Three images the testbed already builds are pushed under the suite's names before a run: its e2e busybox (vanilla
 BusyBox 1.37.0, which every testbed holds as e2e-test-images/busybox:1.37.0-1) under every tag the suite names for
-busybox (the CSI manifests name 1.36.1-1 too), and its pause as the manifest's pause (some specs run pause as an
-ordinary container). The testbed's own names stay as they are.
+busybox (the CSI manifests name 1.36.1-1 too), its pause as the manifest's pause (some specs run pause as an
+ordinary container), and its agnhost (a testbed's registry holds it already; a cluster given by `--kubeconfig` and
+`--registry` does not). The testbed's own names stay as they are.
 
 The images only the certified `[Conformance]` suite pulls (httpd, jessie-dnsutils, sample-apiserver, etcd 3.6,
 nautilus: testbed/certifiedimages.py) are pushed too, each when its parts are on the machine (`nodeagent testbed
@@ -36,12 +37,13 @@ from nodeagent.conformance import repolist
 from nodeagent.conformance.errors import ConformanceError
 from nodeagent.testbed import certifiedimages, images, registry
 from nodeagent.testbed.images import ImageBuildError
-from nodeagent.testbed.versions import busybox_path, cache_root
+from nodeagent.testbed.versions import agnhost_path, busybox_path, cache_root
 
 log = logging.getLogger(__name__)
 
 # The testbed image (by its builder) that stands in for a manifest repository below the registry.
 ALIASES: dict[str, str] = {
+    "e2e-test-images/agnhost": "agnhost",
     "e2e-test-images/busybox": "e2e-busybox",
     "pause": "pause",
 }
@@ -150,12 +152,15 @@ async def registry_inventory(registry_addr: str) -> set[tuple[str, str]]:
 
 
 async def push_aliases(registry_addr: str, needed: Sequence[ImageRef]) -> list[ImageRef]:
-    """Push the testbed's e2e busybox and pause under the suite's names, and the certified suite's own images whose
-    parts are here (`push_certified`); the refs pushed."""
+    """Push the testbed's e2e busybox, pause and agnhost under the suite's names, then the certified suite's own
+    images whose parts are here (`push_certified`: its agnhost with the DNS tools goes over the plain one); the refs
+    pushed. A testbed's registry holds agnhost already (`testbed up` pushes it); another cluster's (`--registry`)
+    gets it here."""
     cache = cache_root() / "images"
     builders = {
         "e2e-busybox": lambda: images.build_e2e_busybox_image(cache / "e2e-busybox", busybox_path()),
         "pause": lambda: images.build_pause_image(cache / "pause"),
+        "agnhost": lambda: images.build_agnhost_image(cache / "agnhost", agnhost_path(), busybox_path()),
     }
     pushed = []
     for ref, source in alias_targets(needed, registry_addr):

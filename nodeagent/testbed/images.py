@@ -92,10 +92,22 @@ AGNHOST_GROUP = b"".join(
         b"group-defined-in-image:x:50000:user-defined-in-image\n",
     )
 )
-# Programs upstream's image installs (`apk add bash curl ...`) that e2e specs run inside agnhost containers and
-# busybox has no applet for: `sh -c "curl http://..."` (the lifecycle hook specs) and `/bin/bash -c` (probe specs).
-# Debian's, each with the shared libraries the host's dynamic loader finds for it, at the same paths.
-AGNHOST_HOST_PROGRAMS: dict[str, Path] = {"bin/bash": Path("/bin/bash"), "usr/bin/curl": Path("/usr/bin/curl")}
+# Programs upstream's image installs (`apk add bind-tools curl netcat-openbsd iproute2 iperf bash`) that e2e specs
+# run inside agnhost containers and busybox has no applet for, or one that behaves otherwise: `sh -c "curl
+# http://..."` (the lifecycle hook and HostPort specs), `/bin/bash -c` (probe specs) and OpenBSD's nc, which the
+# Services specs run as `echo hostName | nc -v -t -w 2 IP PORT` (and `-u`) and the HostPort spec as `nc -vuz -w 5`:
+# BusyBox's nc has no -t, -u or -z and exits 1 on them. Debian's, each with the shared libraries the host's dynamic
+# loader finds for it, at the same paths; nc at /usr/bin/nc as on alpine, where the package replaces busybox's link
+# (the busybox applet link bin/nc is left out of the image, so /bin/nc is no other nc). dig, nslookup and host (the
+# DNS specs) are in the certified suite's agnhost only (certifiedimages.AGNHOST_DNS_PROGRAMS: 24 MB of libraries);
+# ss and iperf no [Conformance] or [NodeConformance] spec runs in agnhost.
+AGNHOST_HOST_PROGRAMS: dict[str, Path] = {
+    "bin/bash": Path("/bin/bash"),
+    "usr/bin/curl": Path("/usr/bin/curl"),
+    "usr/bin/nc": Path("/bin/nc.openbsd"),
+}
+# BusyBox applet links the agnhost image leaves out because AGNHOST_HOST_PROGRAMS brings the program instead.
+AGNHOST_REPLACED_APPLETS = ("bin/nc",)
 DEFAULT_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # The e2e busybox rootfs as docker-library's busybox:1.37.0 lays it out (which upstream's
 # e2e-test-images/busybox:1.37.0-1 is FROM): buildroot's skeleton passwd, group and shadow (root's password locked,
@@ -372,7 +384,7 @@ def build_nonewprivs_image(dest: Path, binary: Path, busybox: Path) -> OCIImage:
 
 def build_agnhost_image(dest: Path, binary: Path, busybox: Path) -> OCIImage:
     """The e2e suite's agnhost image: upstream's layout (see AGNHOST_*) on the vanilla busybox rootfs (`busybox`,
-    the installer's build; upstream's base is alpine, whose busybox ash and nc behave like it) plus bash and curl.
+    the installer's build; upstream's base is alpine, whose busybox ash behaves like it) plus bash, curl and OpenBSD nc.
 
     `binary` is the static agnhost `nodeagent testbed install` builds; porter's TLS files lie beside it.
     """
@@ -399,7 +411,7 @@ def build_agnhost_image(dest: Path, binary: Path, busybox: Path) -> OCIImage:
 
     def files() -> list[TarEntry]:
         # The image's own users and groups replace the base's (shadow too, which would not list them).
-        own = ("etc/passwd", "etc/group", "etc/shadow")
+        own = ("etc/passwd", "etc/group", "etc/shadow", *AGNHOST_REPLACED_APPLETS)
         entries = [e for e in e2e_busybox_rootfs(shell, _busybox_applets(busybox), source=busybox) if e.path not in own]
         entries += [
             TarEntry.file("etc/passwd", AGNHOST_PASSWD),

@@ -96,6 +96,8 @@ BOOKWORM_PACKAGES: dict[str, str] = {
     "libc6-dev": "",
     # The agnhost image carries Debian's curl (with its libraries), as upstream's carries alpine's.
     "curl": "",
+    # ... and OpenBSD's nc (108 kB with libbsd0), which the Services and HostPort specs run in agnhost.
+    "netcat-openbsd": "",
     # Vanilla BusyBox is built from source (with gcc and libc6-dev above; Python unpacks the .tar.bz2).
     "make": "",
 }

@@ -3,7 +3,8 @@
 Two agnhost pods on the node: a server (`netexec --http-port=8080`) and a client. From inside the client, pod to
 pod over the testbed's pod network: `agnhost connect` (TCP), netexec's /dial (agnhost's own HTTP client, as the
 e2e suite's network checks use it), and curl (the lifecycle hook specs run `sh -c "curl http://..."` in agnhost).
-Also the shell, bash (probe specs run `/bin/bash -c`), the image's users, and curl's TLS against the kubelet API.
+Also OpenBSD's nc over TCP and UDP (the Services and HostPort specs), the shell, bash (probe specs run `/bin/bash -c`),
+the image's users, and curl's TLS against the kubelet API.
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ async def test_agnhost_pods_reach_each_other_and_have_a_shell_and_curl(
     assert image.endswith("/e2e-test-images/agnhost:2.56")  # upstream's repository path and manifest.go tag
     suffix = uuid.uuid4().hex[:6]
     server, client = f"agnhost-server-{suffix}", f"agnhost-client-{suffix}"
-    await admin.create(paths.pods(NS), _pod(server, image, ["netexec", "--http-port=8080"]))
+    await admin.create(paths.pods(NS), _pod(server, image, ["netexec", "--http-port=8080", "--udp-port=8081"]))
     # The client serves netexec too: its /dial is agnhost's HTTP client, driven from inside the pod.
     await admin.create(paths.pods(NS), _pod(client, image, ["netexec", "--http-port=8080"]))
     server_ip, _ = await _running(admin, agent, server, ready=True)
@@ -102,6 +103,20 @@ async def test_agnhost_pods_reach_each_other_and_have_a_shell_and_curl(
     # The server saw the client's pod IP (no NAT between pods on the node).
     seen = await _exec(cri_client, client_id, ["curl", "-sS", "--max-time", "10", f"http://{server_ip}:8080/clientip"])
     assert seen.rpartition(":")[0] == client_ip
+
+    # OpenBSD's nc, as the Services specs run it: `echo hostName | nc -v -t -w 2 IP PORT` (netexec's HTTP server
+    # answers the line with a 400) and `-u` (netexec's UDP server answers hostName with the pod's name); the
+    # HostPort spec's `nc -vuz -w 5`. A port nothing listens on fails. BusyBox's nc exits 1 on -t, -u and -z.
+    tcp = await _exec(cri_client, client_id, ["sh", "-c", f"echo hostName | nc -v -t -w 2 {server_ip} 8080"])
+    assert tcp.startswith("HTTP/1.1 400 Bad Request")
+    udp = await _exec(cri_client, client_id, ["sh", "-c", f"echo hostName | nc -v -u -w 2 {server_ip} 8081"])
+    assert udp == server
+    await _exec(cri_client, client_id, ["sh", "-c", f"nc -vuz -w 5 {server_ip} 8081"])
+    closed = await cri_client.runtime.exec_sync(
+        client_id, ["sh", "-c", f"echo hostName | nc -v -t -w 2 {server_ip} 8090"], timeout=30
+    )
+    assert closed.exit_code != 0, closed.stdout
+    assert "OpenBSD netcat" in (await cri_client.runtime.exec_sync(client_id, ["nc", "-h"], timeout=30)).stderr.decode()
 
     # The shell and coreutils of busybox, and bash.
     assert (await _exec(cri_client, client_id, ["sh", "-c", "cat /etc/hostname"])).strip() == client

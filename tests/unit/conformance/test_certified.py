@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 
 from nodeagent.cluster.cluster import STATE_FILE, ClusterState
 from nodeagent.cluster.nodenet import Fabric
-from nodeagent.conformance import certified
+from nodeagent.conformance import build, certified
 from nodeagent.conformance.certified import CertifiedOptions, Target, cluster_target, resolve_target, run_lock
 from nodeagent.conformance.errors import ConformanceError
+from nodeagent.testbed import install as installer
 
 
 def _cluster(root: Path, registry: str) -> Path:
@@ -53,3 +55,21 @@ def test_one_process_per_run_directory(tmp_path: Path) -> None:
         pass
     with run_lock(tmp_path):  # released
         pass
+
+
+def test_certified_run_installs_the_certified_parts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The certified images (httpd, jessie-dnsutils, agnhost with dig ...) are built from what only
+    `install(with_certified=True)` brings: a certified run asks for it, before it builds the suite."""
+    calls: list[dict[str, object]] = []
+
+    def install(**kwargs: object) -> None:
+        calls.append(kwargs)
+
+    def ensure_suite(progress: object) -> object:
+        raise ConformanceError("stop here")
+
+    monkeypatch.setattr(installer, "install", install)
+    monkeypatch.setattr(build, "ensure_suite", ensure_suite)
+    with pytest.raises(ConformanceError, match="stop here"):
+        asyncio.run(certified.certified(CertifiedOptions(dir=tmp_path / "run")))
+    assert calls == [{"with_certified": True}]

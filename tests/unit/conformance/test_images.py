@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Sequence
+
 import pytest
 
+from nodeagent.conformance import images
 from nodeagent.conformance.images import (
     ImageRef,
     alias_targets,
@@ -12,6 +16,8 @@ from nodeagent.conformance.images import (
     parse_image_list,
     parse_ref,
 )
+from nodeagent.testbed import images as testbed_images
+from nodeagent.testbed import registry
 
 REG = "127.0.0.1:41409"
 
@@ -63,11 +69,38 @@ def test_coverage_splits_by_the_registry_inventory() -> None:
     ]
 
 
-def test_alias_targets_are_the_manifest_names_of_busybox_and_pause() -> None:
+def test_alias_targets_are_the_manifest_names_of_busybox_pause_and_agnhost() -> None:
     needed = [
         ImageRef(REG, "e2e-test-images/busybox", "1.37.0-1"),
         ImageRef(REG, "pause", "3.10.1"),
         ImageRef(REG, "e2e-test-images/agnhost", "2.56"),
         ImageRef("registry.k8s.io", "e2e-test-images/busybox", "1.36.1-1"),  # another registry: not ours to fill
     ]
-    assert alias_targets(needed, REG) == [(needed[0], "e2e-busybox"), (needed[1], "pause")]
+    # agnhost too: a cluster given by --kubeconfig and --registry has no testbed that pushed it.
+    assert alias_targets(needed, REG) == [(needed[0], "e2e-busybox"), (needed[1], "pause"), (needed[2], "agnhost")]
+
+
+def test_push_aliases_pushes_agnhost_before_the_certified_variant_over_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A --registry cluster gets the testbed's agnhost; the certified step's agnhost (with dig) then goes over it
+    under the same tag, so the certified run's pods get the variant when it is built and the plain one otherwise."""
+    events: list[str] = []
+
+    async def push_image(registry_addr: str, repository: str, tag: str, image: object) -> None:
+        events.append(f"push {repository}:{tag} {image}")
+
+    async def push_certified(registry_addr: str, needed: Sequence[ImageRef]) -> tuple[list[ImageRef], list[str]]:
+        events.append("certified")
+        return [], ["agnhost_dns: bind9-dnsutils missing"]
+
+    monkeypatch.setattr(registry, "push_image", push_image)
+    monkeypatch.setattr(images, "push_certified", push_certified)
+    monkeypatch.setattr(testbed_images, "build_agnhost_image", lambda dest, binary, busybox: "agnhost-layout")
+    monkeypatch.setattr(testbed_images, "build_pause_image", lambda dest: "pause-layout")
+    needed = [ImageRef(REG, "e2e-test-images/agnhost", "2.56"), ImageRef(REG, "pause", "3.10.1")]
+    pushed = asyncio.run(images.push_aliases(REG, needed))
+    assert pushed == needed
+    assert events == [
+        "push e2e-test-images/agnhost:2.56 agnhost-layout",
+        "push pause:3.10.1 pause-layout",
+        "certified",
+    ]

@@ -1,4 +1,5 @@
-"""The agnhost image holds what upstream's Dockerfile puts there, plus busybox, bash and curl with their libraries;
+"""The agnhost image holds what upstream's Dockerfile puts there, plus busybox, bash, curl and OpenBSD's nc with their
+libraries;
 the installer reads agnhost's tag from upstream's manifest.go.
 
 The layout is read directly from the files (index → manifest → config → layer), not through images.load_image, so
@@ -69,7 +70,8 @@ def test_layer_has_busybox_bash_curl_and_their_libraries(built: images.OCIImage)
     _, members, read = read_layout(built.layout)
     assert read("bin/busybox") == BUSYBOX.read_bytes()
     for applet in images.BUSYBOX_REQUIRED_APPLETS:
-        assert members[f"bin/{applet}"].linkname == "busybox", applet
+        if f"bin/{applet}" not in images.AGNHOST_REPLACED_APPLETS:
+            assert members[f"bin/{applet}"].linkname == "busybox", applet
     # The base's rootfs (docker-library's layout), without its shadow: the image's own users replace the base's.
     assert members["usr/bin/env"].linkname == "../../bin/env"
     assert members["tmp"].mode == 0o1777
@@ -83,6 +85,22 @@ def test_layer_has_busybox_bash_curl_and_their_libraries(built: images.OCIImage)
     # The program interpreter bash names (PT_INTERP) is in the image, at that path.
     interpreter = next(name for name in libraries if "/ld-linux" in name)
     assert f"/{interpreter}".encode() in Path("/bin/bash").read_bytes()
+
+
+def test_nc_is_openbsds_at_usr_bin_and_busyboxs_nc_is_gone(built: images.OCIImage) -> None:
+    """The Services specs run `nc -v -t -w 2` and `nc -v -u -w 2`, the HostPort spec `nc -vuz`: OpenBSD's options,
+    which BusyBox's nc refuses. PATH finds /usr/bin/nc; no /bin/nc is left to be BusyBox's."""
+    _, members, read = read_layout(built.layout)
+    assert members["usr/bin/nc"].isfile() and members["usr/bin/nc"].mode == 0o755
+    assert read("usr/bin/nc") == Path("/bin/nc.openbsd").read_bytes()
+    assert "bin/nc" not in members
+    libraries = [name for name in members if ".so" in name]
+    assert any(name.endswith("/libbsd.so.0") for name in libraries)
+
+
+def test_netcat_openbsd_is_an_install_package() -> None:
+    """The image takes nc from the host: the install step installs it, as it does curl."""
+    assert "netcat-openbsd" in install.BOOKWORM_PACKAGES
 
 
 def test_every_parent_is_a_directory_entry_and_entries_are_root_owned(built: images.OCIImage) -> None:
