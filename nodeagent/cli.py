@@ -329,7 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--registry",
         default=None,
         help="with --kubeconfig: HOST:PORT of the (testbed's) registry the suite's images come from; the testbed's "
-        "busybox and pause are pushed into it under the suite's names",
+        "busybox, pause and agnhost are pushed into it under the suite's names",
     )
     conf.add_argument("--provider", default="skeleton", help="the e2e framework's --provider (skeleton or local)")
     conf.add_argument("--timeout", default=DEFAULT_TIMEOUT, help=f"ginkgo's suite timeout (default {DEFAULT_TIMEOUT})")

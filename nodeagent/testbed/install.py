@@ -5,7 +5,8 @@ registries only (Debian, the Go module proxy), because these machines reach noth
 
 - containerd 1.7, etcd 3.5 and docker-registry from Debian trixie, with the trixie suite pinned low (priority 100)
   so that nothing else on the machine moves to trixie;
-- runc, iproute2, busybox-static and the reference CNI plugins from bookworm;
+- runc, iproute2, busybox-static and the reference CNI plugins from bookworm, and curl and netcat-openbsd, which
+  the agnhost image carries;
 - kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy and kubectl built from one pinned release of the
   `k8s.io/kubernetes` Go module, and crictl from `sigs.k8s.io/cri-tools`, into a versioned cache outside the repo;
 - with `--with-kubelet` only, the upstream kubelet of the same release (the testbed's node instead of nodeagent,
