@@ -96,11 +96,11 @@ AGNHOST_GROUP = b"".join(
 # run inside agnhost containers and busybox has no applet for, or one that behaves otherwise: `sh -c "curl
 # http://..."` (the lifecycle hook and HostPort specs), `/bin/bash -c` (probe specs) and OpenBSD's nc, which the
 # Services specs run as `echo hostName | nc -v -t -w 2 IP PORT` (and `-u`) and the HostPort spec as `nc -vuz -w 5`:
-# BusyBox's nc has no -t, -u or -z and exits 1 on them. Debian's, each with the shared libraries the host's dynamic
-# loader finds for it, at the same paths; nc at /usr/bin/nc as on alpine, where the package replaces busybox's link
-# (the busybox applet link bin/nc is left out of the image, so /bin/nc is no other nc). dig, nslookup and host (the
-# DNS specs) are in the certified suite's agnhost only (certifiedimages.AGNHOST_DNS_PROGRAMS: 24 MB of libraries);
-# ss and iperf no [Conformance] or [NodeConformance] spec runs in agnhost.
+# vanilla BusyBox 1.37's nc has no -t (`invalid option -- 't'`, exit 1). Debian's, each with the shared libraries
+# the host's dynamic loader finds for it, at the same paths; nc at /usr/bin/nc as on alpine, where the package
+# replaces busybox's link (the busybox applet link bin/nc is left out of the image, so /bin/nc is no other nc). dig,
+# nslookup and host (the DNS specs) are in the certified suite's agnhost only (certifiedimages.AGNHOST_DNS_PROGRAMS:
+# 24 MB of libraries); ss and iperf no [Conformance] or [NodeConformance] spec runs in agnhost.
 AGNHOST_HOST_PROGRAMS: dict[str, Path] = {
     "bin/bash": Path("/bin/bash"),
     "usr/bin/curl": Path("/usr/bin/curl"),

@@ -106,7 +106,7 @@ async def test_agnhost_pods_reach_each_other_and_have_a_shell_and_curl(
 
     # OpenBSD's nc, as the Services specs run it: `echo hostName | nc -v -t -w 2 IP PORT` (netexec's HTTP server
     # answers the line with a 400) and `-u` (netexec's UDP server answers hostName with the pod's name); the
-    # HostPort spec's `nc -vuz -w 5`. A port nothing listens on fails. BusyBox's nc exits 1 on -t, -u and -z.
+    # HostPort spec's `nc -vuz -w 5`. A port nothing listens on fails. BusyBox's nc exits 1 on -t.
     tcp = await _exec(cri_client, client_id, ["sh", "-c", f"echo hostName | nc -v -t -w 2 {server_ip} 8080"])
     assert tcp.startswith("HTTP/1.1 400 Bad Request")
     udp = await _exec(cri_client, client_id, ["sh", "-c", f"echo hostName | nc -v -u -w 2 {server_ip} 8081"])

@@ -88,8 +88,8 @@ def test_layer_has_busybox_bash_curl_and_their_libraries(built: images.OCIImage)
 
 
 def test_nc_is_openbsds_at_usr_bin_and_busyboxs_nc_is_gone(built: images.OCIImage) -> None:
-    """The Services specs run `nc -v -t -w 2` and `nc -v -u -w 2`, the HostPort spec `nc -vuz`: OpenBSD's options,
-    which BusyBox's nc refuses. PATH finds /usr/bin/nc; no /bin/nc is left to be BusyBox's."""
+    """The Services specs run `nc -v -t -w 2` and `nc -v -u -w 2`, the HostPort spec `nc -vuz`: OpenBSD's nc's
+    options (BusyBox's has no -t). PATH finds /usr/bin/nc; no /bin/nc is left to be BusyBox's."""
     _, members, read = read_layout(built.layout)
     assert members["usr/bin/nc"].isfile() and members["usr/bin/nc"].mode == 0o755
     assert read("usr/bin/nc") == Path("/bin/nc.openbsd").read_bytes()
