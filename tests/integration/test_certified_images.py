@@ -48,6 +48,10 @@ from tests.integration.agentproc import (
 Obj = dict[str, Any]
 LABEL = {"test": "certified-images"}
 
+# Not in CI's pytest step: its parts (sample-apiserver, etcd 3.6) are the certified install's, about 20 minutes of Go
+# builds on a cold machine, which the CI budget does not hold. Run it with the certified suite (docs/conformance.md).
+pytestmark = [pytest.mark.integration, pytest.mark.certified]
+
 
 @pytest.fixture(scope="module")
 def pushed(settings: Settings) -> dict[str, str]:
