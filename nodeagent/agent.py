@@ -548,7 +548,7 @@ async def _run(
         runtime_handlers=runtime_state.handlers,
         runtime_classes=runtime_classes if runtime_classes is not None else UnresolvedRuntimeClasses(),
         resources=allocation,
-        pod_cgroups=CgroupfsPodCgroups(),
+        pod_cgroups=CgroupfsPodCgroups(pod_pids_limit=config.pod_pids_limit),
     )
     sources = [API_SOURCE] if client is not None else []
     if config.static_pod_path:

@@ -9,7 +9,10 @@ period, and a memory limit, from its limits when every container declares one, a
 BestEffort gets the minimum shares only). `CgroupfsPodCgroups` writes it into the pod cgroup before the sandbox
 starts (upstream's EnsureExists) and, resource by resource, during an in-place resize (SetPodCgroupConfig), and reads
 it back (GetPodCgroupConfig). cgroup v1: cpu.shares, cpu.cfs_quota_us, cpu.cfs_period_us, memory.limit_in_bytes;
-v2: cpu.weight, cpu.max, memory.max. An unlimited quota reads back as -1, as upstream's.
+v2: cpu.weight, cpu.max, memory.max (never memory.high: upstream writes it only under the MemoryQoS feature gate,
+off by default). An unlimited quota reads back as -1, as upstream's. With podPidsLimit > 0 the pod cgroup is also
+made with pids.max at that limit (upstream's EnsureExists; a resize leaves it). On v2 the pod cgroup is made by
+`cgroup_v2.create_cgroup_path`, which turns the controllers on down the way (kubepods, its QoS tier).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Any, Protocol
 
 from nodeagent.admission.resources import pod_requests
 from nodeagent.config.quantity import parse_quantity
+from nodeagent.kuberuntime import cgroup_v2
 from nodeagent.kuberuntime.qos import QOSClass, pod_qos
 from nodeagent.kuberuntime.sandbox_config import pod_limits
 
@@ -32,7 +36,7 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
 def _hierarchies(root: Path) -> list[Path]:
-    if (root / "cgroup.controllers").exists():  # v2: a single unified tree
+    if cgroup_v2.is_unified(root):  # v2: a single unified tree
         return [root]
     return [p for p in root.iterdir() if p.is_dir() and not p.is_symlink()] if root.is_dir() else []
 
@@ -165,22 +169,16 @@ class PodCgroups(Protocol):
     def memory_usage(self, cgroup: str) -> int: ...
 
 
-def _v2_weight(shares: int) -> int:
-    return 1 + ((shares - 2) * 9999) // 262142
-
-
-def _v2_shares(weight: int) -> int:
-    return 2 + ((weight - 1) * 262142) // 9999
-
-
 class CgroupfsPodCgroups:
-    """Pod cgroups under the cgroupfs mount `root` (v1: the cpu and memory hierarchies; v2: the unified tree)."""
+    """Pod cgroups under the cgroupfs mount `root` (v1: the cpu, memory and pids hierarchies; v2: the unified tree).
+    `pod_pids_limit` is the kubelet's podPidsLimit (-1 or 0: none)."""
 
-    def __init__(self, root: Path = CGROUP_ROOT) -> None:
+    def __init__(self, root: Path = CGROUP_ROOT, *, pod_pids_limit: int = -1) -> None:
         self._root = root
+        self._pids_limit = pod_pids_limit if pod_pids_limit > 0 else None
 
     def _v2(self) -> bool:
-        return (self._root / "cgroup.controllers").exists()
+        return cgroup_v2.is_unified(self._root)
 
     def _dir(self, controller: str, cgroup: str) -> Path:
         relative = cgroup.strip("/")
@@ -204,18 +202,26 @@ class CgroupfsPodCgroups:
 
     def ensure(self, cgroup: str, config: PodResourceConfig) -> None:
         """Upstream EnsureExists: the pod cgroup made in each hierarchy (runc adopts it) and sized."""
-        for controller in ("cpu", "memory"):
+        if self._v2():
             try:
-                self._dir(controller, cgroup).mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise PodCgroupError(f"failed to create pod cgroup {cgroup}: {exc.strerror or exc}") from exc
+                cgroup_v2.create_cgroup_path(self._root, cgroup)
+            except cgroup_v2.CgroupV2Error as exc:
+                raise PodCgroupError(f"failed to create pod cgroup {cgroup}: {exc}") from exc
+        else:
+            for controller in ("cpu", "memory", *(("pids",) if self._pids_limit is not None else ())):
+                try:
+                    self._dir(controller, cgroup).mkdir(parents=True, exist_ok=True)
+                except OSError as exc:
+                    raise PodCgroupError(f"failed to create pod cgroup {cgroup}: {exc.strerror or exc}") from exc
         self.write(cgroup, config)
+        if self._pids_limit is not None:
+            self._write_file(self._dir("pids", cgroup) / "pids.max", str(self._pids_limit))
 
     def write(self, cgroup: str, config: PodResourceConfig) -> None:
         if self._v2():
             directory = self._dir("", cgroup)
             if config.cpu_shares is not None:
-                self._write_file(directory / "cpu.weight", str(_v2_weight(config.cpu_shares)))
+                self._write_file(directory / "cpu.weight", str(cgroup_v2.shares_to_weight(config.cpu_shares)))
             if config.cpu_quota is not None:
                 period = config.cpu_period or QUOTA_PERIOD
                 quota = "max" if config.cpu_quota <= 0 else str(config.cpu_quota)
@@ -246,7 +252,7 @@ class CgroupfsPodCgroups:
             quota_text, period_text = self._read_file(directory / "cpu.max").split()
             memory_text = self._read_file(directory / "memory.max")
             return PodResourceConfig(
-                cpu_shares=_v2_shares(int(self._read_file(directory / "cpu.weight"))),
+                cpu_shares=cgroup_v2.weight_to_shares(int(self._read_file(directory / "cpu.weight"))),
                 cpu_quota=UNLIMITED if quota_text == "max" else int(quota_text),
                 cpu_period=int(period_text),
                 memory=MAX_INT64 if memory_text == "max" else int(memory_text),
