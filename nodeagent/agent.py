@@ -204,15 +204,29 @@ def _stop_on_signals(stop: asyncio.Event) -> None:
         loop.add_signal_handler(sig, requested, sig)
 
 
-def cgroup_driver_problem(config: KubeletConfiguration) -> str | None:
-    """Why the agent cannot run with this cgroupDriver, or None. Refused rather than read and ignored: pods' cgroups
-    are placed under cgroupRoot by cgroupfs paths only, and a runtime set up for systemd slices would disagree."""
-    if config.cgroup_driver == CgroupDriver.SYSTEMD:
+def systemd_booted(run_dir: Path = Path("/run/systemd/system")) -> bool:
+    """Whether systemd is the init system (PID 1), as sd_booted and libcontainer's IsRunningSystemd tell it."""
+    return run_dir.is_dir()
+
+
+def cgroup_driver_problem(config: KubeletConfiguration, *, systemd: bool) -> str | None:
+    """Why the agent cannot run with this cgroupDriver, or None. Refused rather than read and ignored: a runtime set
+    up for systemd slices would disagree with pod cgroups made as cgroupfs directories. Off systemd, as upstream
+    refuses it ("systemd cgroup flag passed, but systemd support for managing cgroups is not available"); on a systemd
+    host because the driver's half that talks to systemd is missing (kuberuntime/systemd_cgroup_names.py has the slice
+    names, nothing yet creates the slices with StartTransientUnit over D-Bus or sizes them)."""
+    if config.cgroup_driver != CgroupDriver.SYSTEMD:
+        return None
+    fallback = "set cgroupDriver: cgroupfs (and the runtime to match: containerd's runc option SystemdCgroup = false)"
+    if not systemd:
         return (
-            'cgroupDriver: "systemd" is not supported: nodeagent places pod cgroups by cgroupfs paths; set '
-            "cgroupDriver: cgroupfs (and the runtime to match: containerd's runc option SystemdCgroup = false)"
+            'cgroupDriver: "systemd" needs systemd as the init system (PID 1), and this host has none '
+            f"(/run/systemd/system is missing): {fallback}"
         )
-    return None
+    return (
+        'cgroupDriver: "systemd" is not supported yet: nodeagent makes pod cgroups as cgroupfs directories and does '
+        f"not create the kubepods slices through systemd (StartTransientUnit over D-Bus); {fallback}"
+    )
 
 
 def selinux_problem(enabled: bool) -> str | None:
@@ -267,7 +281,7 @@ async def _start(options: AgentOptions, stop: asyncio.Event) -> None:
         # as upstream, the flag wins over the file.
         config = replace(config, **options.config_overrides)
     node_name = (options.node_name or socket.gethostname()).lower()
-    problem = cgroup_driver_problem(config) or selinux_problem(selinux_enabled())
+    problem = cgroup_driver_problem(config, systemd=systemd_booted()) or selinux_problem(selinux_enabled())
     if problem is not None:
         raise AgentError(problem)
     if not options.standalone and options.kubeconfig is None:

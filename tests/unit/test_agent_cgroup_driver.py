@@ -3,25 +3,41 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
-from nodeagent.agent import cgroup_driver_problem, selinux_problem
+from nodeagent.agent import cgroup_driver_problem, selinux_problem, systemd_booted
 from nodeagent.config.kubelet_config import CgroupDriver, KubeletConfiguration
 
 
+@pytest.mark.parametrize("systemd", [False, True])
+def test_cgroupfs_is_accepted_on_any_host(systemd: bool) -> None:
+    config = replace(KubeletConfiguration(), cgroup_driver=CgroupDriver.CGROUPFS)
+    assert cgroup_driver_problem(config, systemd=systemd) is None
+
+
 @pytest.mark.parametrize(
-    ("driver", "refused"),
-    [(CgroupDriver.CGROUPFS, False), (CgroupDriver.SYSTEMD, True)],
+    ("systemd", "start"),
+    [
+        (False, 'cgroupDriver: "systemd" needs systemd as the init system (PID 1), and this host has none'),
+        (True, 'cgroupDriver: "systemd" is not supported yet: nodeagent makes pod cgroups as cgroupfs directories'),
+    ],
 )
-def test_only_cgroupfs_is_accepted(driver: CgroupDriver, refused: bool) -> None:
-    problem = cgroup_driver_problem(replace(KubeletConfiguration(), cgroup_driver=driver))
-    if refused:
-        assert problem is not None
-        assert problem.startswith('cgroupDriver: "systemd" is not supported')
-        assert "cgroupDriver: cgroupfs" in problem
-    else:
-        assert problem is None
+def test_systemd_is_refused_with_what_is_missing(systemd: bool, start: str) -> None:
+    problem = cgroup_driver_problem(
+        replace(KubeletConfiguration(), cgroup_driver=CgroupDriver.SYSTEMD), systemd=systemd
+    )
+    assert problem is not None
+    assert problem.startswith(start)
+    assert "set cgroupDriver: cgroupfs" in problem
+    assert ("StartTransientUnit" in problem) is systemd
+
+
+def test_systemd_booted_is_its_run_directory(tmp_path: Path) -> None:
+    assert not systemd_booted(tmp_path / "system")
+    (tmp_path / "system").mkdir()
+    assert systemd_booted(tmp_path / "system")
 
 
 def test_a_host_with_selinux_on_is_refused_with_a_clear_message() -> None:
