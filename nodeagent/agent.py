@@ -71,6 +71,7 @@ from nodeagent.kuberuntime.cgroups import CgroupfsPodCgroups
 from nodeagent.kuberuntime.etc_hosts import selinux_enabled
 from nodeagent.kuberuntime.logrotation import ContainerLogManager
 from nodeagent.kuberuntime.manager import NodeContext, RuntimeManager
+from nodeagent.kuberuntime.qos_cgroups import QOSCgroups
 from nodeagent.kuberuntime.references import ObjectFetcher
 from nodeagent.kuberuntime.runtime_handlers import RuntimeState
 from nodeagent.kuberuntime.sandbox_config import DNSSettings, ResolvConf
@@ -535,6 +536,13 @@ async def _run(
         )
     except AllocationStateError as exc:
         raise AgentError(str(exc)) from exc
+    # The QoS tiers are sized from the active pods, which the Kubelet (made below, before any sync) knows: the
+    # lambda binds it late. Without cgroupsPerQOS upstream has no tiers.
+    qos_cgroups = (
+        QOSCgroups(lambda: kubelet.active_pods(), cgroup_root=config.cgroup_root)  # noqa: PLW0108
+        if config.cgroups_per_qos
+        else None
+    )
     runtime = RuntimeManager(
         runtime_service,
         image_service,
@@ -563,6 +571,7 @@ async def _run(
         runtime_classes=runtime_classes if runtime_classes is not None else UnresolvedRuntimeClasses(),
         resources=allocation,
         pod_cgroups=CgroupfsPodCgroups(pod_pids_limit=config.pod_pids_limit),
+        qos_cgroups=qos_cgroups,
     )
     sources = [API_SOURCE] if client is not None else []
     if config.static_pod_path:
@@ -685,6 +694,8 @@ async def _run(
     if runtime_classes is not None and client is not None:
         supervisor.start("runtimeclass-informer", runtime_classes.run(client))
     supervisor.start("pleg", pleg.run())
+    if qos_cgroups is not None:
+        supervisor.start("qos-cgroups", qos_cgroups.run())
     supervisor.start("volume-manager", volumes.run())
     if plugin_manager is not None:
         supervisor.start("plugin-manager", plugin_manager.run())

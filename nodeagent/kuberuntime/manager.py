@@ -57,6 +57,7 @@ from nodeagent.kuberuntime.hooks import (
     stop_grace,
 )
 from nodeagent.kuberuntime.qos import QOSClass, pod_qos
+from nodeagent.kuberuntime.qos_cgroups import QOSCgroups
 from nodeagent.kuberuntime.references import ObjectFetcher, lookups_for, pull_auth
 from nodeagent.kuberuntime.runtime_handlers import DEFAULT_HANDLER, RuntimeHandler, supports_recursive_read_only_mounts
 from nodeagent.kuberuntime.sandbox_config import (
@@ -286,6 +287,7 @@ class RuntimeManager:
         runtime_classes: RuntimeHandlerResolver | None = None,
         resources: ResourceRecord | None = None,
         pod_cgroups: PodCgroups | None = None,
+        qos_cgroups: QOSCgroups | None = None,
     ) -> None:
         self._runtime = runtime
         self._images = images
@@ -309,6 +311,8 @@ class RuntimeManager:
         # (None: left to runc, unsized).
         self._resources = resources
         self._pod_cgroups = pod_cgroups
+        # The QoS tiers, sized before a new pod cgroup is made (None: left as they are).
+        self._qos_cgroups = qos_cgroups
         # Containers containerd will not let go of (see _remove_container): never tried again.
         self.unremovable: set[str] = set()
         self._kept_sandboxes: set[str] = set()
@@ -421,6 +425,12 @@ class RuntimeManager:
             # As upstream's SyncPod (pcm.EnsureExists) before the sandbox: the pod cgroup made and sized as
             # ResourceConfigForPod, the pod's overhead (RuntimeClass) included; runc adopts it as the parent.
             cgroup = pod_cgroup_parent(uid, pod_qos(pod), self._node.cgroup_root)
+            if self._qos_cgroups is not None:
+                # As upstream's SyncPod before a new pod cgroup (UpdateQOSCgroups): a failure is only logged.
+                try:
+                    await asyncio.to_thread(self._qos_cgroups.update)
+                except PodCgroupError as exc:
+                    log.warning("qos cgroups update failed pod=%s uid=%s error=%s", _ref(pod), uid, exc)
             try:
                 await asyncio.to_thread(self._pod_cgroups.ensure, cgroup, pod_resource_config(pod))
             except PodCgroupError as exc:

@@ -14,7 +14,9 @@ import pytest
 
 from cri.client import CRIClient
 from nodeagent.kuberuntime.actions import ContainerState, RuntimePodStatus
+from nodeagent.kuberuntime.cgroups import CgroupfsPodCgroups
 from nodeagent.kuberuntime.manager import NodeContext, RuntimeManager, SyncResult
+from nodeagent.kuberuntime.qos_cgroups import QOSCgroups
 from nodeagent.testbed import configs
 from nodeagent.testbed.layout import Settings
 
@@ -87,6 +89,52 @@ async def test_pod_runs_and_a_resync_creates_nothing_new(manager: RuntimeManager
     assert pod_cgroup.is_dir()
     await manager.kill_pod(pod, again_status, grace_period=0)
     await manager.remove_pod(await manager.get_pod_status(pod["metadata"]["uid"]))
+    assert not pod_cgroup.exists()
+
+
+async def test_pod_pids_limit_caps_the_pod_cgroup(cri_client: CRIClient, settings: Settings, tmp_path: Path) -> None:
+    # podPidsLimit as upstream's EnsureExists applies it: pids.max on the pod cgroup (cgroup v1: the pids hierarchy),
+    # which the pause process and every container share. An inner shell tries to start 40 processes and dies at the
+    # first fork refused; the container's PID 1 outlives it, so the pod keeps what it got.
+    limit = 16
+    manager = RuntimeManager(
+        cri_client.runtime,
+        cri_client.image,
+        NodeContext(
+            node_name=settings.node_name,
+            host_ip="127.0.0.1",
+            cgroup_root=configs.agent_cgroup_root(settings),
+            pod_log_dir_root=str(tmp_path / "pods"),
+        ),
+        pod_cgroups=CgroupfsPodCgroups(pod_pids_limit=limit),
+        qos_cgroups=QOSCgroups(lambda: [pod], cgroup_root=configs.agent_cgroup_root(settings)),
+    )
+    inner = "i=0; while [ $i -lt 40 ]; do sleep 3600 & i=$((i+1)); done; wait"
+    pod = make_pod("pids", configs.busybox_image(settings), ["sh", "-c", f"sh -c '{inner}'; exec sleep 3600"])
+    uid = pod["metadata"]["uid"]
+    pod_cgroup = Path("/sys/fs/cgroup/pids") / configs.agent_cgroup_root(settings).strip("/") / "kubepods"
+    pod_cgroup = pod_cgroup / "besteffort" / f"pod{uid}"
+    result, _status = await sync(manager, pod)
+    try:
+        assert result.waiting == {}
+        assert (pod_cgroup / "pids.max").read_text().strip() == str(limit)
+        # The QoS tiers were sized first (upstream UpdateQOSCgroups): BestEffort and an empty Burstable at 2 shares.
+        tiers = Path("/sys/fs/cgroup/cpu") / configs.agent_cgroup_root(settings).strip("/") / "kubepods"
+        assert [(tiers / t / "cpu.shares").read_text().strip() for t in ("burstable", "besteffort")] == ["2", "2"]
+        log = tmp_path / "pods" / f"default_pids_{uid}" / "main" / "0.log"
+        for _ in range(200):
+            if log.exists() and "can't fork" in log.read_text():
+                break
+            await asyncio.sleep(0.1)
+        assert "can't fork: Resource temporarily unavailable" in log.read_text()
+        # The pause process, PID 1 and the sleeps the inner shell got: never more than the limit.
+        assert int((pod_cgroup / "pids.current").read_text()) <= limit
+        assert int((pod_cgroup / "pids.current").read_text()) >= limit - 2
+        [main] = (await manager.get_pod_status(uid)).containers
+        assert main.state is ContainerState.RUNNING
+    finally:
+        await manager.kill_pod(pod, await manager.get_pod_status(uid), grace_period=0)
+        await manager.remove_pod(await manager.get_pod_status(uid))
     assert not pod_cgroup.exists()
 
 

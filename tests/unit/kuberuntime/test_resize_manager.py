@@ -5,6 +5,7 @@ never set below what is in use."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -16,6 +17,7 @@ from nodeagent.kuberuntime.actions import ContainerState, ContainerStatus, Runti
 from nodeagent.kuberuntime.cgroups import PodResourceConfig
 from nodeagent.kuberuntime.hashing import hash_container
 from nodeagent.kuberuntime.manager import NodeContext, RuntimeManager
+from nodeagent.kuberuntime.qos_cgroups import QOSCgroups
 from tests.unit.cri.scripted import Fail, ScriptedRuntime
 
 Obj = dict[str, Any]
@@ -208,3 +210,28 @@ async def test_a_guaranteed_pod_restarted_by_its_resize_policy_keeps_the_guarant
         f"create quota=2500 shares=25 memory={25 * MI} oom_score_adj=-997",
     ]
     assert record.actuated["main"] == after
+
+
+async def test_the_qos_tiers_are_sized_before_a_new_pod_cgroup(
+    runtime: ScriptedRuntime, client: CRIClient, tmp_path: Path
+) -> None:
+    # As upstream's SyncPod: UpdateQOSCgroups, then the pod cgroup (EnsureExists), then the sandbox.
+    for controller in ("cpu", "memory"):
+        (tmp_path / controller).mkdir()
+    log: list[str] = []
+    tier = tmp_path / "cpu" / "kubepods" / "burstable" / "cpu.shares"
+
+    class Ordered(Cgroups):
+        def ensure(self, cgroup: str, config: PodResourceConfig) -> None:
+            log.append(f"ensure {cgroup} tier={tier.read_text() if tier.exists() else 'absent'}")
+
+    pod = _pod(_cpu("300m"))
+    manager = RuntimeManager(
+        client.runtime,
+        client.image,
+        NodeContext(node_name="n1", host_ip="198.18.0.1"),
+        pod_cgroups=Ordered(log, PodResourceConfig()),
+        qos_cgroups=QOSCgroups(lambda: [pod], root=tmp_path),
+    )
+    await manager.sync_pod(pod, RuntimePodStatus(uid="u1", name="p", namespace="ns", sandboxes=(), containers=()))
+    assert log[0] == "ensure /kubepods/burstable/podu1 tier=102"

@@ -1,0 +1,81 @@
+"""The QoS tiers (kubepods/burstable, kubepods/besteffort) as upstream's QOSContainerManager sizes them, on v1 and v2
+trees shaped like the real mounts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nodeagent.kuberuntime.cgroups import PodCgroupError
+from nodeagent.kuberuntime.qos import QOSClass
+from nodeagent.kuberuntime.qos_cgroups import QOSCgroups, qos_cgroup, qos_cpu_shares
+
+
+def pod(cpu_request: str | None, *, cpu_limit: str | None = None, memory: str | None = None) -> dict[str, Any]:
+    requests = {"cpu": cpu_request} if cpu_request else {}
+    limits: dict[str, str] = {}
+    if cpu_limit:
+        limits["cpu"] = cpu_limit
+    if memory:
+        requests["memory"] = limits["memory"] = memory
+    return {"spec": {"containers": [{"name": "c", "resources": {"requests": requests, "limits": limits}}]}}
+
+
+@pytest.mark.parametrize(
+    ("pods", "burstable"),
+    [
+        ([], 2),  # MilliCPUToShares(0): the minimum
+        ([pod(None)], 2),  # BestEffort pods count for nothing
+        ([pod("100m")], 102),
+        ([pod("100m"), pod("250m"), pod(None)], 358),  # 350m
+        ([pod("1", cpu_limit="1", memory="64Mi")], 2),  # Guaranteed: not in the tier
+        ([pod("1", memory="64Mi"), pod("1500m")], 2560),  # Burstable with memory, and without: 2.5 cpu
+    ],
+)
+def test_tier_shares_from_the_active_pods(pods: list[dict[str, Any]], burstable: int) -> None:
+    assert qos_cpu_shares(pods) == {QOSClass.BURSTABLE: burstable, QOSClass.BEST_EFFORT: 2}
+
+
+@pytest.mark.parametrize(
+    ("qos", "root", "expected"),
+    [
+        (QOSClass.BURSTABLE, "/", "/kubepods/burstable"),
+        (QOSClass.BEST_EFFORT, "/", "/kubepods/besteffort"),
+        (QOSClass.BURSTABLE, "/agent-a", "/agent-a/kubepods/burstable"),
+    ],
+)
+def test_tier_paths(qos: QOSClass, root: str, expected: str) -> None:
+    assert qos_cgroup(qos, root) == expected
+
+
+def test_v2_tiers_get_cpu_weight_with_the_controllers_on(tmp_path: Path) -> None:
+    (tmp_path / "cgroup.controllers").write_text("cpu memory pids\n")
+    active = [pod("100m"), pod("250m")]
+    assert QOSCgroups(lambda: active, root=tmp_path).update()[QOSClass.BURSTABLE] == 358
+    assert (tmp_path / "kubepods/burstable/cpu.weight").read_text() == "14"  # 1 + (356 * 9999) // 262142
+    assert (tmp_path / "kubepods/besteffort/cpu.weight").read_text() == "1"
+    for level in (tmp_path, tmp_path / "kubepods"):
+        assert (level / "cgroup.subtree_control").read_text() == "+cpu +memory +pids"
+    assert not (tmp_path / "kubepods/burstable/memory.max").exists()  # QOSReserved is off: no tier memory limit
+    # The pods go: the tier goes back to the minimum at the next update.
+    active.clear()
+    QOSCgroups(lambda: active, root=tmp_path).update()
+    assert (tmp_path / "kubepods/burstable/cpu.weight").read_text() == "1"
+
+
+def test_v1_tiers_get_cpu_shares_under_the_cgroup_root(tmp_path: Path) -> None:
+    for controller in ("cpu", "memory"):
+        (tmp_path / controller).mkdir()
+    QOSCgroups(lambda: [pod("2")], cgroup_root="/agent-a", root=tmp_path).update()
+    assert (tmp_path / "cpu/agent-a/kubepods/burstable/cpu.shares").read_text() == "2048"
+    assert (tmp_path / "cpu/agent-a/kubepods/besteffort/cpu.shares").read_text() == "2"
+    assert (tmp_path / "memory/agent-a/kubepods/besteffort").is_dir()
+
+
+def test_a_tier_that_cannot_be_written_is_a_pod_cgroup_error(tmp_path: Path) -> None:
+    (tmp_path / "cpu").mkdir()
+    (tmp_path / "memory").write_text("")  # not a directory: mkdir below it fails
+    with pytest.raises(PodCgroupError, match="failed to update QoS cgroup /kubepods/burstable"):
+        QOSCgroups(lambda: [], root=tmp_path).update()
