@@ -73,8 +73,9 @@ PACKAGES = (
 )
 # containerd 1.7 from trixie (bookworm's 1.6 lacks GetContainerEvents); installed from a .deb fetched on the host.
 CONTAINERD = "containerd/trixie"
-# The kernel command line: the rootfs by label, a serial console, eth0 and cgroup v1 (cgroupfs, as on the testbed).
-KERNEL_ARGS = "root=LABEL=rootfs ro console=ttyS0,115200 net.ifnames=0 biosdevname=0 systemd.unified_cgroup_hierarchy=0"
+# The kernel command line: the rootfs by label, a serial console, eth0 and the unified cgroup v2 hierarchy (bookworm's
+# default, said out loud): the VM is the project's modern host, systemd as PID 1 on cgroup v2, where the testbed is v1.
+KERNEL_ARGS = "root=LABEL=rootfs ro console=ttyS0,115200 net.ifnames=0 biosdevname=0 systemd.unified_cgroup_hierarchy=1"
 
 
 class BoxError(VMError):

@@ -20,11 +20,11 @@ def test_recipe_hash_is_stable_and_follows_the_recipe(monkeypatch: pytest.Monkey
     assert box.recipe_hash() != first
 
 
-def test_grub_cfg_boots_by_label_on_the_serial_console_with_cgroup_v1() -> None:
+def test_grub_cfg_boots_by_label_on_the_serial_console_with_cgroup_v2() -> None:
     cfg = box.grub_cfg(("vmlinuz-6.1.0-37-amd64", "initrd.img-6.1.0-37-amd64"))
     assert "linux /boot/vmlinuz-6.1.0-37-amd64 root=LABEL=rootfs ro console=ttyS0" in cfg
     assert "initrd /boot/initrd.img-6.1.0-37-amd64" in cfg
-    assert "systemd.unified_cgroup_hierarchy=0" in cfg
+    assert "systemd.unified_cgroup_hierarchy=1" in cfg
     assert "/dev/loop" not in cfg
 
 
