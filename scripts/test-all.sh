@@ -34,7 +34,3 @@ python3 -m pytest -m cluster tests/integration/test_kubeadm_addons.py tests/inte
 # libvirt, runs static pods in it, destroys it (about 5 min warm, 7 cold).
 step "vagrant VM (static pods in a real VM)"
 python3 -m pytest -m vm tests/integration/test_vm_vagrant.py
-# cgroup v2 in the same VM (systemd as PID 1, the unified hierarchy): a Guaranteed, a Burstable and a BestEffort
-# static pod and their cgroup files (about 29 min on a loaded 2-core host: box 8, up 8.5, pods Running 10).
-step "vagrant VM (pod cgroups on cgroup v2)"
-python3 -m pytest -m vm tests/integration/test_vm_cgroup_v2.py

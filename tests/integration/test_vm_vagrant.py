@@ -185,6 +185,15 @@ def test_static_pods_in_a_vagrant_vm(tmp_path: Path, libvirt_host: tuple[Libvirt
         first = wait_for("the good static pod Running", lambda: running_pod(vagrant, f"good-{NODE}"), timeout=900)
         timings["first static pod Running (after rsync)"] = time.monotonic() - t
         assert vagrant.ssh("sudo nodeagent pods").count(f"good-{NODE}") == 1
+        # The VM is a modern host (issue 31): the unified cgroup v2 hierarchy under systemd. The pod (BestEffort) has
+        # its cgroup in upstream's cgroupfs layout, with the controllers its values need enabled down to it, and
+        # BestEffort's weight (2 shares -> cpu.weight 1). The longer test_vm_cgroup_v2 checks all three QoS classes.
+        assert vagrant.ssh("stat -fc %T /sys/fs/cgroup").strip() == "cgroup2fs"
+        assert vagrant.ssh("ps -p 1 -o comm=").strip() == "systemd"
+        pod_cgroup = f"/sys/fs/cgroup/kubepods/besteffort/pod{first['metadata']['uid']}"
+        controllers = set(vagrant.ssh(f"cat {pod_cgroup}/cgroup.controllers").split())
+        assert {"cpu", "memory", "pids"} <= controllers, controllers
+        assert vagrant.ssh(f"cat {pod_cgroup}/cpu.weight").strip() == "1"
 
         # The broken one is reported, as the agent reports an unusable manifest (agent.py's problem sink).
         reported = wait_for(
