@@ -8,8 +8,6 @@ Marked `vm` like test_vm_vagrant.py, whose VM plumbing it shares (QEMU software 
 
 from __future__ import annotations
 
-import os
-import shutil
 import time
 from functools import partial
 from pathlib import Path
@@ -17,13 +15,12 @@ from typing import Any
 
 import pytest
 
-from nodeagent.vm.box import BOX_NAME, BUSYBOX_IMAGE, VAGRANT_DIR, build_box
-from nodeagent.vm.command import add_box
-from nodeagent.vm.host import Leftovers, LibvirtHost, choose_network
+from nodeagent.vm.box import BUSYBOX_IMAGE
+from nodeagent.vm.host import Leftovers, LibvirtHost
 from tests.integration.test_vm_vagrant import (
-    LIBVIRT_TOP_LEVEL,
     NODE,
     Vagrant,
+    booted_vm,
     libvirt_host,
     pods,
     running_pod,
@@ -90,35 +87,7 @@ def read_files(vagrant: Vagrant, directory: str) -> dict[str, str]:
 def test_pod_cgroups_on_cgroup_v2_in_the_vm(tmp_path: Path, libvirt_host: tuple[LibvirtHost, Leftovers]) -> None:
     host, _ = libvirt_host
     timings: dict[str, float] = {}
-    libvirt_before = Leftovers.snapshot()
-    t = time.monotonic()
-    box = build_box()
-    timings["box (build or cache)"] = time.monotonic() - t
-    work = tmp_path / "vagrant"
-    work.mkdir()
-    shutil.copy2(VAGRANT_DIR / "Vagrantfile", work / "Vagrantfile")
-    shutil.copy2(VAGRANT_DIR / "provision.sh", work / "provision.sh")
-    (work / "manifests").mkdir()
-    env = {
-        **os.environ,
-        "VAGRANT_HOME": str(tmp_path / "vagrant.d"),
-        "VAGRANT_CHECKPOINT_DISABLE": "1",
-        "VAGRANT_DEFAULT_PROVIDER": "libvirt",
-        "NODEAGENT_VM_CHECKOUT": str(VAGRANT_DIR.parent),
-        "NODEAGENT_VM_NETWORK": choose_network(tmp_path),
-        "NODEAGENT_VM_POOL": host.pool_name,
-        "NODEAGENT_VM_CONSOLE_LOG": str(tmp_path / "console.log"),
-    }
-    vagrant = Vagrant(work, env, tmp_path / "vagrant.log")
-    print(f"\nvm test dir={tmp_path} network={env['NODEAGENT_VM_NETWORK']}")
-    t = time.monotonic()
-    add_box(box.archive, BOX_NAME, env)
-    timings["box add"] = time.monotonic() - t
-    try:
-        t = time.monotonic()
-        vagrant.run("up", "--provider", "libvirt")
-        timings["vagrant up"] = time.monotonic() - t
-
+    with booted_vm(tmp_path, host, timings) as (vagrant, work, _):
         # The host is what the issue is about: cgroup v2 (the unified hierarchy) under systemd as PID 1.
         assert vagrant.ssh("stat -fc %T /sys/fs/cgroup").strip() == "cgroup2fs"
         assert vagrant.ssh("ps -p 1 -o comm=").strip() == "systemd"
@@ -148,15 +117,3 @@ def test_pod_cgroups_on_cgroup_v2_in_the_vm(tmp_path: Path, libvirt_host: tuple[
             below = vagrant.ssh(f"sudo find {directory} -mindepth 1 -maxdepth 1 -type d").split()
             assert below, f"no container cgroup below {directory}"
         assert len(pods(vagrant)) == len(PODS)
-    finally:
-        t = time.monotonic()
-        vagrant.run("destroy", "-f", check=False)
-        timings["vagrant destroy"] = time.monotonic() - t
-        for step, seconds in timings.items():
-            print(f"vm timing {step}: {seconds:.1f} s")
-    left = Leftovers.snapshot().new_since(libvirt_before)
-    left.pop("pools", None)
-    rules = [r for r in left.pop("iptables", []) if not LIBVIRT_TOP_LEVEL.match(r)]  # libvirtd's own, as there
-    if rules:
-        left["iptables"] = rules
-    assert left == {}, f"left behind after destroy: {left}"

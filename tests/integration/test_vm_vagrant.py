@@ -13,6 +13,7 @@ temp VAGRANT_HOME, and libvirt's iptables chains; the test checks that none is l
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -134,15 +135,17 @@ def libvirt_host(tmp_path: Path) -> Iterator[tuple[LibvirtHost, Leftovers]]:
     assert after.new_since(before) == {}, f"left behind: {after.new_since(before)}"
 
 
-def test_static_pods_in_a_vagrant_vm(tmp_path: Path, libvirt_host: tuple[LibvirtHost, Leftovers]) -> None:
-    host, _ = libvirt_host
-    timings: dict[str, float] = {}
+@contextlib.contextmanager
+def booted_vm(
+    tmp_path: Path, host: LibvirtHost, timings: dict[str, float]
+) -> Iterator[tuple[Vagrant, Path, Leftovers]]:
+    """The box (built or cached) added to a VAGRANT_HOME of the test's, `vagrant up` from a copy of vagrant/, and,
+    whatever the test does, `vagrant destroy` and the timings printed; once the test passed, nothing of libvirt's
+    left behind. Yields the VM, its working directory (manifests/ is synced) and libvirt's state before."""
     libvirt_before = Leftovers.snapshot()
-
     t = time.monotonic()
     box = build_box()
     timings["box (build or cache)"] = time.monotonic() - t
-
     work = tmp_path / "vagrant"
     work.mkdir()
     shutil.copy2(VAGRANT_DIR / "Vagrantfile", work / "Vagrantfile")
@@ -167,7 +170,27 @@ def test_static_pods_in_a_vagrant_vm(tmp_path: Path, libvirt_host: tuple[Libvirt
         t = time.monotonic()
         vagrant.run("up", "--provider", "libvirt")
         timings["vagrant up"] = time.monotonic() - t
+        yield vagrant, work, libvirt_before
+    finally:
+        t = time.monotonic()
+        vagrant.run("destroy", "-f", check=False)
+        timings["vagrant destroy"] = time.monotonic() - t
+        for step, seconds in timings.items():
+            print(f"vm timing {step}: {seconds:.1f} s")
+    left = Leftovers.snapshot().new_since(libvirt_before)
+    left.pop("pools", None)  # the fixture's own pool, removed by the fixture (checked there)
+    # libvirtd's own top-level chains (empty, jumped to from INPUT/FORWARD/...) live as long as libvirtd; the fixture
+    # removes them once it has stopped ours, and checks that. Any rule of the VM's network must be gone already.
+    rules = [r for r in left.pop("iptables", []) if not LIBVIRT_TOP_LEVEL.match(r)]
+    if rules:
+        left["iptables"] = rules
+    assert left == {}, f"left behind after destroy: {left}"
 
+
+def test_static_pods_in_a_vagrant_vm(tmp_path: Path, libvirt_host: tuple[LibvirtHost, Leftovers]) -> None:
+    host, _ = libvirt_host
+    timings: dict[str, float] = {}
+    with booted_vm(tmp_path, host, timings) as (vagrant, work, libvirt_before):
         # A second `up` changes nothing: the same boot, the same agent process, no second provisioning.
         state = "cat /proc/sys/kernel/random/boot_id; systemctl show -p MainPID --value nodeagent"
         booted = vagrant.ssh(state)
@@ -237,17 +260,3 @@ def test_static_pods_in_a_vagrant_vm(tmp_path: Path, libvirt_host: tuple[Libvirt
             timeout=300,
         )
         timings["remove to gone"] = time.monotonic() - t
-    finally:
-        t = time.monotonic()
-        vagrant.run("destroy", "-f", check=False)
-        timings["vagrant destroy"] = time.monotonic() - t
-        for step, seconds in timings.items():
-            print(f"vm timing {step}: {seconds:.1f} s")
-    left = Leftovers.snapshot().new_since(libvirt_before)
-    left.pop("pools", None)  # the fixture's own pool, removed by the fixture (checked there)
-    # libvirtd's own top-level chains (empty, jumped to from INPUT/FORWARD/...) live as long as libvirtd; the fixture
-    # removes them once it has stopped ours, and checks that. Any rule of the VM's network must be gone already.
-    rules = [r for r in left.pop("iptables", []) if not LIBVIRT_TOP_LEVEL.match(r)]
-    if rules:
-        left["iptables"] = rules
-    assert left == {}, f"left behind after destroy: {left}"
