@@ -47,24 +47,38 @@ def _setup_logging(verbose: bool) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-def _usage(layout: Layout) -> str:
-    return (
-        f"testbed up in {layout.root}\n"
-        f"  . {layout.env_file}    # KUBECONFIG, CONTAINER_RUNTIME_ENDPOINT, REGISTRY; kubectl and crictl on PATH\n"
-        "  kubectl get nodes,pods -A\n"
-        "  crictl pods\n"
-        f"  python3 -m nodeagent pods --config {layout.agent_config}    # what the agent runs (its local /pods)\n"
-        f"  logs: {layout.logs}/\n"
-    )
+# What `up` suggests trying first: a Deployment behind a Service, fetched by name from a pod (cluster DNS), with the
+# images `env` names (BUSYBOX_IMAGE: vanilla BusyBox 1.37.0, whose wget works here).
+FIRST_STEPS = (
+    'kubectl create deployment web --image="$NGINX_IMAGE" --port=80 && kubectl expose deployment web',
+    'kubectl run client -it --rm --restart=Never --image="$BUSYBOX_IMAGE" -- wget -qO- http://web',
+)
+
+
+def _usage(layout: Layout, *, cluster_dns: str = "") -> str:
+    lines = [
+        f"testbed up in {layout.root}",
+        f"  . {layout.env_file}    # KUBECONFIG, CONTAINER_RUNTIME_ENDPOINT, REGISTRY; kubectl and crictl on PATH",
+        "  kubectl get nodes,pods -A",
+        "  crictl pods",
+        f"  python3 -m nodeagent pods --config {layout.agent_config}    # what the agent runs (its local /pods)",
+    ]
+    if cluster_dns:
+        lines.append(f"  # cluster DNS: CoreDNS, the kube-dns Service at {cluster_dns} (cluster.local)")
+        lines += [f"  {step}" for step in FIRST_STEPS]
+    lines.append(f"  logs: {layout.logs}/")
+    return "\n".join(lines) + "\n"
 
 
 async def _up(args: argparse.Namespace) -> int:
     installer.install()
     bed = Testbed(args.dir)
-    await bed.up(node_name=args.node_name)
+    await bed.up(node_name=args.node_name, cluster_dns=True)
     await bed.start_agent()
+    # Pods made from here on resolve Service names (unless another testbed's kube-proxy holds the host: it says so).
+    await bed.wait_cluster_dns()
     print(f"node {bed.settings.node_name} is Ready (agent log: {bed.layout.logs}/nodeagent.log)", flush=True)
-    print(_usage(bed.layout), flush=True)
+    print(_usage(bed.layout, cluster_dns=bed.settings.cluster_dns), flush=True)
     if args.detach:
         print(f"detached; stop it with: nodeagent testbed down --dir {bed.layout.root}", flush=True)
         return 0
@@ -89,8 +103,8 @@ async def _testbed(args: argparse.Namespace) -> int:
         return 0
     bed = Testbed(args.dir)
     if args.action == "up":
-        await bed.up(node_name=args.node_name)
-        print(_usage(bed.layout), flush=True)
+        await bed.up(node_name=args.node_name, cluster_dns=True)
+        print(_usage(bed.layout, cluster_dns=bed.settings.cluster_dns), flush=True)
     else:
         await bed.down()
     return 0

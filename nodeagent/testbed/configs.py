@@ -20,8 +20,12 @@ from nodeagent.testbed.versions import (
 
 PAUSE_IMAGE_REPOSITORY = "pause"
 PAUSE_IMAGE_TAG = "3.10"
+# Debian's busybox-static: what the project's tests run (its `wget` segfaults on these machines: they use `nc`).
 BUSYBOX_IMAGE_REPOSITORY = "busybox"
 BUSYBOX_IMAGE_TAG = "1.35"
+# The busybox a user is offered (`BUSYBOX_IMAGE` in `env`, the README, `nodeagent up`): the e2e busybox image (the
+# vanilla BusyBox 1.37.0 on docker-library's busybox:1.37.0 rootfs) under docker-library's own name and tag.
+VANILLA_BUSYBOX_IMAGE_TAG = "1.37.0"
 GRPC_HEALTH_IMAGE_REPOSITORY = "grpc-health"
 GRPC_HEALTH_IMAGE_TAG = "1"
 # Upstream's e2e name for agnhost (registry.k8s.io/e2e-test-images/agnhost:2.56 in test/utils/image/manifest.go),
@@ -56,6 +60,10 @@ def pause_image(settings: Settings) -> str:
 
 def busybox_image(settings: Settings) -> str:
     return f"{settings.registry}/{BUSYBOX_IMAGE_REPOSITORY}:{BUSYBOX_IMAGE_TAG}"
+
+
+def vanilla_busybox_image(settings: Settings) -> str:
+    return f"{settings.registry}/{BUSYBOX_IMAGE_REPOSITORY}:{VANILLA_BUSYBOX_IMAGE_TAG}"
 
 
 def grpc_health_image(settings: Settings) -> str:
@@ -191,6 +199,8 @@ def agent_config(layout: Layout, settings: Settings) -> str:
         "cgroupRoot": agent_cgroup_root(settings),
         "podCIDR": settings.pod_cidr,
         "clusterDomain": "cluster.local",
+        # The `kube-dns` Service when the testbed runs CoreDNS (testbed/clusterdns.py), as kubeadm writes it.
+        **({"clusterDNS": [settings.cluster_dns]} if settings.cluster_dns else {}),
         # The kubelet API listens on the node's address only: the apiserver (node proxy, logs, exec) and
         # metrics-server reach it there, and so do pods, as on a real node. Not 0.0.0.0: that would also offer an
         # API that can exec into pods on every address of this (shared) machine, which nothing needs.
@@ -228,7 +238,7 @@ def env_file(layout: Layout, settings: Settings) -> str:
         "CONTAINER_RUNTIME_ENDPOINT": f"unix://{layout.containerd_socket}",
         "REGISTRY": settings.registry,
         "PAUSE_IMAGE": pause_image(settings),
-        "BUSYBOX_IMAGE": busybox_image(settings),
+        "BUSYBOX_IMAGE": vanilla_busybox_image(settings),
         "GRPC_HEALTH_IMAGE": grpc_health_image(settings),
         "AGNHOST_IMAGE": agnhost_image(settings),
         "E2E_BUSYBOX_IMAGE": e2e_busybox_image(settings),

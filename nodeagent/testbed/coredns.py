@@ -1,4 +1,5 @@
-"""CoreDNS for kubeadm's `addon/coredns` phase: built from the Go module proxy, and its image.
+"""CoreDNS for the testbed's cluster DNS (testbed/clusterdns.py) and kubeadm's `addon/coredns` phase: built from
+the Go module proxy (by every `nodeagent testbed install`), and its image.
 
 kubeadm v1.34.4 deploys CoreDNS v1.12.1 (constants.CoreDNSVersion). The module proxy here serves
 `github.com/coredns/coredns` from v1.14.3 on only, so the nearest served version is built (`nearest_served`) and the
@@ -118,7 +119,7 @@ def coredns_image_config() -> dict[str, object]:
 
 def build_coredns_image(dest: Path, binary: Path) -> OCIImage:
     if not binary.is_file():
-        raise ImageBuildError(f"{binary} is missing: `nodeagent testbed install --with-kubeadm` builds CoreDNS")
+        raise ImageBuildError(f"{binary} is missing: `nodeagent testbed install` builds CoreDNS")
     data = binary.read_bytes()
     inputs = {
         "image": "kubeadm-coredns",

@@ -39,6 +39,11 @@ def kubernetes_service_ip(service_cidr: str = SERVICE_CIDR) -> str:
     return str(ipaddress.IPv4Network(service_cidr).network_address + 1)
 
 
+def cluster_dns_service_ip(service_cidr: str = SERVICE_CIDR) -> str:
+    """The `kube-dns` Service's ClusterIP (the agent's clusterDNS): the 10th address of the range, as kubeadm's."""
+    return str(ipaddress.IPv4Network(service_cidr).network_address + 10)
+
+
 FORWARD_GUARD_COMMENT = "nodeagent testbed: pod traffic stays on its bridge"
 
 

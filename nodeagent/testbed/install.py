@@ -871,16 +871,17 @@ def install_steps(
         build_nonewprivs,
         fetch_nginx,
     ]
+    # CoreDNS (testbed/coredns.py, from the Go module proxy): the testbed's cluster DNS and kubeadm's addon.
+    from nodeagent.testbed.coredns import build_coredns  # noqa: PLC0415 - coredns.py builds on this module
+
+    steps.insert(steps.index(build_metrics_server) + 1, build_coredns)
     if with_kubelet:
         steps.insert(steps.index(build_kubernetes) + 1, build_kubelet)
     if with_kubeadm:
         # kubeadm (`nodeagent cluster up`, testbed/kubeadm.py), in the control plane's build module like the kubelet.
-        # CoreDNS (its addon, testbed/coredns.py) right after it, from the Go module proxy.
-        from nodeagent.testbed.coredns import build_coredns  # noqa: PLC0415 - coredns.py builds on this module
         from nodeagent.testbed.kubeadm import build_kubeadm  # noqa: PLC0415 - kubeadm.py builds on this module
 
         steps.insert(steps.index(build_kubernetes) + 1, build_kubeadm)
-        steps.insert(steps.index(build_kubeadm) + 1, build_coredns)
     if with_csi:
         steps.extend(CSI_STEPS)
     if with_certified:

@@ -134,6 +134,9 @@ class Settings:
     # Another testbed's directory when that one runs the host's only kube-proxy (see testbed/kubeproxy.py): then
     # this testbed's ClusterIPs are not served.
     kube_proxy_held_by: str = ""
+    # The `kube-dns` Service's ClusterIP when the testbed runs CoreDNS (testbed/clusterdns.py), the agent's
+    # clusterDNS; empty without it (pods then fall back to the host's resolv.conf, with MissingClusterDNS).
+    cluster_dns: str = ""
 
     @property
     def node_ip(self) -> str:

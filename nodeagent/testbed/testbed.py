@@ -37,8 +37,10 @@ from cri.client import connect
 from cri.errors import CRIError
 from nodeagent.kuberuntime.cgroups import remove_cgroup_tree
 from nodeagent.testbed import (
+    clusterdns,
     cniplugin,
     configs,
+    coredns,
     csistack,
     hostnet,
     images,
@@ -298,12 +300,14 @@ class Testbed:
     def running(self) -> list[str]:
         return [n for n in COMPONENTS if (p := processes.load(self.layout.pids, n)) is not None and p.alive()]
 
-    async def up(self, *, node_name: str | None = None) -> Settings:
+    async def up(self, *, node_name: str | None = None, cluster_dns: bool = False) -> Settings:
+        """`cluster_dns`: CoreDNS as kubeadm deploys it (testbed/clusterdns.py) and the agent's clusterDNS naming
+        it. Off by default: the test suite's node then runs only the pods a test makes."""
         if self.running():
             raise TestbedError(f"a testbed already runs in {self.layout.root}: {', '.join(self.running())}")
         self._reset_dir()
         try:
-            return await self._up(node_name or default_node_name())
+            return await self._up(node_name or default_node_name(), cluster_dns=cluster_dns)
         except BaseException:
             await self.down()
             raise
@@ -318,7 +322,7 @@ class Testbed:
         lay.logs.mkdir(exist_ok=True)
         lay.manifests.mkdir(exist_ok=True)
 
-    async def _up(self, node_name: str) -> Settings:
+    async def _up(self, node_name: str, *, cluster_dns: bool) -> Settings:
         lay = self.layout
         ports = _free_ports(12)
         bridge = hostnet.bridge_name(lay.root)
@@ -342,6 +346,7 @@ class Testbed:
             metrics_server_port=ports[9],
             kube_proxy_healthz_port=ports[10],
             kube_proxy_metrics_port=ports[11],
+            cluster_dns=hostnet.cluster_dns_service_ip(hostnet.SERVICE_CIDR) if cluster_dns else "",
         )
         settings.save(lay.settings_file)
         # Before anything listens on the node address (metrics-server, the agent) and before the first CNI ADD.
@@ -393,6 +398,12 @@ class Testbed:
         if kube_proxy is None:
             settings = replace(settings, kube_proxy_held_by=kubeproxy.read_owner_root())
             settings.save(lay.settings_file)
+        if settings.cluster_dns:
+            # Not waited for: its pod runs once a node registers (`wait_cluster_dns`).
+            try:
+                await clusterdns.deploy(lay, settings.cluster_dns, settings.registry)
+            except clusterdns.ClusterDNSError as exc:
+                raise TestbedError(f"cluster DNS: {exc}") from exc
         # While those two start: metrics-server and the objects that register it.
         metrics_server = await self._start_metrics_server(settings, pki)
         for proc, port in ((kcm, settings.controller_manager_port), (sched, settings.scheduler_port)):
@@ -688,7 +699,8 @@ class Testbed:
         # Image layouts are deterministic; build once per machine into the cache and push into each testbed.
         cache = cache_root() / "images"
         nginx = nginximage.build_nginx_image(cache / "nginx", nginx_root(), busybox_path())
-        built = (
+        e2e_busybox = images.build_e2e_busybox_image(cache / "e2e-busybox", busybox_path())
+        built: list[tuple[str, str, images.OCIImage]] = [
             (configs.PAUSE_IMAGE_REPOSITORY, configs.PAUSE_IMAGE_TAG, images.build_pause_image(cache / "pause")),
             (
                 configs.BUSYBOX_IMAGE_REPOSITORY,
@@ -706,11 +718,9 @@ class Testbed:
                 configs.AGNHOST_IMAGE_TAG,
                 images.build_agnhost_image(cache / "agnhost", agnhost_path(), busybox_path()),
             ),
-            (
-                configs.E2E_BUSYBOX_IMAGE_REPOSITORY,
-                configs.E2E_BUSYBOX_IMAGE_TAG,
-                images.build_e2e_busybox_image(cache / "e2e-busybox", busybox_path()),
-            ),
+            (configs.E2E_BUSYBOX_IMAGE_REPOSITORY, configs.E2E_BUSYBOX_IMAGE_TAG, e2e_busybox),
+            # The same image under docker-library's name: the busybox offered to users (configs.py says why).
+            (configs.BUSYBOX_IMAGE_REPOSITORY, configs.VANILLA_BUSYBOX_IMAGE_TAG, e2e_busybox),
             (
                 configs.NONEWPRIVS_IMAGE_REPOSITORY,
                 configs.NONEWPRIVS_IMAGE_TAG,
@@ -724,7 +734,10 @@ class Testbed:
             # One Debian nginx under both of upstream's tags (the specs switch between the two references).
             (configs.NGINX_IMAGE_REPOSITORY, configs.NGINX_IMAGE_TAG, nginx),
             (configs.NGINX_IMAGE_REPOSITORY, configs.NGINX_NEW_IMAGE_TAG, nginx),
-        )
+        ]
+        if settings.cluster_dns:
+            dns = coredns.build_coredns_image(cache / coredns.COREDNS_IMAGE, coredns.coredns_path())
+            built.append((clusterdns.IMAGE_REPOSITORY, clusterdns.IMAGE_TAG, dns))
         for repository, tag, image in built:
             await registry.push_image(settings.registry, repository, tag, image)
             log.info("testbed image pushed image=%s/%s:%s", settings.registry, repository, tag)
@@ -750,6 +763,24 @@ class Testbed:
         )  # fmt: skip
         await _wait(AGENT, proc.log_path, _node_ready_check(self.layout, settings), proc)
         return proc
+
+    async def wait_cluster_dns(self) -> None:
+        """Until a CoreDNS replica is Ready, so that a pod made next resolves Service names (`nodeagent up` waits;
+        a testbed's own `up` does not, as its node comes later). Nothing to wait for without cluster DNS, or when
+        another testbed's kube-proxy holds the host: CoreDNS then cannot reach the apiserver's ClusterIP."""
+        settings = self.settings
+        if not settings.cluster_dns:
+            return
+        if settings.kube_proxy_held_by:
+            log.warning(
+                "testbed cluster DNS not served: another testbed runs the host's kube-proxy owner=%s",
+                settings.kube_proxy_held_by,
+            )
+            return
+        agent = processes.load(self.layout.pids, AGENT) or processes.load(self.layout.pids, UPSTREAM_KUBELET)
+        if agent is None:
+            raise TestbedError("cluster DNS waits for a node: start the agent first")
+        await _wait("coredns", agent.log_path, lambda: clusterdns.ready(self.layout), agent)
 
     async def down(self) -> None:
         lay = self.layout

@@ -54,10 +54,11 @@ def test_the_binary_is_cached_by_version() -> None:
     assert coredns.coredns_path() == cache_root() / "coredns-v1.14.3" / "coredns"
 
 
-def test_install_builds_coredns_with_kubeadm_only() -> None:
-    names = [step.__name__ for step in install.install_steps(with_kubeadm=True)]
-    assert names.index("build_coredns") == names.index("build_kubeadm") + 1
-    assert "build_coredns" not in [step.__name__ for step in install.install_steps()]
+def test_every_install_builds_coredns_once_for_the_testbed_and_kubeadm() -> None:
+    for options in ({}, {"with_kubeadm": True}, {"with_kubelet": True, "with_csi": True, "with_kubeadm": True}):
+        names = [step.__name__ for step in install.install_steps(**options)]
+        assert names.count("build_coredns") == 1, options
+        assert names.index("build_coredns") == names.index("build_metrics_server") + 1, options
 
 
 def test_a_cached_binary_is_not_rebuilt(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

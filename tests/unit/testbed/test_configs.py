@@ -109,6 +109,23 @@ def test_env_file_defines_what_users_and_tests_source(tmp_path: Path) -> None:
     assert exported["AGNHOST_IMAGE"] == "127.0.0.1:20006/e2e-test-images/agnhost:2.56"
     assert exported["E2E_BUSYBOX_IMAGE"] == "127.0.0.1:20006/e2e-test-images/busybox:1.37.0-1"
     assert exported["NONEWPRIVS_IMAGE"] == "127.0.0.1:20006/e2e-test-images/nonewprivs:1.3"
+    # The busybox offered to users is the vanilla 1.37.0 (Debian's 1.35 wget segfaults here), not the tests' own.
+    assert exported["BUSYBOX_IMAGE"] == "127.0.0.1:20006/busybox:1.37.0"
+    assert configs.busybox_image(_settings()) == "127.0.0.1:20006/busybox:1.35"
+
+
+@pytest.mark.parametrize(("cluster_dns", "expected"), [("", None), ("198.19.0.10", ["198.19.0.10"])])
+def test_agent_config_names_the_cluster_dns_only_when_the_testbed_runs_it(
+    tmp_path: Path, cluster_dns: str, expected: list[str] | None
+) -> None:
+    doc = yaml.safe_load(configs.agent_config(Layout(tmp_path), _settings(cluster_dns=cluster_dns)))
+    assert doc.get("clusterDNS") == expected
+    assert doc["clusterDomain"] == "cluster.local"
+
+
+def test_cluster_dns_is_the_tenth_address_of_the_service_range() -> None:
+    assert hostnet.cluster_dns_service_ip() == "198.19.0.10"
+    assert hostnet.cluster_dns_service_ip("198.19.128.0/20") == "198.19.128.10"
 
 
 def test_bridge_names_fit_linux_and_differ_per_directory(tmp_path: Path) -> None:
