@@ -81,6 +81,8 @@ def up() -> Iterator[tuple[Layout, str, float]]:
         proc = nodeagent("up", "--detach", "--dir", str(root), timeout=400)
         took = time.monotonic() - started
         assert proc.returncode == 0, f"nodeagent up failed:\n{proc.stderr[-4000:]}"
+        # When each part was ready (the agent's node, then CoreDNS's replica): the cost of waiting for DNS.
+        print("".join(line + "\n" for line in proc.stderr.splitlines() if "component ready name=" in line))
         yield Layout(root), proc.stdout, took
     finally:
         down = nodeagent("testbed", "down", "--dir", str(root), timeout=180)
