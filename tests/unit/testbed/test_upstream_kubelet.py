@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from nodeagent import cli
-from nodeagent.testbed import install, upstreamkubelet
+from nodeagent.testbed import configs, install, upstreamkubelet
 from nodeagent.testbed.layout import Layout, Settings
 from nodeagent.testbed.upstreamkubelet import MACHINE_FIELDS, holds_node, kubelet_argv, kubelet_config
 
@@ -162,3 +163,15 @@ def test_ensure_cgroup_root_v2(tmp_path: Path) -> None:
     made = upstreamkubelet.ensure_cgroup_root("nodeagent-na1", root=tmp_path)
     assert made == [tmp_path / "nodeagent-na1"]
     assert upstreamkubelet.ensure_cgroup_root("/", root=tmp_path) == []
+
+
+def test_kubelet_config_keeps_the_testbeds_cluster_dns(tmp_path: Path) -> None:
+    # The node handed to the kubelet resolves as nodeagent's did: the same clusterDNS and clusterDomain.
+    settings = Settings(
+        node_name="n", etcd_client_port=1, etcd_peer_port=2, apiserver_port=3, controller_manager_port=4,
+        scheduler_port=5, registry_port=6, stream_port=7, bridge="na0", pod_cidr="198.18.7.0/24",
+        service_cidr="198.19.0.0/16", cluster_dns="198.19.0.10",
+    )  # fmt: skip
+    agent = yaml.safe_load(configs.agent_config(Layout(tmp_path), settings))
+    config = kubelet_config(agent, root=ROOT)
+    assert (config["clusterDNS"], config["clusterDomain"]) == (["198.19.0.10"], "cluster.local")
