@@ -55,7 +55,7 @@ FIRST_STEPS = (
 )
 
 
-def _usage(layout: Layout, *, cluster_dns: str = "") -> str:
+def _usage(layout: Layout, *, cluster_dns: str = "", kube_proxy_held_by: str = "") -> str:
     lines = [
         f"testbed up in {layout.root}",
         f"  . {layout.env_file}    # KUBECONFIG, CONTAINER_RUNTIME_ENDPOINT, REGISTRY; kubectl and crictl on PATH",
@@ -63,7 +63,11 @@ def _usage(layout: Layout, *, cluster_dns: str = "") -> str:
         "  crictl pods",
         f"  python3 -m nodeagent pods --config {layout.agent_config}    # what the agent runs (its local /pods)",
     ]
-    if cluster_dns:
+    if cluster_dns and kube_proxy_held_by:
+        lines.append(
+            f"  # no ClusterIPs and so no cluster DNS here: the host's kube-proxy belongs to {kube_proxy_held_by}"
+        )
+    elif cluster_dns:
         lines.append(f"  # cluster DNS: CoreDNS, the kube-dns Service at {cluster_dns} (cluster.local)")
         lines += [f"  {step}" for step in FIRST_STEPS]
     lines.append(f"  logs: {layout.logs}/")
@@ -78,7 +82,10 @@ async def _up(args: argparse.Namespace) -> int:
     # Pods made from here on resolve Service names (unless another testbed's kube-proxy holds the host: it says so).
     await bed.wait_cluster_dns()
     print(f"node {bed.settings.node_name} is Ready (agent log: {bed.layout.logs}/nodeagent.log)", flush=True)
-    print(_usage(bed.layout, cluster_dns=bed.settings.cluster_dns), flush=True)
+    settings = bed.settings
+    print(
+        _usage(bed.layout, cluster_dns=settings.cluster_dns, kube_proxy_held_by=settings.kube_proxy_held_by), flush=True
+    )
     if args.detach:
         print(f"detached; stop it with: nodeagent testbed down --dir {bed.layout.root}", flush=True)
         return 0
@@ -103,8 +110,11 @@ async def _testbed(args: argparse.Namespace) -> int:
         return 0
     bed = Testbed(args.dir)
     if args.action == "up":
-        await bed.up(node_name=args.node_name, cluster_dns=True)
-        print(_usage(bed.layout, cluster_dns=bed.settings.cluster_dns), flush=True)
+        settings = await bed.up(node_name=args.node_name, cluster_dns=True)
+        print(
+            _usage(bed.layout, cluster_dns=settings.cluster_dns, kube_proxy_held_by=settings.kube_proxy_held_by),
+            flush=True,
+        )
     else:
         await bed.down()
     return 0
