@@ -367,18 +367,23 @@ async def _start(options: AgentOptions, stop: asyncio.Event) -> None:
                 )
                 rotation.load_current()
                 supervisor.start("client-certificate", rotation.run())
-            await _run(
-                options,
-                config=config,
-                node_name=node_name,
-                facts=facts,
-                cri=cri,
-                client=client,
-                supervisor=supervisor,
-                stop=stop,
-                clock=clock,
-                eviction=eviction,
-            )
+            # Servers _run starts (device plugins, PodResources) are closed however it ends: a stop during start-up
+            # (registration is retried for ever) or a start-up error must not leave a gRPC server to the garbage
+            # collector once the loop is closed.
+            async with contextlib.AsyncExitStack() as started:
+                await _run(
+                    options,
+                    config=config,
+                    node_name=node_name,
+                    facts=facts,
+                    cri=cri,
+                    client=client,
+                    supervisor=supervisor,
+                    stop=stop,
+                    clock=clock,
+                    eviction=eviction,
+                    started=started,
+                )
         finally:
             await supervisor.stop()
             if client is not None:
@@ -397,6 +402,7 @@ async def _run(
     stop: asyncio.Event,
     clock: SystemClock,
     eviction: EvictionManager,
+    started: contextlib.AsyncExitStack,
 ) -> None:
     recorder = EventRecorder(client, node_name) if client is not None else None
 
@@ -467,6 +473,7 @@ async def _run(
         monotonic=clock.monotonic,
     )
     await device_manager.start(running_containers(pod_cache.get_all()))
+    started.push_async_callback(device_manager.stop)
     node_status = None
     volume_managers: list[VolumeManager] = []
     if client is not None:
@@ -631,6 +638,7 @@ async def _run(
         str(options.root_dir), device_manager, active_pods=kubelet.active_pods, all_pods=pod_config.pods
     )
     await pod_resources.start()
+    started.push_async_callback(pod_resources.stop)
     # As upstream's PodDeletionSafetyProvider: a terminal phase is sent once the pod's worker stopped everything.
     status_manager.could_have_running_containers = kubelet.workers.could_have_running_containers
     # A CSI volume's stats come from its driver (NodeGetVolumeStats), through the kubernetes.io/csi plugin.
@@ -846,8 +854,6 @@ async def _run(
     await kubelet.workers.stop()
     await probes.stop()
     await prober.aclose()
-    await pod_resources.stop()
-    await device_manager.stop()
-    log.info("agent stopping node=%s", node_name)
+    log.info("agent stopping node=%s", node_name)  # the PodResources and device plugin servers close next (started)
     if failed.done() and not failed.cancelled() and supervisor.failed.is_set():
         raise AgentError("a background task failed; see the log above")
