@@ -170,6 +170,37 @@ def containerd_stuck(testbed: Testbed) -> set[str]:
     return found
 
 
+async def pod_records(cri: CRIClient, testbed: Testbed) -> list[str]:
+    """The pods' containers and sandboxes containerd still lists, but for those the agent logged as containerd's to
+    keep (`containerd_stuck`; `problems` passes over them alike, and `testbed down` ends them)."""
+    stuck = await asyncio.to_thread(containerd_stuck, testbed)
+    out = [
+        f"container {c.id[:12]} ({c.metadata.name}) {STATE_NAMES[c.state]}"
+        for c in await cri.runtime.list_containers()
+        if c.labels.get(UID_LABEL) and c.id[:12] not in stuck
+    ]
+    out += [
+        f"sandbox {s.id[:12]} ({s.metadata.name}) {SANDBOX_STATE_NAMES[s.state]}"
+        for s in await cri.runtime.list_pod_sandbox()
+        if s.labels.get(UID_LABEL) and s.id[:12] not in stuck
+    ]
+    return out
+
+
+async def emptied(listing: Callable[[], Awaitable[list[str]]], *, timeout: float, what: str, agent: Agent) -> None:
+    """`listing` is empty within the timeout; else fail naming what is left."""
+    left: list[str] = []
+
+    async def empty() -> bool:
+        nonlocal left
+        left = await listing()
+        return not left
+
+    with contextlib.suppress(AssertionError):
+        await eventually(empty, timeout=timeout, what=what, agent=agent)
+    assert left == [], f"{what}: still there after {timeout:.0f}s: {left}\n--- agent log ---\n{agent.tail()}"
+
+
 async def problems(
     cri: CRIClient, admin: KubeClient, testbed: Testbed, settings: Settings, uids: set[str]
 ) -> list[str]:
@@ -311,13 +342,11 @@ async def deployment(admin: KubeClient, cri_client: CRIClient, agent: Agent, tes
         with contextlib.suppress(NotFound):
             await admin.delete(f"{deployment_path()}/{name}", propagation_policy="Background")
 
-        async def gone() -> bool:
-            left = (await admin.list(paths.pods(NS), label_selector=f"app={name}"))["items"]
-            objects: list[Any] = [c for c in await cri_client.runtime.list_containers() if c.labels.get(UID_LABEL)]
-            objects += [s for s in await cri_client.runtime.list_pod_sandbox() if s.labels.get(UID_LABEL)]
-            return not left and not objects
+        async def left() -> list[str]:
+            pods = (await admin.list(paths.pods(NS), label_selector=f"app={name}"))["items"]
+            return [f"pod {p['metadata']['name']}" for p in pods] + await pod_records(cri_client, testbed)
 
-        await eventually(gone, timeout=90, what="pods deleted and containerd emptied", agent=agent)
+        await emptied(left, timeout=90, what="pods deleted and containerd emptied", agent=agent)
 
 
 @pytest.mark.parametrize(
@@ -457,9 +486,4 @@ async def test_created_containers_and_not_ready_sandboxes_left_by_a_crash_are_cl
         if agent.proc.poll() is not None:
             restart(agent, testbed)  # so the agent removes what this test made
 
-        async def gone() -> bool:
-            objects: list[Any] = [c for c in await cri_client.runtime.list_containers() if c.labels.get(UID_LABEL)]
-            objects += [s for s in await cri_client.runtime.list_pod_sandbox() if s.labels.get(UID_LABEL)]
-            return not objects
-
-        await eventually(gone, timeout=60, what="containerd emptied", agent=agent)
+        await emptied(lambda: pod_records(cri_client, testbed), timeout=60, what="containerd emptied", agent=agent)
