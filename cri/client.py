@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Self, TypeVar
 import grpc
 
 from cri.channel import open_channel
+from cri.containerd_tasks import ContainerdTasks
 from cri.errors import InvalidResponseError, from_rpc_error
 from cri.v1 import api_pb2, api_pb2_grpc
 
@@ -398,6 +399,8 @@ class CRIClient:
         self._channels = [channel] if image_channel is None else [channel, image_channel]
         self.runtime = RemoteRuntimeService(channel, timeout=timeout)
         self.image = RemoteImageService(image_channel or channel, timeout=timeout)
+        # containerd's own Kill/Delete of a task, on the runtime's socket; only a containerd answers them.
+        self.containerd_tasks = ContainerdTasks(channel)
 
     async def close(self) -> None:
         for channel in self._channels:

@@ -579,6 +579,7 @@ async def _run(
         resources=allocation,
         pod_cgroups=CgroupfsPodCgroups(pod_pids_limit=config.pod_pids_limit),
         qos_cgroups=qos_cgroups,
+        task_deleter=cri.containerd_tasks.end if facts.container_runtime_version.startswith("containerd:") else None,
     )
     sources = [API_SOURCE] if client is not None else []
     if config.static_pod_path:

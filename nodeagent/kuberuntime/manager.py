@@ -96,6 +96,8 @@ ContainerDevices = Callable[[Pod, Mapping[str, Any]], Awaitable[Sequence[api_pb2
 # Adds what the container's device-plugin devices need to its config (upstream: the container manager's
 # GetResources); raises a KubeRuntimeError (CreateContainerConfigError) when it cannot.
 ContainerResources = Callable[[Pod, Mapping[str, Any], api_pb2.ContainerConfig], Awaitable[None]]
+# Ends and deletes a container's task outside CRI (cri.containerd_tasks.ContainerdTasks.end); raises CRIError.
+TaskDeleter = Callable[[str], Awaitable[None]]
 
 
 # (type, reason, message): events about the node itself.
@@ -288,6 +290,7 @@ class RuntimeManager:
         resources: ResourceRecord | None = None,
         pod_cgroups: PodCgroups | None = None,
         qos_cgroups: QOSCgroups | None = None,
+        task_deleter: TaskDeleter | None = None,
     ) -> None:
         self._runtime = runtime
         self._images = images
@@ -315,6 +318,8 @@ class RuntimeManager:
         self._qos_cgroups = qos_cgroups
         # Containers containerd will not let go of (see _remove_container): never tried again.
         self.unremovable: set[str] = set()
+        # containerd's own task API (cri.containerd_tasks), the way out for such a container; None: no such API.
+        self._task_deleter = task_deleter
         self._kept_sandboxes: set[str] = set()
         self._termination_messages = TerminationMessages()
         # (pod UID, image) -> the last failed pull's error, for the back-off's message (upstream prevPullErrMsg).
@@ -1046,8 +1051,18 @@ class RuntimeManager:
             except CRIError as exc:
                 last = exc
         # containerd keeps the task of a container it never marked started, and CRI has no call that deletes it
-        # (RemoveContainer refuses while any task exists): the record stays until containerd is restarted. Its
-        # processes are dead; the pod goes on without it (a successor takes the next attempt's name, as upstream).
+        # (RemoveContainer refuses while any task exists; containerd issue 11037). containerd's own task API does.
+        if self._task_deleter is not None:
+            try:
+                await self._task_deleter(container_id)
+                with contextlib.suppress(NotFoundError):
+                    await self._runtime.remove_container(container_id)
+                log.warning("container task deleted through containerd's task API id=%s", container_id[:12])
+                return
+            except CRIError as exc:
+                last = exc
+        # Else the record stays until containerd is restarted. Its processes are dead; the pod goes on without it (a
+        # successor takes the next attempt's name, as upstream).
         self.unremovable.add(container_id)
         log.warning(
             "container cannot be removed: containerd keeps its task id=%s error=%s", container_id[:12], last.message
