@@ -21,7 +21,7 @@ step "ruff check";        python3 -m ruff check .
 step "ruff format";       python3 -m ruff format --check .
 step "mypy --strict";     python3 -m mypy
 step "import rules";      python3 -c "import sys; from importlinter.cli import lint_imports; sys.exit(lint_imports())"
-step "pytest";            python3 -m pytest "$@"
+step "pytest";            python3 -m pytest --durations=30 "$@"
 # The upstream e2e suite's fixed CI subset (nodeagent/conformance/subset.py) on a testbed of its own; the first run
 # builds e2e.test and ginkgo (cached). Fails on any failed spec, or when the subset selects another number of specs.
 step "conformance (CI subset of [NodeConformance])"
