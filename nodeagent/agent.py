@@ -34,6 +34,7 @@ from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector,
 from cri.client import CRIClient, connect
 from cri.errors import CRIError
 from cri.instrumented import instrument
+from csi.registration.handler import DRA_PLUGIN
 from eviction.injection import InjectionError
 from eviction.messages import REASON as EVICTED
 from eviction.thresholds import ThresholdError
@@ -49,6 +50,8 @@ from nodeagent.config.kubelet_config import CgroupDriver
 from nodeagent.config.quantity import parse_quantity
 from nodeagent.devicemanager import DeviceManager, running_containers
 from nodeagent.devicemanager import container_resources as device_container_resources
+from nodeagent.dra import DRAError, DRAManager, DRAPluginManager, claim_reader, resource_slice_wiper
+from nodeagent.dra import crioptions as dra_options
 from nodeagent.events import EventRecorder, ObjectRef
 from nodeagent.evictionmanager import EvictionInputs, EvictionManager, disk_layout, eviction_config
 from nodeagent.experiment.injectionfile import InjectionFile
@@ -517,7 +520,24 @@ async def _run(
     runtime_classes = RuntimeClassManager() if client is not None else None
     # CSI drivers register through <rootDir>/plugins_registry (upstream's plugin manager); its registry is what the
     # kubernetes.io/csi volume plugin dials. Without an apiserver there is no CSINode to write, so no registration.
-    plugin_manager = PluginManager(str(options.root_dir), client, node_name) if client is not None else None
+    # DRA (upstream's DRA manager in the container manager): drivers' kubelet plugins register through the same
+    # watcher (type DRAPlugin); their claim cache is checkpointed in the root dir. Without an apiserver no claim can
+    # be read, so a pod with claims waits with FailedPrepareDynamicResources.
+    try:
+        dra_manager = DRAManager(
+            claim_reader(client) if client is not None else None,
+            str(options.root_dir),
+            DRAPluginManager(resource_slice_wiper(client, node_name) if client is not None else None),
+            active_pods=lambda: late["active_pods"]() if "active_pods" in late else [],
+            sources_ready=lambda: bool(late["sources_ready"]()) if "sources_ready" in late else False,
+        )
+    except DRAError as exc:
+        raise AgentError(str(exc)) from exc
+    plugin_manager = (
+        PluginManager(str(options.root_dir), client, node_name, handlers={DRA_PLUGIN: dra_manager.plugins})
+        if client is not None
+        else None
+    )
     volumes = new_volume_manager(
         str(options.root_dir),
         client=client,
@@ -572,7 +592,10 @@ async def _run(
         fetch_object=_object_fetcher(client),
         container_mounts=volumes.container_mounts,
         container_devices=volumes.container_devices,
-        container_resources=device_container_resources(device_manager),
+        container_resources=dra_options.chain(
+            [device_container_resources(device_manager), dra_options.container_resources(dra_manager)]
+        ),
+        prepare_resources=dra_options.prepare_resources(dra_manager),
         services=services,
         runtime_handlers=runtime_state.handlers,
         runtime_classes=runtime_classes if runtime_classes is not None else UnresolvedRuntimeClasses(),
@@ -632,6 +655,7 @@ async def _run(
         ),
         device_admit=device_manager.admit,
         node_for_admission=device_manager.sanitize_node,
+        unprepare_resources=dra_manager.unprepare_resources,
     )
     late["active_pods"] = kubelet.active_pods
     # The PodResources API v1 for node agents (device monitors), on <root-dir>/pod-resources/kubelet.sock.
@@ -708,6 +732,7 @@ async def _run(
     supervisor.start("volume-manager", volumes.run())
     if plugin_manager is not None:
         supervisor.start("plugin-manager", plugin_manager.run())
+    supervisor.start("dra-manager", dra_manager.run())
     supervisor.start("sync-loop", sync_loop.run())
     # Node-level garbage collection (upstream's StartGarbageCollection): unused images every 5 min, dead containers
     # and sandboxes every minute, and both on the eviction manager's demand under disk pressure.

@@ -271,6 +271,9 @@ class Kubelet:
     # The Node as the predicates see it for a pod (upstream's UpdatePluginResources: a pod holding devices counts
     # them in allocatable even when their plugin is gone).
     node_for_admission: Callable[[Pod, dict[str, Any] | None], Mapping[str, Any] | None] = lambda pod, node: node
+    # Upstream's UnprepareDynamicResources, after a terminating pod's containers stopped and before its final
+    # status: raises when it must be tried again (the terminating sync then fails and is retried). None: no DRA.
+    unprepare_resources: Callable[[Pod], Awaitable[None]] | None = None
     # In-place resize (upstream's allocation manager): None runs every pod as its spec says, never resized.
     allocation: AllocationManager | None = None
     monotonic: Callable[[], float] = time.monotonic
@@ -584,6 +587,10 @@ class Kubelet:
         await self.runtime.kill_pod(pod, acts.from_pod_status(status), grace_period=grace_period)
         if self.prober is not None:
             self.prober.remove_pod(uid)
+        if self.unprepare_resources is not None:
+            # As upstream: after every container has stopped, before the status says so (the claims' deallocation
+            # waits for the pod to be terminal).
+            await self.unprepare_resources(pod)
         # Straight from the runtime, as upstream: nothing may still run once this returns. The stopped sandbox no
         # longer tells its IPs: the pod keeps those it had (upstream's preserveDataFromBeforeStopping).
         after = await self.runtime.get_pod_status(uid)

@@ -98,6 +98,9 @@ ContainerDevices = Callable[[Pod, Mapping[str, Any]], Awaitable[Sequence[api_pb2
 ContainerResources = Callable[[Pod, Mapping[str, Any], api_pb2.ContainerConfig], Awaitable[None]]
 # Ends and deletes a container's task outside CRI (cri.containerd_tasks.ContainerdTasks.end); raises CRIError.
 TaskDeleter = Callable[[str], Awaitable[None]]
+# Prepares the pod's dynamic resources (DRA claims) before its sandbox is made: None when done, else the error text
+# for the pod's FailedPrepareDynamicResources event (upstream: runtimeHelper.PrepareDynamicResources).
+PrepareResources = Callable[[Pod], Awaitable[str | None]]
 
 
 # (type, reason, message): events about the node itself.
@@ -284,6 +287,7 @@ class RuntimeManager:
         container_mounts: ContainerMounts | None = None,
         container_devices: ContainerDevices | None = None,
         container_resources: ContainerResources | None = None,
+        prepare_resources: PrepareResources | None = None,
         services: ServiceLister | None = None,
         runtime_handlers: Callable[[], Sequence[RuntimeHandler]] = tuple,
         runtime_classes: RuntimeHandlerResolver | None = None,
@@ -306,6 +310,7 @@ class RuntimeManager:
         self._container_mounts = container_mounts
         self._container_devices = container_devices
         self._container_resources = container_resources
+        self._prepare_resources = prepare_resources
         self._services = services
         self._runtime_handlers = runtime_handlers
         # The pods' RuntimeClass → runtime handler (nodeagent.runtimeclass); None: every pod gets the default.
@@ -442,6 +447,20 @@ class RuntimeManager:
                 message = f"unable to ensure pod container exists: {exc}"
                 self._events(pod, "Warning", "FailedCreatePodContainer", message, "")
                 log.warning("pod cgroup failed pod=%s uid=%s error=%s", _ref(pod), uid, exc)
+                return SyncResult(waiting, (), _sync_error_retry(retry_after), changed)
+        if plan.create_sandbox and self._prepare_resources is not None:
+            # As upstream's SyncPod: the pod's claims are prepared before its sandbox; a failure is the pod's event
+            # and nothing is created (the next sync tries again).
+            failure = await self._prepare_resources(pod)
+            if failure is not None:
+                self._events(
+                    pod,
+                    "Warning",
+                    "FailedPrepareDynamicResources",
+                    f"Failed to prepare dynamic resources: {failure}",
+                    "",
+                )
+                log.warning("prepare dynamic resources failed pod=%s uid=%s error=%s", _ref(pod), uid, failure)
                 return SyncResult(waiting, (), _sync_error_retry(retry_after), changed)
         if plan.create_sandbox:
             try:

@@ -1,4 +1,5 @@
-"""The plugin manager as the agent runs it: the watcher on `<rootDir>/plugins_registry` with the CSI handler.
+"""The plugin manager as the agent runs it: the watcher on `<rootDir>/plugins_registry` with the CSI handler (and
+the DRA manager's DRAPlugin handler, passed in).
 
 At start, as upstream's CSI plugin Init: wait for the apiserver and make sure this node's CSINode exists (with no
 drivers), retried until it works; the watcher starts right away, so drivers register meanwhile.
@@ -9,8 +10,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Mapping
 
-from csi.registration.handler import CSI_PLUGIN
+from csi.registration.handler import CSI_PLUGIN, PluginHandler
 from csi.registration.watcher import PluginWatcher
 from nodeagent.kube.client import KubeClient
 from nodeagent.kube.errors import KubeError
@@ -37,11 +39,15 @@ class PluginManager:
         *,
         registry: CSIDriverRegistry | None = None,
         get_info: NodeInfoGetter = node_get_info,
+        handlers: Mapping[str, PluginHandler] | None = None,
     ) -> None:
         self.registry = registry or CSIDriverRegistry()
         self.node_info = NodeInfoManager(client, node_name)
         self.watcher = PluginWatcher(plugins_registry_dir(root_dir))
         self.watcher.add_handler(CSI_PLUGIN, CSIRegistrationHandler(self.registry, self.node_info, get_info))
+        # Other plugin types (DRAPlugin: the DRA manager's plugin store) share the watcher, as upstream.
+        for plugin_type, handler in (handlers or {}).items():
+            self.watcher.add_handler(plugin_type, handler)
 
     async def ensure_csinode(self) -> None:
         while True:

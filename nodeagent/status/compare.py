@@ -36,6 +36,8 @@ DISRUPTION_TARGET = "DisruptionTarget"
 _MERGE_KEYS = {"conditions": "type", "podIPs": "ip", "hostIPs": "ip", "resourceClaimStatuses": "name"}
 
 _CONDITION_TIMES = ("lastProbeTime", "lastTransitionTime")
+# Status fields others own, kept as the apiserver has them (upstream mergePodStatus).
+_NOT_KUBELETS = ("resourceClaimStatuses", "extendedResourceClaimStatus")
 
 
 def _without_condition_times(status: Mapping[str, Any]) -> dict[str, Any]:
@@ -72,6 +74,7 @@ def merge_pod_status(
       finished terminating it) keeps the phase, reason and message `api` shows: the apiserver hears of the end
       only once nothing runs, as upstream, so nothing above the node releases what the pod still holds;
     - DisruptionTarget from `new` goes only with the terminal phase itself;
+    - resourceClaimStatuses and extendedResourceClaimStatus are `api`'s (the resourceclaim controller's);
     - a terminal phase never goes out with Ready or ContainersReady True.
     `now` stamps the transition times this changes (default: the current time).
     """
@@ -90,6 +93,13 @@ def merge_pod_status(
     out = dict(new)
     if conditions or "conditions" in new:
         out["conditions"] = conditions
+    # As upstream: the claim statuses belong to the resourceclaim controller and are never the kubelet's to change
+    # (NodeRestriction refuses a node's status update that changes them): they go out as the apiserver has them.
+    for key in _NOT_KUBELETS:
+        if key in api:
+            out[key] = api[key]
+        else:
+            out.pop(key, None)
     if turning_terminal and could_have_running_containers:
         for key in ("phase", "reason", "message"):
             if key in api:

@@ -96,7 +96,8 @@ def containerd_config(layout: Layout, settings: Settings) -> str:
     Two runtime handlers, both runc: `runc` (the default) and `ALT_RUNTIME_HANDLER` for RuntimeClass.
 
     `restrict_oom_score_adj` is required on these machines: lowering oom_score_adj is refused even for root, and
-    without it every sandbox fails.
+    without it every sandbox fails. CDI is on (`enable_cdi`, off by default in 1.7) with the testbed's own spec
+    directory, so that the CDI device names a DRA driver returns (and a device plugin's CDI devices) are injected.
     """
     cri = 'plugins."io.containerd.grpc.v1.cri"'
     c = layout.containerd
@@ -128,7 +129,8 @@ disabled_plugins = [
   restrict_oom_score_adj = true
   stream_server_address = "127.0.0.1"
   stream_server_port = "{settings.stream_port}"
-  enable_cdi = false
+  enable_cdi = true
+  cdi_spec_dirs = ["{layout.cdi_spec_dir}"]
 
 [{cri}.containerd]
   snapshotter = "overlayfs"

@@ -61,6 +61,11 @@ class Layout:
         return self.root / "cni" / "helper.sock"
 
     @property
+    def cdi_spec_dir(self) -> Path:
+        """containerd's `cdi_spec_dirs`: the testbed's DRA drivers write their CDI specs here (not /etc/cdi)."""
+        return self.root / "cdi"
+
+    @property
     def registry_data(self) -> Path:
         return self.root / "registry"
 

@@ -2,7 +2,7 @@
 
 A proto edit without regeneration, or a hand edit of a generated file, fails here. The fix is to run the named
 script (with the pinned grpcio-tools and mypy-protobuf of pyproject.toml). One table for every proto the repo
-carries: CRI, CSI, plugin registration, the device plugin API and PodResources.
+carries: CRI, CSI, plugin registration, the device plugin API, PodResources and DRA.
 """
 
 from __future__ import annotations
@@ -60,6 +60,13 @@ STUBS = [
         "api",
         "    string pod_name = 1;\n",
         "    string pod_name = 5;\n",
+    ),
+    Stubs(
+        "gen-dra.sh",
+        Path("nodeagent", "dra", "v1"),
+        "api",
+        "    string pool_name = 2;\n",
+        "    string pool_name = 5;\n",
     ),
 ]
 IDS = [stubs.script for stubs in STUBS]

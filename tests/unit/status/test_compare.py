@@ -182,3 +182,33 @@ def test_merge_pod_status_holds_the_terminal_phase(
     api: dict[str, Any], new: dict[str, Any], could_run: bool, expected: dict[str, Any]
 ) -> None:
     assert merge_pod_status(api, new, could_have_running_containers=could_run, now=NOW) == expected
+
+
+@pytest.mark.parametrize(
+    ("api", "new", "expected"),
+    [
+        pytest.param(
+            {"phase": "Pending", "resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "p-gpu-x"}]},
+            {"phase": "Running"},
+            {"phase": "Running", "resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "p-gpu-x"}]},
+            id="kept-when-the-kubelet-has-none",
+        ),
+        pytest.param(
+            {"phase": "Pending"},
+            {"phase": "Running", "resourceClaimStatuses": [{"name": "gpu"}], "extendedResourceClaimStatus": {}},
+            {"phase": "Running"},
+            id="never-added-by-the-kubelet",
+        ),
+        pytest.param(
+            {"extendedResourceClaimStatus": {"resourceClaimName": "c"}, "resourceClaimStatuses": [{"name": "a"}]},
+            {"resourceClaimStatuses": [{"name": "b"}]},
+            {"extendedResourceClaimStatus": {"resourceClaimName": "c"}, "resourceClaimStatuses": [{"name": "a"}]},
+            id="never-changed-by-the-kubelet",
+        ),
+    ],
+)
+def test_merge_pod_status_keeps_the_claim_statuses_of_the_apiserver(
+    api: dict[str, Any], new: dict[str, Any], expected: dict[str, Any]
+) -> None:
+    # NodeRestriction refuses a node's status update that changes them ("cannot update resource claim statues").
+    assert merge_pod_status(api, new, now=datetime(2026, 1, 1, tzinfo=UTC)) == expected
