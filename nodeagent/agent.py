@@ -660,7 +660,11 @@ async def _run(
     late["active_pods"] = kubelet.active_pods
     # The PodResources API v1 for node agents (device monitors), on <root-dir>/pod-resources/kubelet.sock.
     pod_resources = PodResourcesServer(
-        str(options.root_dir), device_manager, active_pods=kubelet.active_pods, all_pods=pod_config.pods
+        str(options.root_dir),
+        device_manager,
+        active_pods=kubelet.active_pods,
+        all_pods=pod_config.pods,
+        dra=dra_manager,
     )
     await pod_resources.start()
     started.push_async_callback(pod_resources.stop)

@@ -235,6 +235,22 @@ class DRAManager:
             out.extend(info.cdi_devices(request))
         return out
 
+    def container_claim_infos(self, pod: Obj, container: Obj) -> list[ClaimInfo]:
+        """The cache's entries of the claims a container names, once per `resources.claims` entry (upstream's
+        GetContainerClaimInfos, for the PodResources API)."""
+        try:
+            wanted = claimsmod.container_claim_requests(pod, container)
+        except claimsmod.ClaimError as exc:
+            raise DRAError(str(exc)) from exc
+        namespace = str(_meta(pod).get("namespace", ""))
+        out: list[ClaimInfo] = []
+        for name, _ in wanted:
+            info = self._cache.get(name, namespace)
+            if info is None:
+                raise DRAError(f"unable to get information for ResourceClaim {name}")
+            out.append(info)
+        return out
+
     # --- unprepare -----------------------------------------------------------------------------------------------
 
     async def unprepare_resources(self, pod: Obj) -> None:

@@ -6,8 +6,10 @@ As upstream v1.34 with its default gates: List covers the active pods (KubeletPo
 served (KubeletPodResourcesGet, beta) and answers any pod the agent knows by namespace and name, and the containers
 listed are the app containers and the restartable init containers (sidecars). Each device is one ContainerDevices
 entry, with its NUMA node as topology when the plugin gave one. `cpu_ids` and `memory` are always empty: nodeagent
-has no CPU manager nor memory manager (upstream's `none` policies report nothing either), and `dynamic_resources` is
-empty because DRA is not implemented yet. Upstream's rate limit on the socket is not applied.
+has no CPU manager nor memory manager (upstream's `none` policies report nothing either). `dynamic_resources`
+(KubeletPodResourcesDynamicResources, beta and on in v1.34) lists the DRA claims a container names, with each
+prepared device's driver, pool, name and CDI devices, from the DRA manager's claim cache. Upstream's rate limit on
+the socket is not applied.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import grpc
 
 from nodeagent.devicemanager import DeviceManager
 from nodeagent.devicemanager.checkpoint import NODE_WITHOUT_TOPOLOGY
+from nodeagent.dra import DRAError, DRAManager
 from nodeagent.podresources.v1 import api_pb2, api_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -56,11 +59,13 @@ class PodResourcesServer(api_pb2_grpc.PodResourcesListerServicer):
         *,
         active_pods: Callable[[], Sequence[Pod]],
         all_pods: Callable[[], Sequence[Pod]],
+        dra: DRAManager | None = None,
     ) -> None:
         self.socket_path = os.path.join(root_dir, POD_RESOURCES_DIR, SOCKET_NAME)
         self._devices = devices
         self._active_pods = active_pods
         self._all_pods = all_pods
+        self._dra = dra
         self._server: grpc.aio.Server | None = None
 
     async def start(self) -> None:
@@ -90,10 +95,47 @@ class PodResourcesServer(api_pb2_grpc.PodResourcesListerServicer):
                 for resource, per_node in self._devices.container_topology(uid, name).items()
                 for entry in _device_entries(resource, per_node)
             ]
-            containers.append(api_pb2.ContainerResources(name=name, devices=devices))
+            containers.append(
+                api_pb2.ContainerResources(
+                    name=name, devices=devices, dynamic_resources=self._dynamic_resources(pod, container)
+                )
+            )
         return api_pb2.PodResources(
             name=str(meta.get("name", "")), namespace=str(meta.get("namespace", "")), containers=containers
         )
+
+    def _dynamic_resources(self, pod: Pod, container: Mapping[str, Any]) -> list[api_pb2.DynamicResource]:
+        """Upstream's GetDynamicResources: an error is logged and gives none."""
+        if self._dra is None:
+            return []
+        try:
+            infos = self._dra.container_claim_infos(pod, container)
+        except DRAError as exc:
+            log.error("unable to get container claim info state error=%s", exc)
+            return []
+        out = []
+        for info in infos:
+            resources = []
+            for driver, devices in info.drivers.items():
+                # As upstream (container_manager_linux.go): the CDI device list grows across a driver's devices, so
+                # each entry also names the CDI devices of the driver's devices before it.
+                cdi: list[api_pb2.CDIDevice] = []
+                for device in devices:
+                    cdi.extend(api_pb2.CDIDevice(name=name) for name in device.cdi_device_ids)
+                    resources.append(
+                        api_pb2.ClaimResource(
+                            cdi_devices=list(cdi),
+                            driver_name=driver,
+                            pool_name=device.pool_name,
+                            device_name=device.device_name,
+                        )
+                    )
+            out.append(
+                api_pb2.DynamicResource(
+                    claim_name=info.claim_name, claim_namespace=info.namespace, claim_resources=resources
+                )
+            )
+        return out
 
     async def List(
         self, request: api_pb2.ListPodResourcesRequest, context: grpc.aio.ServicerContext[Any, Any]

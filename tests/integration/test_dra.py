@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import grpc
 import pytest
 
 from cri.client import CRIClient
@@ -25,6 +26,8 @@ from cri.v1 import api_pb2
 from nodeagent.kube import paths
 from nodeagent.kube.client import KubeClient
 from nodeagent.kube.errors import NotFound
+from nodeagent.podresources.v1 import api_pb2 as podresources_pb2
+from nodeagent.podresources.v1 import api_pb2_grpc as podresources_grpc
 from nodeagent.testbed import configs
 from nodeagent.testbed import sampledradriver as driver
 from nodeagent.testbed.layout import Settings
@@ -175,6 +178,29 @@ async def _exec(cri: CRIClient, uid: str, container: str, script: str) -> str:
     return answer.stdout.decode() + answer.stderr.decode()
 
 
+async def _dynamic_resources(running: Running, name: str) -> dict[str, list[Any]]:
+    socket = running.testbed.layout.kubelet_root / "pod-resources" / "kubelet.sock"
+    async with grpc.aio.insecure_channel(f"unix://{socket}") as channel:
+        listed = await podresources_grpc.PodResourcesListerStub(channel).List(
+            podresources_pb2.ListPodResourcesRequest()
+        )
+    [pod] = [p for p in listed.pod_resources if (p.namespace, p.name) == (NS, name)]
+    return {
+        c.name: [
+            (
+                d.claim_namespace,
+                d.claim_name,
+                [
+                    (r.driver_name, r.pool_name, r.device_name, [x.name for x in r.cdi_devices])
+                    for r in d.claim_resources
+                ],
+            )
+            for d in c.dynamic_resources
+        ]
+        for c in pod.containers
+    }
+
+
 async def _running(admin: KubeClient, name: str) -> Obj | None:
     pod: Obj = await admin.get(paths.pod(NS, name))
     statuses = (pod.get("status") or {}).get("containerStatuses") or []
@@ -216,18 +242,21 @@ async def test_a_claim_is_prepared_its_cdi_device_injected_and_unprepared(
     [result] = claim["status"]["allocation"]["devices"]["results"]
     device = result["device"]
     assert result["driver"] == driver.DRIVER
+    claim_name, claim_uid = claim["metadata"]["name"], claim["metadata"]["uid"]
 
     seen = await _exec(
         cri_client, uid, "main", f"echo ${driver.env_name(device)}; ls /dev/nodeagent-dra-*; cat /run/nodeagent-dra/*"
     )
-    assert seen.split() == [
-        claim["metadata"]["name"],
-        f"/dev/nodeagent-dra-{device}",
-        f"{NS}/{claim['metadata']['name']}",
-    ]
+    assert seen.split() == [claim_name, f"/dev/nodeagent-dra-{device}", f"{NS}/{claim_name}"], seen
     plain = await _exec(cri_client, uid, "plain", "env | grep -c ^DRA_; ls /dev/nodeagent-dra-* 2>/dev/null | wc -l")
     assert plain.split() == ["0", "0"], plain
     assert [c["method"] for c in running.calls()] == ["NodePrepareResources"]
+    # The PodResources API names the claim's device for the container that asked, none for the other.
+    cdi = [f"{driver.DRIVER}/device={claim_uid}-{device}"]
+    assert await _dynamic_resources(running, name) == {
+        "main": [(NS, claim_name, [(driver.DRIVER, settings.node_name, device, cdi)])],
+        "plain": [],
+    }
 
     # The agent restarts: the claim stays in its checkpoint, so the pod's deletion still unprepares it.
     running.stop_agent()
@@ -239,8 +268,8 @@ async def test_a_claim_is_prepared_its_cdi_device_injected_and_unprepared(
     await eventually(lambda: _gone(admin, name), timeout=60, what=f"{name} deleted", agent=agent)
     calls = running.calls()
     assert [c["method"] for c in calls] == ["NodePrepareResources", "NodeUnprepareResources"], calls
-    assert {c["uid"] for c in calls} == {claim["metadata"]["uid"]}
-    assert not (running.testbed.layout.cdi_spec_dir / f"{driver.DRIVER}-{claim['metadata']['uid']}.json").exists()
+    assert {c["uid"] for c in calls} == {claim_uid}
+    assert not (running.testbed.layout.cdi_spec_dir / f"{driver.DRIVER}-{claim_uid}.json").exists()
 
 
 async def test_a_claim_of_a_driver_without_plugin_fails_as_upstream(

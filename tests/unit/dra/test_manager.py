@@ -152,6 +152,8 @@ async def test_prepare_then_cdi_devices_then_unprepare(harness: Harness) -> None
     assert harness.driver.calls == [("prepare", ["a"])]
     assert manager.cdi_devices(p1, p1["spec"]["containers"][0]) == [f"{DRIVER}/dev=ua-dev-a"]
     assert manager.cdi_devices(p1, p1["spec"]["containers"][1]) == []
+    assert [i.claim_name for i in manager.container_claim_infos(p1, p1["spec"]["containers"][0])] == ["a"]
+    assert manager.container_claim_infos(p1, p1["spec"]["containers"][1]) == []
     # Prepared once: a second sync of the pod does not call the driver again.
     await manager.prepare_resources(p1)
     assert harness.driver.calls == [("prepare", ["a"])]
