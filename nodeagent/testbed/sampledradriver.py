@@ -225,6 +225,25 @@ class Driver(api_pb2_grpc.DRAPluginServicer, reg_grpc.RegistrationServicer):
             await asyncio.sleep(SLICE_RESYNC)
 
 
+def v1beta1_handler(driver: Driver) -> grpc.GenericRpcHandler[Any, Any]:
+    """The v1beta1.DRAPlugin service (k8s.io.kubelet.pkg.apis.dra.v1beta1): v1's messages on its method paths."""
+    return grpc.method_handlers_generic_handler(
+        "k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin",
+        {
+            "NodePrepareResources": grpc.unary_unary_rpc_method_handler(
+                driver.NodePrepareResources,
+                request_deserializer=api_pb2.NodePrepareResourcesRequest.FromString,
+                response_serializer=api_pb2.NodePrepareResourcesResponse.SerializeToString,
+            ),
+            "NodeUnprepareResources": grpc.unary_unary_rpc_method_handler(
+                driver.NodeUnprepareResources,
+                request_deserializer=api_pb2.NodeUnprepareResourcesRequest.FromString,
+                response_serializer=api_pb2.NodeUnprepareResourcesResponse.SerializeToString,
+            ),
+        },
+    )
+
+
 async def serve(args: argparse.Namespace) -> None:
     async with KubeClient.from_kubeconfig(Path(args.kubeconfig)) as client:
         driver = Driver(args, client)
@@ -236,6 +255,8 @@ async def serve(args: argparse.Namespace) -> None:
                 socket.unlink()
         plugin = grpc.aio.server()
         api_pb2_grpc.add_DRAPluginServicer_to_server(driver, plugin)
+        # The same methods under v1beta1's package: both services it names are served.
+        plugin.add_generic_rpc_handlers([v1beta1_handler(driver)])
         plugin.add_insecure_port(f"unix:{driver.endpoint}")
         await plugin.start()
         registration = grpc.aio.server()
