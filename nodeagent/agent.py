@@ -468,7 +468,7 @@ async def _run(
     # Device plugins (upstream's container manager starts it before the node registers): its pods and sources are
     # the kubelet's, bound once they exist; the containers running now keep their devices until the sources are
     # read (a restart before their plugins are back).
-    late: dict[str, Callable[[], Any]] = {}
+    late: dict[str, Callable[..., Any]] = {}
     device_manager = DeviceManager(
         str(options.root_dir),
         active_pods=lambda: late["active_pods"]() if "active_pods" in late else [],
@@ -530,6 +530,9 @@ async def _run(
             DRAPluginManager(resource_slice_wiper(client, node_name) if client is not None else None),
             active_pods=lambda: late["active_pods"]() if "active_pods" in late else [],
             sources_ready=lambda: bool(late["sources_ready"]()) if "sources_ready" in late else False,
+            could_have_running_containers=lambda uid: (
+                bool(late["could_have_running_containers"](uid)) if "could_have_running_containers" in late else True
+            ),
         )
     except DRAError as exc:
         raise AgentError(str(exc)) from exc
@@ -658,6 +661,7 @@ async def _run(
         unprepare_resources=dra_manager.unprepare_resources,
     )
     late["active_pods"] = kubelet.active_pods
+    late["could_have_running_containers"] = kubelet.workers.could_have_running_containers
     # The PodResources API v1 for node agents (device monitors), on <root-dir>/pod-resources/kubelet.sock.
     pod_resources = PodResourcesServer(
         str(options.root_dir),

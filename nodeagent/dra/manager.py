@@ -94,6 +94,7 @@ class DRAManager:
         *,
         active_pods: Callable[[], Sequence[Obj]] = list,
         sources_ready: Callable[[], bool] = lambda: False,
+        could_have_running_containers: Callable[[str], bool] = lambda uid: False,
         reconcile_period: float = RECONCILE_PERIOD,
     ) -> None:
         self._read = read_claim
@@ -104,6 +105,7 @@ class DRAManager:
             raise DRAError(f"create ResourceClaim cache: {exc}") from exc
         self._active_pods = active_pods
         self._sources_ready = sources_ready
+        self._could_run = could_have_running_containers
         self._reconcile_period = reconcile_period
         self._lock = asyncio.Lock()
 
@@ -323,14 +325,17 @@ class DRAManager:
     # --- reconcile -----------------------------------------------------------------------------------------------
 
     async def reconcile(self) -> None:
-        """Unprepares the claims of pods that are no longer active (once the sources are ready)."""
+        """Unprepares the claims of pods that are no longer active (once the sources are ready), as upstream's
+        reconcileLoop; a pod whose containers may still run is left to its terminating sync."""
         if not self._sources_ready():
             return
         active = {str(_meta(pod).get("uid", "")) for pod in self._active_pods()}
         inactive: dict[tuple[str, str], list[str]] = {}
         for info in self._cache:
             for uid in info.pod_uids:
-                if uid not in active:
+                # Not active but maybe still running (an eviction's kill under way): its terminating sync
+                # unprepares once the containers stopped.
+                if uid not in active and not self._could_run(uid):
                     inactive.setdefault((uid, info.namespace), []).append(info.claim_name)
         for (uid, namespace), names in inactive.items():
             try:

@@ -105,6 +105,7 @@ class Harness:
         self.endpoint = str(root / "dra.sock")
         self.plugins = DRAPluginManager()
         self.active: list[Obj] = []
+        self.running: set[str] = set()
 
     async def serve(self, package: str = "k8s.io.kubelet.pkg.apis.dra.v1") -> None:
         self.server = grpc.aio.server()
@@ -119,7 +120,12 @@ class Harness:
 
     def manager(self) -> DRAManager:
         return DRAManager(
-            self.read, str(self.root), self.plugins, active_pods=lambda: self.active, sources_ready=lambda: True
+            self.read,
+            str(self.root),
+            self.plugins,
+            active_pods=lambda: self.active,
+            sources_ready=lambda: True,
+            could_have_running_containers=lambda uid: uid in self.running,
         )
 
     async def close(self) -> None:
@@ -200,6 +206,10 @@ async def test_reconcile_unprepares_pods_no_longer_active(harness: Harness) -> N
     await manager.reconcile()
     assert len(harness.driver.calls) == 1
     harness.active.clear()
+    harness.running.add("p1")  # not active, but its containers may still run: left to its terminating sync
+    await manager.reconcile()
+    assert len(harness.driver.calls) == 1
+    harness.running.clear()
     await manager.reconcile()
     assert harness.driver.calls[-1] == ("unprepare", ["a"])
 
