@@ -5,7 +5,7 @@ eviction cycle at 100 pods.
 Latency, N trials per mode (the modes alternate, so a drift of the machine's load favours neither). The agent runs as
 `nodeagent run` with evictionHard memory.available = T, T set below what the node has when it starts
 (enforceNodeAllocatable none: no allocatable threshold, see start_agent); polling-only
-is the same agent with NODEAGENT_MEMORY_NOTIFIER=0. One trial:
+is the same agent with kernelMemcgNotification false (the notifier mode sets it true). One trial:
 
 - a BestEffort busybox pod (bound to the node, tolerating the memory-pressure taint, so a condition held from the
   previous trial neither keeps it from the node nor from admission) waits for its size; once it runs, after a
@@ -38,7 +38,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import random
 import shutil
 import signal
@@ -67,7 +66,6 @@ from nodeagent.evictionmanager import EvictionInputs, EvictionManager, eviction_
 from nodeagent.kube import paths
 from nodeagent.kube.client import KubeClient
 from nodeagent.kube.errors import NotFound
-from nodeagent.memorynotifier import ENV_SWITCH
 from nodeagent.stats.provider import StatsProvider
 from nodeagent.testbed import configs
 from nodeagent.testbed.testbed import Testbed
@@ -312,6 +310,7 @@ def start_agent(bed: Testbed, root: Path, *, notifier: bool, threshold_mi: int) 
     # No allocatableMemory.available threshold: the testbed node's allocatable memory is far below what the machine
     # has, so the same value there would be met from the start and evict the hog before it allocates.
     config["enforceNodeAllocatable"] = ["none"]
+    config["kernelMemcgNotification"] = notifier
     path = root / f"eviction-{'notifier' if notifier else 'polling'}.yaml"
     path.write_text(yaml.safe_dump(config))
     settings = bed.settings
@@ -324,7 +323,6 @@ def start_agent(bed: Testbed, root: Path, *, notifier: bool, threshold_mi: int) 
                 "--node-ip", settings.node_ip, "--root-dir", str(bed.layout.kubelet_root),
             ],
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env={**os.environ, ENV_SWITCH: "1" if notifier else "0"},
         )  # fmt: skip
     return AgentProcess(proc, threshold_mi * MI)
 

@@ -79,7 +79,6 @@ from nodeagent.kuberuntime.references import ObjectFetcher
 from nodeagent.kuberuntime.runtime_handlers import RuntimeState
 from nodeagent.kuberuntime.sandbox_config import DNSSettings, ResolvConf
 from nodeagent.localserver import LocalServer, running_pods
-from nodeagent.memorynotifier import enabled as memory_notifier_enabled
 from nodeagent.memorynotifier import memory_notifiers
 from nodeagent.nodestatus import NodeFacts, gather_node_facts
 from nodeagent.nodestatus.manager import NodeStatusManager
@@ -774,11 +773,11 @@ async def _run(
     # (those are the threshold itself; subtracting them too put a node with a high threshold under pressure at once).
     enforced = node_allocatable(capacity, config.system_reserved, config.kube_reserved, {})
     allocatable_memory = parse_quantity(enforced["memory"]) if "memory" in enforced else None
-    # Memory threshold notification (upstream's kernelMemcgNotification, here on by default): a crossed memory
-    # threshold wakes the manager at once. NODEAGENT_MEMORY_NOTIFIER=0 leaves it polling only (benchmarks/eviction).
+    # Memory threshold notification (kernelMemcgNotification, off by default as upstream): a crossed memory
+    # threshold wakes the manager at once instead of at its next 10 s tick.
     notifiers = (
         memory_notifiers(eviction_config(config).thresholds, cgroup_root=config.cgroup_root)
-        if memory_notifier_enabled(os.environ)
+        if config.kernel_memcg_notification
         else []
     )
     supervisor.start(

@@ -23,8 +23,8 @@ a real hog evicted), and arming a real PSI trigger on /proc/pressure/memory (pre
 for real: a v2 unified hierarchy (no such machine here) and a PSI trigger firing (that needs real memory stalls);
 the v2 paths and the firing are covered by unit tests on recorded paths through a fake `Kernel`.
 
-Switch: `NODEAGENT_MEMORY_NOTIFIER=0` (read by agent.py) leaves the manager polling only, as upstream with
-kernelMemcgNotification off; benchmarks/eviction.py compares the two.
+Switch: the KubeletConfiguration's `kernelMemcgNotification` (read by agent.py), off by default as upstream: the
+manager then polls only; benchmarks/eviction.py compares the two.
 """
 
 from __future__ import annotations
@@ -56,17 +56,11 @@ from nodeagent.stats.types import SYSTEM_CONTAINER_PODS, MemoryStats, Summary
 
 log = logging.getLogger(__name__)
 
-ENV_SWITCH = "NODEAGENT_MEMORY_NOTIFIER"
 PROC_PRESSURE_MEMORY = "/proc/pressure/memory"
 
 
 class NotifierError(Exception):
     """A notifier could not be armed (a missing file, a refused registration) or the summary lacks what it needs."""
-
-
-def enabled(environ: dict[str, str] | os._Environ[str]) -> bool:
-    """The notifier is on unless the environment says "0", "false" or "off"."""
-    return environ.get(ENV_SWITCH, "1").strip().lower() not in ("0", "false", "off", "no")
 
 
 # --- the fd layer ----------------------------------------------------------------------------------------------
@@ -442,7 +436,6 @@ def memory_notifiers(
 
 
 __all__ = [
-    "ENV_SWITCH",
     "CgroupNotifier",
     "EpollPriorityWaiter",
     "Kernel",
@@ -455,7 +448,6 @@ __all__ = [
     "PressureThresholdNotifier",
     "PriorityWaiter",
     "ThresholdNotifier",
-    "enabled",
     "memory_basis",
     "memory_notifiers",
 ]

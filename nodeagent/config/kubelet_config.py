@@ -30,9 +30,11 @@ Project extensions: fields that are not in upstream v1beta1. The upstream kubele
   Kubernetes release the node reports as its kubeletVersion and probes name in their User-Agent
   (`kube-probe/1.34`); see `nodeagent.version`. Upstream reports the version it was built as.
 
-Not in the subset (an upstream field here is warned about and ignored): TLS serving files,
-event QPS, CPU/memory/topology managers, image GC ages, logging, tracing, graceful shutdown by pod priority, swap,
-and the rest of v1beta1 not listed below. `imagePullProgressDeadline` and `nodeLabels` are not v1beta1 fields at all.
+Not in the subset: the rest of v1beta1 (CPU/memory/topology managers, event and API QPS, logging, tracing, TLS
+cipher suites, graceful shutdown by pod priority, swap, ...). Each of those fields has a rule in
+`nodeagent.config.upstreamonly`: a value nodeagent's behaviour matches is accepted, any other refused, and only
+where the upstream kubelet ignores the field too is it a warning (docs/kubelet-config.md lists them).
+`imagePullProgressDeadline` and `nodeLabels` are not v1beta1 fields at all.
 """
 
 from __future__ import annotations
@@ -216,6 +218,11 @@ class KubeletConfiguration:
     eviction_pressure_transition_period: timedelta = timedelta(minutes=5)
     eviction_max_pod_grace_period: int = 0
     eviction_minimum_reclaim: Mapping[str, str] = field(default_factory=dict)
+    # True: the signals evictionHard leaves out keep their defaults instead of being dropped.
+    merge_default_eviction_settings: bool = False
+    # Upstream's default (false): the eviction manager only polls every 10 s. True: a memory threshold notifier
+    # (nodeagent.memorynotifier) wakes it as soon as a memory threshold is crossed.
+    kernel_memcg_notification: bool = False
 
     # Container logs and volumes.
     container_log_max_size: str = "10Mi"

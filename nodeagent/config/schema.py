@@ -29,6 +29,7 @@ from nodeagent.config.durations import format_go_duration, parse_go_duration
 from nodeagent.config.errors import ConfigError, DurationError
 from nodeagent.config.kubelet_config import (
     API_VERSION,
+    DEFAULT_EVICTION_HARD,
     KIND,
     AnonymousAuthentication,
     AuthorizationMode,
@@ -44,78 +45,10 @@ from nodeagent.config.kubelet_config import (
     WebhookAuthorization,
     X509Authentication,
 )
+from nodeagent.config.upstreamonly import UPSTREAM_ONLY_FIELDS, refusal, warning
 
 T = TypeVar("T")
 E = TypeVar("E", bound=StrEnum)
-
-# v1beta1 fields nodeagent does not implement. Setting one is not an error (the file may be shared with real kubelets)
-# but it is ignored, and the warning says so rather than calling a valid kubelet field "unknown".
-UPSTREAM_ONLY_FIELDS: frozenset[str] = frozenset(
-    {
-        "configMapAndSecretChangeDetectionStrategy",
-        "contentType",
-        "cpuCFSQuota",
-        "cpuCFSQuotaPeriod",
-        "cpuManagerPolicy",
-        "cpuManagerPolicyOptions",
-        "cpuManagerReconcilePeriod",
-        "crashLoopBackOff",
-        "draManagerReconcilePeriod",
-        "enableContentionProfiling",
-        "enableControllerAttachDetach",
-        "enableDebugFlagsHandler",
-        "enableProfilingHandler",
-        "enableSystemLogQuery",
-        "eventBurst",
-        "eventRecordQPS",
-        "failCgroupV1",
-        "imagePullCredentialsVerificationPolicy",
-        "iptablesDropBit",
-        "iptablesMasqueradeBit",
-        "kernelMemcgNotification",
-        "kubeAPIBurst",
-        "kubeAPIQPS",
-        "kubeReservedCgroup",
-        "kubeletCgroups",
-        "localStorageCapacityIsolation",
-        "logging",
-        "makeIPTablesUtilChains",
-        "maxOpenFiles",
-        "maxParallelImagePulls",
-        "memoryManagerPolicy",
-        "memoryReservationPolicy",
-        "memorySwap",
-        "memoryThrottlingFactor",
-        "mergeDefaultEvictionSettings",
-        "nodeStatusMaxImages",
-        "oomScoreAdj",
-        "podHousekeepingPeriod",
-        "podLogsDir",
-        "podsPerCore",
-        "preloadedImagesVerificationAllowlist",
-        "protectKernelDefaults",
-        "qosReserved",
-        "reservedMemory",
-        "reservedSystemCPUs",
-        "runOnce",
-        "seccompDefault",
-        "showHiddenMetricsForVersion",
-        "shutdownGracePeriodByPodPriority",
-        "shutdownGracePeriodCriticalPods",
-        "singleProcessOOMKill",
-        "systemCgroups",
-        "systemReservedCgroup",
-        "tlsCipherSuites",
-        "tlsCurvePreferences",
-        "tlsMinVersion",
-        "topologyManagerPolicy",
-        "topologyManagerPolicyOptions",
-        "topologyManagerScope",
-        "tracing",
-        "userNamespaces",
-        "volumeStatsAggPeriod",
-    }
-)
 
 # Fields of this project that upstream does not have; documented in `kubelet_config`.
 PROJECT_EXTENSION_FIELDS: frozenset[str] = frozenset({"pleg", "plegRelistThreshold", "emulatedKubernetesVersion"})
@@ -327,7 +260,11 @@ class _Struct(_Codec[T]):
                 if raw[key] is not None:
                     problems.append(f"{join_path(path, name)}: {self.forbidden[name]}")
             elif name in self.unsupported:
-                warnings.append(f'field "{join_path(path, name)}" is not supported by nodeagent and is ignored')
+                # Each upstream-only field is honoured, refused or (where upstream ignores it too) warned about.
+                if (refused := refusal(name, raw[key])) is not None:
+                    problems.append(f"{join_path(path, name)}: {show(raw[key])}: {refused}")
+                elif (ignored := warning(name)) is not None:
+                    warnings.append(f'field "{join_path(path, name)}" is {ignored}')
             else:
                 warnings.append(f'unknown field "{join_path(path, name)}"')
         values: dict[str, object] = {}
@@ -472,6 +409,8 @@ _KUBELET_CONFIGURATION = _Struct(
         ),
         _Field("evictionMaxPodGracePeriod", "eviction_max_pod_grace_period", _INT32),
         _Field("evictionMinimumReclaim", "eviction_minimum_reclaim", _STR_MAP),
+        _Field("mergeDefaultEvictionSettings", "merge_default_eviction_settings", _BOOL),
+        _Field("kernelMemcgNotification", "kernel_memcg_notification", _BOOL),
         _Field("containerLogMaxSize", "container_log_max_size", _STR, zero_is_unset=True),
         _Field("containerLogMaxFiles", "container_log_max_files", _INT32),
         _Field("containerLogMaxWorkers", "container_log_max_workers", _INT32),
@@ -532,6 +471,10 @@ def decode_document(doc: Mapping[str, object], *, source: str = "config") -> tup
         doc.get("nodeStatusUpdateFrequency")
     ):
         config = replace(config, node_status_report_frequency=config.node_status_update_frequency)
+    # As upstream's mergeDefaultEvictionSettings: the hard thresholds the document leaves out keep their defaults
+    # (only evictionHard has defaults; without it a set evictionHard replaces them all).
+    if config.merge_default_eviction_settings:
+        config = replace(config, eviction_hard={**DEFAULT_EVICTION_HARD, **config.eviction_hard})
     # As upstream: any negative pod PID limit means "no limit", spelled -1.
     if config.pod_pids_limit < 0:
         config = replace(config, pod_pids_limit=-1)

@@ -33,7 +33,6 @@ from cri.client import CRIClient
 from eviction.quantity import format_binary
 from nodeagent.evictionmanager import MONITORING_PERIOD_SECONDS
 from nodeagent.kube.client import KubeClient
-from nodeagent.memorynotifier import ENV_SWITCH
 from nodeagent.testbed import configs
 from nodeagent.testbed.layout import Settings
 from nodeagent.testbed.testbed import Testbed
@@ -71,8 +70,9 @@ async def notified(
                 # no allocatableMemory.available threshold: the testbed node's allocatable memory is far below what
                 # the machine has, so the same value would be met there from the start
                 enforceNodeAllocatable=["none"],
+                kernelMemcgNotification=True,
             )
-            agent = start_agent(testbed, log, config=config, env={ENV_SWITCH: "1"})
+            agent = start_agent(testbed, log, config=config)
             running = agent
             await eventually(
                 lambda: node_ready(admin, settings.node_name), timeout=60, what="node Ready", agent=running

@@ -39,7 +39,6 @@ from nodeagent.memorynotifier import (
     PressureNotifier,
     PressureThresholdNotifier,
     PriorityWaiter,
-    enabled,
     memory_basis,
     memory_notifiers,
 )
@@ -192,15 +191,6 @@ def test_memory_basis(threshold: Threshold, read: Summary, allocatable: int | No
 def test_memory_basis_incomplete(threshold: Threshold, read: Summary, allocatable: int | None) -> None:
     with pytest.raises(NotifierError, match="summary was incomplete"):
         memory_basis(threshold, read, allocatable)
-
-
-@pytest.mark.parametrize(
-    ("environ", "on"),
-    [({}, True), ({"NODEAGENT_MEMORY_NOTIFIER": "1"}, True), ({"NODEAGENT_MEMORY_NOTIFIER": "0"}, False),
-     ({"NODEAGENT_MEMORY_NOTIFIER": "off"}, False), ({"NODEAGENT_MEMORY_NOTIFIER": "False"}, False)],
-)  # fmt: skip
-def test_switch(environ: dict[str, str], on: bool) -> None:
-    assert enabled(environ) is on
 
 
 # --- v1 --------------------------------------------------------------------------------------------------------

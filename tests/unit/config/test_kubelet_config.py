@@ -119,6 +119,8 @@ UPSTREAM_DEFAULTS: dict[str, object] = {
     "eviction_pressure_transition_period": timedelta(minutes=5),
     "eviction_max_pod_grace_period": 0,
     "eviction_minimum_reclaim": {},
+    "merge_default_eviction_settings": False,
+    "kernel_memcg_notification": False,
     "container_log_max_size": "10Mi",
     "container_log_max_files": 5,
     "container_log_max_workers": 1,
@@ -156,6 +158,14 @@ def test_an_empty_document_is_the_defaults_without_warnings() -> None:
 
 # Every supported field, set to a value other than its default:
 # (JSON path, attribute path, value in the file, value in the config).
+_EVERY_HARD_SIGNAL = {
+    "memory.available": "200Mi",
+    "nodefs.available": "5%",
+    "nodefs.inodesFree": "4%",
+    "imagefs.available": "10%",
+    "imagefs.inodesFree": "4%",
+}
+
 ROUND_TRIP: list[tuple[str, str, object, object]] = [
     (
         "containerRuntimeEndpoint",
@@ -242,7 +252,8 @@ ROUND_TRIP: list[tuple[str, str, object, object]] = [
     ("imageGCLowThresholdPercent", "image_gc_low_threshold_percent", 70, 70),
     ("imageMinimumGCAge", "image_minimum_gc_age", "30s", timedelta(seconds=30)),
     ("imageMaximumGCAge", "image_maximum_gc_age", "1h", timedelta(hours=1)),
-    ("evictionHard", "eviction_hard", {"memory.available": "200Mi"}, {"memory.available": "200Mi"}),
+    # every signal set: with mergeDefaultEvictionSettings true (below) no default is merged in
+    ("evictionHard", "eviction_hard", _EVERY_HARD_SIGNAL, _EVERY_HARD_SIGNAL),
     ("evictionSoft", "eviction_soft", {"memory.available": "500Mi"}, {"memory.available": "500Mi"}),
     (
         "evictionSoftGracePeriod",
@@ -252,6 +263,8 @@ ROUND_TRIP: list[tuple[str, str, object, object]] = [
     ),
     ("evictionPressureTransitionPeriod", "eviction_pressure_transition_period", "30s", timedelta(seconds=30)),
     ("evictionMaxPodGracePeriod", "eviction_max_pod_grace_period", 60, 60),
+    ("mergeDefaultEvictionSettings", "merge_default_eviction_settings", True, True),
+    ("kernelMemcgNotification", "kernel_memcg_notification", True, True),
     (
         "evictionMinimumReclaim",
         "eviction_minimum_reclaim",
@@ -458,8 +471,8 @@ def test_negative_pod_pids_limit_means_no_limit(raw: int, expected: int) -> None
             {"registerWithTaints": [{"key": "k", "effect": "NoSchedule", "extra": 1}]},
             'unknown field "registerWithTaints[0].extra"',
         ),
-        ({"tlsCipherSuites": ["x"]}, 'field "tlsCipherSuites" is not supported by nodeagent and is ignored'),
-        ({"logging": {"format": "json"}}, 'field "logging" is not supported by nodeagent and is ignored'),
+        ({"iptablesMasqueradeBit": 14}, 'field "iptablesMasqueradeBit" is ignored, as by the upstream kubelet'),
+        ({"qosReserved": {"memory": "50%"}}, 'field "qosReserved" is ignored, as by the upstream kubelet'),
         ({"evictionHard": {"containerfs.available": "10%"}}, "evictionHard: containerfs.available: ignored"),
     ],
 )
