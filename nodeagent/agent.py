@@ -53,7 +53,13 @@ from nodeagent.devicemanager import container_resources as device_container_reso
 from nodeagent.dra import DRAError, DRAManager, DRAPluginManager, claim_reader, resource_slice_wiper
 from nodeagent.dra import crioptions as dra_options
 from nodeagent.events import EventRecorder, ObjectRef
-from nodeagent.evictionmanager import EvictionInputs, EvictionManager, disk_layout, eviction_config
+from nodeagent.evictionmanager import (
+    EvictionInputs,
+    EvictionManager,
+    configured_notifiers,
+    disk_layout,
+    eviction_config,
+)
 from nodeagent.experiment.injectionfile import InjectionFile
 from nodeagent.gc import (
     ContainerGCManager,
@@ -79,7 +85,6 @@ from nodeagent.kuberuntime.references import ObjectFetcher
 from nodeagent.kuberuntime.runtime_handlers import RuntimeState
 from nodeagent.kuberuntime.sandbox_config import DNSSettings, ResolvConf
 from nodeagent.localserver import LocalServer, running_pods
-from nodeagent.memorynotifier import memory_notifiers
 from nodeagent.nodestatus import NodeFacts, gather_node_facts
 from nodeagent.nodestatus.manager import NodeStatusManager
 from nodeagent.nodestatus.node import build_node_status
@@ -775,11 +780,7 @@ async def _run(
     allocatable_memory = parse_quantity(enforced["memory"]) if "memory" in enforced else None
     # Memory threshold notification (kernelMemcgNotification, off by default as upstream): a crossed memory
     # threshold wakes the manager at once instead of at its next 10 s tick.
-    notifiers = (
-        memory_notifiers(eviction_config(config).thresholds, cgroup_root=config.cgroup_root)
-        if config.kernel_memcg_notification
-        else []
-    )
+    notifiers = configured_notifiers(config)
     supervisor.start(
         "eviction-manager",
         eviction.run(

@@ -30,6 +30,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import ROUND_CEILING
+from pathlib import Path
 from typing import Any
 
 from cri.v1 import api_pb2
@@ -56,9 +57,10 @@ from nodeagent.config.durations import parse_go_duration
 from nodeagent.config.quantity import parse_quantity
 from nodeagent.evictionmetrics import EvictionMetrics
 from nodeagent.kuberuntime.qos import pod_qos
-from nodeagent.memorynotifier import NotifierError, ThresholdNotifier
+from nodeagent.memorynotifier import NotifierError, ThresholdNotifier, memory_notifiers
 from nodeagent.podconfig.storage import pod_ref as _pod_ref
 from nodeagent.staticpods import is_mirror_pod, is_static_pod
+from nodeagent.stats.cgroups import CGROUP_ROOT
 from nodeagent.stats.types import FsStats, PodStats, Summary
 
 log = logging.getLogger(__name__)
@@ -97,6 +99,14 @@ def eviction_config(config: KubeletConfiguration) -> EvictionConfig:
 
 
 # --- observations and pods, from the summary and the pod objects (pure) ----------------------------------------
+
+
+def configured_notifiers(config: KubeletConfiguration, *, mount: Path = CGROUP_ROOT) -> list[ThresholdNotifier]:
+    """The memory threshold notifiers `run` is given: none unless kernelMemcgNotification is true (upstream's default
+    is false, and so is ours: the manager then polls every 10 s only)."""
+    if not config.kernel_memcg_notification:
+        return []
+    return memory_notifiers(eviction_config(config).thresholds, cgroup_root=config.cgroup_root, mount=mount)
 
 
 def _fs(
@@ -601,6 +611,7 @@ __all__ = [
     "AdmitRefusal",
     "EvictionInputs",
     "EvictionManager",
+    "configured_notifiers",
     "eviction_config",
     "observations_from_summary",
     "pod_info",

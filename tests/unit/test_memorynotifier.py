@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import datetime
 import errno
 import os
@@ -29,7 +30,7 @@ import pytest
 from eviction.signals import Signal
 from eviction.thresholds import Threshold, ThresholdValue
 from nodeagent.config import KubeletConfiguration
-from nodeagent.evictionmanager import EvictionInputs, EvictionManager, eviction_config
+from nodeagent.evictionmanager import EvictionInputs, EvictionManager, configured_notifiers, eviction_config
 from nodeagent.memorynotifier import (
     LinuxKernel,
     MemcgThresholdNotifier,
@@ -536,3 +537,14 @@ async def test_real_psi_trigger_is_armed() -> None:
         armed.start(lambda: None)
     finally:
         armed.stop()
+
+
+@pytest.mark.parametrize(("on", "count"), [(None, 0), (False, 0), (True, 1)])
+def test_the_agent_arms_notifiers_only_with_kernel_memcg_notification(
+    tmp_path: Path, on: bool | None, count: int
+) -> None:
+    (tmp_path / "memory").mkdir()  # a v1 tree: one notifier for the default memory.available threshold
+    config = KubeletConfiguration(enforce_node_allocatable=())
+    if on is not None:
+        config = dataclasses.replace(config, kernel_memcg_notification=on)
+    assert len(configured_notifiers(config, mount=tmp_path)) == count
