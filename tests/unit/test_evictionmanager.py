@@ -5,6 +5,7 @@ threshold at start-up, and the Kubelet's eviction status."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 from dataclasses import replace
 from typing import Any
@@ -397,12 +398,13 @@ async def test_after_an_eviction_the_next_cycle_waits_for_the_pod_to_be_cleaned_
         await clock.advance(3)  # polled every second; not cleaned up yet: no cycle
         assert reads == 1
         cleaned = True
-        await clock.advance(1)  # cleaned up at t=4: the period starts then (upstream's cadence on fresh stats)
-        assert reads == 1
+        await clock.advance(1)  # cleaned up at t=4: the next cycle follows at once, as upstream's loop
+        assert reads == 2
+        assert len(harness.evicted) == 1  # the pod is gone: nothing more to evict
         await clock.advance(9)
-        assert reads == 1
+        assert reads == 2  # no eviction in that cycle: the period is waited again
         await clock.advance(1)
-        assert reads == 2  # t=14, not t=10
+        assert reads == 3
     finally:
         task.cancel()
 
@@ -424,12 +426,81 @@ async def test_the_cleanup_wait_ends_after_thirty_seconds() -> None:
     try:
         await clock.advance(0)
         assert reads == 1
-        for _ in range(30):
+        for _ in range(29):
             await clock.advance(1)
-        assert reads == 1  # timed out at t=30: the period follows
-        await clock.advance(9)
         assert reads == 1
         await clock.advance(1)
-        assert reads == 2
+        assert reads == 2  # timed out at t=30: the next cycle at once, as upstream
     finally:
         task.cancel()
+
+
+class _Notifier:
+    """A memory threshold notifier the test fires by hand (the protocol run() drives)."""
+
+    description = "hard memory eviction threshold"
+
+    def __init__(self) -> None:
+        self.handler: Any = None
+
+    def start(self, handler: Any) -> None:
+        self.handler = handler
+
+    def update(self, summary: Summary, allocatable_memory: int | None) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+async def test_under_a_lasting_pressure_one_pod_goes_per_cleanup_and_a_notification_does_not_hurry_it() -> None:
+    """Upstream's pacing: each synchronize evicts at most one pod and the next waits for its cleanup, then follows
+    at once; a notification meanwhile (the kernel signals when the victim frees its memory) starts no cycle."""
+    clock = FakeClock()
+    names = ("a", "b", "c")
+    summary = Summary(
+        node=node(available=42 * MI, working_set=4 * GI),
+        pods=tuple(pod_stats(f"u-{n}", n, (300 - 100 * i) * MI) for i, n in enumerate(names)),
+    )
+    harness = Harness(summary, [pod(f"u-{n}", n) for n in names])
+    reads: list[float] = []
+    gone_at: dict[str, float] = {}
+
+    async def read() -> Summary:
+        reads.append(clock.monotonic())
+        # fresh stats each read (upstream acts only on a threshold whose stats were updated since the last cycle)
+        at = T0 + datetime.timedelta(seconds=clock.monotonic())
+        memory = harness.summary.node.memory
+        assert memory is not None
+        fresh = replace(harness.summary.node, memory=replace(memory, time=at))
+        return replace(harness.summary, node=fresh)
+
+    def evict(p: dict[str, Any], e: Eviction) -> None:
+        harness.evicted.append((p["metadata"]["name"], e))
+        gone_at[p["metadata"]["uid"]] = clock.monotonic() + 2  # its containers stop 2 s later
+        harness.pods = [q for q in harness.pods if q is not p]
+
+    def cleaned_up(p: dict[str, Any]) -> bool:
+        return clock.monotonic() >= gone_at[p["metadata"]["uid"]]
+
+    notifier = _Notifier()
+    inputs = replace(harness.inputs(), summary=read, evict=evict, pod_cleaned_up=cleaned_up)
+    manager = EvictionManager(eviction_config(config(**{"memory.available": "100Mi"})), clock=clock)
+    task = asyncio.create_task(manager.run(inputs, [notifier]))
+    try:
+        await clock.advance(0)
+        assert [n for n, _ in harness.evicted] == ["a"]  # one victim per synchronize, the largest user first
+        await clock.advance(0.5)
+        notifier.handler("eviction manager: hard memory eviction threshold crossed")
+        await clock.advance(0.5)
+        assert (len(reads), len(harness.evicted)) == (1, 1)  # cleaning up: the notification waits
+        await clock.advance(1)  # t=2: a is cleaned up; the next cycle at once
+        assert [n for n, _ in harness.evicted] == ["a", "b"]
+        assert len(reads) == 2
+        await clock.advance(2)  # t=4
+        assert [n for n, _ in harness.evicted] == ["a", "b", "c"]
+        assert reads == [0.0, 2.0, 4.0]
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
