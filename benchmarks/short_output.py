@@ -369,7 +369,7 @@ def foreign_kubelets(bed: Testbed) -> list[str]:
 async def measure_agent(bed: Testbed, agent: str, options: Options, out: Outcome, image: str) -> None:
     if agent == "nodeagent":
         proc = await bed.start_agent()
-        logs = POD_LOGS  # nodeagent has no podLogsDir
+        logs = POD_LOGS  # the testbed leaves nodeagent's podLogsDir at its default
     else:
         kubelet = await start_kubelet(bed, bed.layout.logs / "kubelet-short-output.log")
         logs = kubelet.pod_logs_dir

@@ -52,6 +52,7 @@ KIND = "KubeletConfiguration"
 DEFAULT_CONTAINER_RUNTIME_ENDPOINT = "unix:///run/containerd/containerd.sock"
 DEFAULT_VOLUME_PLUGIN_DIR = "/usr/libexec/kubernetes/kubelet-plugins/volume/exec/"
 DEFAULT_RESOLV_CONF = "/etc/resolv.conf"
+DEFAULT_POD_LOGS_DIR = "/var/log/pods"
 
 # Upstream's hard eviction defaults on Linux (pkg/kubelet/eviction/defaults_linux.go). A config that sets
 # evictionHard replaces the whole map, as upstream does while mergeDefaultEvictionSettings is false (its default).
@@ -229,6 +230,7 @@ class KubeletConfiguration:
     container_log_max_files: int = 5
     container_log_max_workers: int = 1
     container_log_monitor_interval: timedelta = timedelta(seconds=10)
+    pod_logs_dir: str = DEFAULT_POD_LOGS_DIR  # where each pod's log directory is made (upstream's podLogsDir)
     volume_plugin_dir: str = DEFAULT_VOLUME_PLUGIN_DIR
 
     feature_gates: Mapping[str, bool] = field(default_factory=dict)

@@ -415,6 +415,7 @@ _KUBELET_CONFIGURATION = _Struct(
         _Field("containerLogMaxFiles", "container_log_max_files", _INT32),
         _Field("containerLogMaxWorkers", "container_log_max_workers", _INT32),
         _Field("containerLogMonitorInterval", "container_log_monitor_interval", _DURATION),
+        _Field("podLogsDir", "pod_logs_dir", _STR, zero_is_unset=True),
         _Field("volumePluginDir", "volume_plugin_dir", _STR, zero_is_unset=True),
         _Field("featureGates", "feature_gates", _Map(_BOOL)),
         _Field("pleg", "pleg", _Enum(PLEGMode), zero_is_unset=True),

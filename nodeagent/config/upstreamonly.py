@@ -11,9 +11,9 @@ a rule here:
 - `IgnoredUpstream`: the upstream kubelet itself ignores the field here (deprecated with no effect, or read only
   behind an alpha feature gate that is off); it stays a warning, as the file is valid for upstream too.
 
-The fields nodeagent does implement are in `schema` with their own codecs; `kernelMemcgNotification` and
-`mergeDefaultEvictionSettings` moved there from this table. docs/kubelet-config.md shows this table to users; a
-unit test checks that the two agree.
+The fields nodeagent does implement are in `schema` with their own codecs; `kernelMemcgNotification`,
+`mergeDefaultEvictionSettings` and `podLogsDir` moved there from this table. docs/kubelet-config.md shows this
+table to users; a unit test checks that the two agree.
 """
 
 from __future__ import annotations
@@ -166,7 +166,6 @@ UPSTREAM_ONLY_RULES: Mapping[str, Rule] = {
         lambda raw: False, "leaves its own oom_score_adj as it was started with (lowering it is refused here)"
     ),
     "podHousekeepingPeriod": Honoured(_durations("2s"), "housekeeping runs every 2s"),
-    "podLogsDir": Honoured(_is("", "/var/log/pods"), "writes container logs under /var/log/pods"),
     "podsPerCore": Honoured(_is(0), "caps pods by maxPods only"),
     "preloadedImagesVerificationAllowlist": Honoured(
         _empty, "never re-verifies credentials, so there is nothing to allow"

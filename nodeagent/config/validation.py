@@ -12,6 +12,7 @@ a non-unix runtime endpoint, a reserved resource it cannot reserve), are rejecte
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -376,6 +377,12 @@ def _check_logs(config: KubeletConfiguration, found: Findings) -> None:
     if config.container_log_max_files <= 1:
         found.problem("containerLogMaxFiles", f"must be greater than 1, got {config.container_log_max_files}")
     _at_least(found, "containerLogMaxWorkers", config.container_log_max_workers, 1)
+    # As upstream: an absolute, normalised path.
+    logs_dir = config.pod_logs_dir
+    if not logs_dir.startswith("/"):
+        found.problem("podLogsDir", f"must be an absolute path, got {show(logs_dir)}")
+    elif os.path.normpath(logs_dir) != logs_dir:
+        found.problem("podLogsDir", f"must be a normalised path ({os.path.normpath(logs_dir)}), got {show(logs_dir)}")
     # As upstream: the log manager checks sizes no more often than every 3 s.
     if config.container_log_monitor_interval < timedelta(seconds=3):
         found.problem(

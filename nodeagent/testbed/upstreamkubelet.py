@@ -28,10 +28,10 @@ Command line: `--config`, `--kubeconfig`, `--hostname-override` (the testbed's n
 `--root-dir DIR/upstream-kubelet` (its own, so nothing of one agent's pod directories is read by the other).
 Pod logs go to `DIR/upstream-kubelet/pod-logs` (podLogsDir), not to the machine's /var/log/pods: the kubelet's
 container GC removes, every minute, each directory there whose pod it does not know (upstream's
-evictPodLogsDirectories), and every testbed on a machine writes its pods' logs to /var/log/pods (nodeagent has no
-podLogsDir). With the default, a kubelet on one testbed deleted the logs of the short pods another testbed's agent
-was running: their output was lost (issue 34). The kubelet's /var/log/containers links are upstream's and cannot be
-moved (its GC removes only dead ones).
+evictPodLogsDirectories), and every testbed on a machine writes its pods' logs to /var/log/pods (the testbed leaves
+nodeagent's podLogsDir at its default). With the default, a kubelet on one testbed deleted the logs of the short
+pods another testbed's agent was running: their output was lost (issue 34). The kubelet's /var/log/containers links
+are upstream's and cannot be moved (its GC removes only dead ones).
 
 Only one of nodeagent and the kubelet runs against a containerd at a time: `start_kubelet` refuses while a process
 holds the node (an agent or a kubelet recorded under `DIR/pids/`, or any process started with the node's

@@ -1,12 +1,12 @@
 """The upstream kubelet as one testbed's node leaves the pod logs of every other testbed on the machine alone
 (issue 34).
 
-Every testbed's agent writes its pods' logs under /var/log/pods (nodeagent has no podLogsDir), and the upstream
-kubelet's container GC removes, every minute (ContainerGCPeriod), each directory in its podLogsDir whose pod it does
-not know (evictPodLogsDirectories). With the default podLogsDir, a kubelet run by one testbed (the differential
-corpus, benchmarks/versus, a test) deleted the log directories of the short pods another testbed's agent was
-running, and their output was lost: a pod Succeeded with an empty `kubectl logs`. testbed/upstreamkubelet.py now
-gives the kubelet a podLogsDir inside the testbed.
+Every testbed's agent writes its pods' logs under /var/log/pods (the testbed leaves nodeagent's podLogsDir at its
+default), and the upstream kubelet's container GC removes, every minute (ContainerGCPeriod), each directory in its
+podLogsDir whose pod it does not know (evictPodLogsDirectories). With the default podLogsDir, a kubelet run by one
+testbed (the differential corpus, benchmarks/versus, a test) deleted the log directories of the short pods another
+testbed's agent was running, and their output was lost: a pod Succeeded with an empty `kubectl logs`.
+testbed/upstreamkubelet.py now gives the kubelet a podLogsDir inside the testbed.
 
 Here a log directory is planted in /var/log/pods as another testbed's agent leaves one, the kubelet runs a pod of its
 own (whose log must land in its own podLogsDir) and then past its first GC passes, and the planted file must still be

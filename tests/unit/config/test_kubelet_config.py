@@ -120,6 +120,7 @@ UPSTREAM_DEFAULTS: dict[str, object] = {
     "eviction_max_pod_grace_period": 0,
     "eviction_minimum_reclaim": {},
     "merge_default_eviction_settings": False,
+    "pod_logs_dir": "/var/log/pods",
     "kernel_memcg_notification": False,
     "container_log_max_size": "10Mi",
     "container_log_max_files": 5,
@@ -264,6 +265,7 @@ ROUND_TRIP: list[tuple[str, str, object, object]] = [
     ("evictionPressureTransitionPeriod", "eviction_pressure_transition_period", "30s", timedelta(seconds=30)),
     ("evictionMaxPodGracePeriod", "eviction_max_pod_grace_period", 60, 60),
     ("mergeDefaultEvictionSettings", "merge_default_eviction_settings", True, True),
+    ("podLogsDir", "pod_logs_dir", "/srv/pod-logs", "/srv/pod-logs"),
     ("kernelMemcgNotification", "kernel_memcg_notification", True, True),
     (
         "evictionMinimumReclaim",

@@ -53,7 +53,6 @@ def test_kubeadms_config_loads_without_a_warning() -> None:
         ({"eventRecordQPS": 0},),
         ({"memorySwap": {"swapBehavior": "NoSwap"}},),
         ({"topologyManagerScope": "pod"},),
-        ({"podLogsDir": "/var/log/pods"},),
         ({"crashLoopBackOff": {"maxContainerRestartPeriod": "5m"}},),
         ({"localStorageCapacityIsolation": True, "seccompDefault": False, "failCgroupV1": False},),
         ({"logging": {"format": "text"}},),
@@ -76,7 +75,6 @@ def test_values_nodeagent_behaves_as_load_silently(fields: dict[str, Any]) -> No
         ({"logging": {"format": "json"}}, "logging: a mapping: nodeagent cannot honour this value"),
         ({"logging": {"verbosity": 4}}, "format text and verbosity 0 only"),
         ({"memorySwap": {"swapBehavior": "LimitedSwap"}}, "without swap (NoSwap)"),
-        ({"podLogsDir": "/srv/logs"}, "/var/log/pods"),
         ({"oomScoreAdj": -999}, "oomScoreAdj: -999"),
         ({"localStorageCapacityIsolation": False}, "always isolates local storage"),
         ({"cpuCFSQuotaPeriod": "50ms"}, "100ms"),
@@ -122,6 +120,23 @@ def test_the_docs_table_lists_every_rule() -> None:
         name: "ignored" if isinstance(rule, IgnoredUpstream) else "refused unless"
         for name, rule in UPSTREAM_ONLY_RULES.items()
     }
-    expected.update(kernelMemcgNotification="honoured", mergeDefaultEvictionSettings="honoured")
+    expected.update(kernelMemcgNotification="honoured", mergeDefaultEvictionSettings="honoured", podLogsDir="honoured")
     assert rows == expected
     assert all(isinstance(r, Honoured | IgnoredUpstream) for r in UPSTREAM_ONLY_RULES.values())
+
+
+@pytest.mark.parametrize(
+    ("raw", "problem"),
+    [
+        ("/srv/pod-logs", None),
+        ("pod-logs", "podLogsDir: must be an absolute path"),
+        ("/srv/../pod-logs", "podLogsDir: must be a normalised path (/pod-logs)"),
+    ],
+)
+def test_pod_logs_dir_is_read_and_checked_as_upstream(raw: str, problem: str | None) -> None:
+    if problem is None:
+        assert parse_config(_text({"podLogsDir": raw}), source="test").config.pod_logs_dir == raw
+        return
+    with pytest.raises(ConfigError) as refused:
+        parse_config(_text({"podLogsDir": raw}), source="test")
+    assert problem in str(refused.value)
