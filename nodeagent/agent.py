@@ -93,6 +93,7 @@ from nodeagent.pluginmanager.manager import PluginManager
 from nodeagent.podconfig import FAILED_VALIDATION, PodConfig
 from nodeagent.podresources import PodResourcesServer
 from nodeagent.prober import Prober, ProberManager, ProberMetrics
+from nodeagent.processsettings import apply_process_settings, cgroup_v1_problem, host_is_unified
 from nodeagent.runtimeclass import RuntimeClassManager, UnresolvedRuntimeClasses
 from nodeagent.server.host import AgentHost
 from nodeagent.server.http import HTTPServer
@@ -289,9 +290,14 @@ async def _start(options: AgentOptions, stop: asyncio.Event) -> None:
         # as upstream, the flag wins over the file.
         config = replace(config, **options.config_overrides)
     node_name = (options.node_name or socket.gethostname()).lower()
-    problem = cgroup_driver_problem(config, systemd=systemd_booted()) or selinux_problem(selinux_enabled())
+    problem = (
+        cgroup_driver_problem(config, systemd=systemd_booted())
+        or selinux_problem(selinux_enabled())
+        or cgroup_v1_problem(config, unified=host_is_unified())
+    )
     if problem is not None:
         raise AgentError(problem)
+    apply_process_settings(config)  # maxOpenFiles, oomScoreAdj; a refusal is logged, as upstream
     if not options.standalone and options.kubeconfig is None:
         raise AgentError("--kubeconfig is required (or --standalone for static pods only)")
     if options.standalone and options.kubeconfig is not None:

@@ -231,6 +231,12 @@ class KubeletConfiguration:
     container_log_max_workers: int = 1
     container_log_monitor_interval: timedelta = timedelta(seconds=10)
     pod_logs_dir: str = DEFAULT_POD_LOGS_DIR  # where each pod's log directory is made (upstream's podLogsDir)
+
+    # The agent's own process and host (nodeagent.processsettings).
+    fail_cgroup_v1: bool = False  # true: refuse to start on a cgroup v1 host
+    max_open_files: int = 1_000_000  # the agent's RLIMIT_NOFILE
+    oom_score_adj: int = -999  # the agent's own oom_score_adj (upstream's KubeletOOMScoreAdj)
+    pods_per_core: int = 0  # >0: pod capacity is at most this times the CPUs
     volume_plugin_dir: str = DEFAULT_VOLUME_PLUGIN_DIR
 
     feature_gates: Mapping[str, bool] = field(default_factory=dict)

@@ -12,8 +12,8 @@ a rule here:
   behind an alpha feature gate that is off); it stays a warning, as the file is valid for upstream too.
 
 The fields nodeagent does implement are in `schema` with their own codecs; `kernelMemcgNotification`,
-`mergeDefaultEvictionSettings` and `podLogsDir` moved there from this table. docs/kubelet-config.md shows this
-table to users; a unit test checks that the two agree.
+`mergeDefaultEvictionSettings`, `podLogsDir`, `failCgroupV1`, `maxOpenFiles`, `oomScoreAdj` and `podsPerCore` moved
+there from this table. docs/kubelet-config.md shows this table to users; a unit test checks that the two agree.
 """
 
 from __future__ import annotations
@@ -136,7 +136,6 @@ UPSTREAM_ONLY_RULES: Mapping[str, Rule] = {
     "enableSystemLogQuery": Honoured(_is(False), "serves no node log query"),
     "eventBurst": Honoured(_is(0), "does not rate-limit events (upstream's eventRecordQPS: 0)"),
     "eventRecordQPS": Honoured(_is(0), "does not rate-limit events (upstream's eventRecordQPS: 0)"),
-    "failCgroupV1": Honoured(_is(False), "starts on a cgroup v1 host as on v2"),
     "imagePullCredentialsVerificationPolicy": Honoured(
         _is("", "NeverVerify"), "never re-verifies the credentials of an image already on the node"
     ),
@@ -153,7 +152,6 @@ UPSTREAM_ONLY_RULES: Mapping[str, Rule] = {
         _logging, "logs text at its own level (--v / -v); format text and verbosity 0 only, the buffering any"
     ),
     "makeIPTablesUtilChains": Honoured(_is(False), "creates no iptables chains (no KUBE-IPTABLES-HINT)"),
-    "maxOpenFiles": Honoured(_is(0), "leaves its open files limit as it was started with"),
     "maxParallelImagePulls": Honoured(
         _int_at_most(1), "pulls one image at a time with serializeImagePulls, else without a cap"
     ),
@@ -162,11 +160,7 @@ UPSTREAM_ONLY_RULES: Mapping[str, Rule] = {
     "memorySwap": Honoured(_struct(swapBehavior=_is("", "NoSwap")), "runs every container without swap (NoSwap)"),
     "memoryThrottlingFactor": IgnoredUpstream("read only with the MemoryQoS feature gate, alpha and off"),
     "nodeStatusMaxImages": Honoured(_is(0), "reports no images in the node status"),
-    "oomScoreAdj": Honoured(
-        lambda raw: False, "leaves its own oom_score_adj as it was started with (lowering it is refused here)"
-    ),
     "podHousekeepingPeriod": Honoured(_durations("2s"), "housekeeping runs every 2s"),
-    "podsPerCore": Honoured(_is(0), "caps pods by maxPods only"),
     "preloadedImagesVerificationAllowlist": Honoured(
         _empty, "never re-verifies credentials, so there is nothing to allow"
     ),

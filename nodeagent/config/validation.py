@@ -243,6 +243,9 @@ def _check_resources(config: KubeletConfiguration, found: Findings) -> None:
 
 
 def _check_node(config: KubeletConfiguration, found: Findings) -> None:
+    if not -1000 <= config.oom_score_adj <= 1000:
+        found.problem("oomScoreAdj", f"must be between -1000 and 1000, got {config.oom_score_adj}")
+    _at_least(found, "podsPerCore", config.pods_per_core, 0)
     _not_negative(found, "nodeStatusUpdateFrequency", config.node_status_update_frequency)
     _not_negative(found, "nodeStatusReportFrequency", config.node_status_report_frequency)
     if config.node_lease_duration_seconds <= 0:

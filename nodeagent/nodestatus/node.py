@@ -20,6 +20,14 @@ CONTROLLER_MANAGED_ATTACH_DETACH = "volumes.kubernetes.io/controller-managed-att
 OWNED_ANNOTATIONS: tuple[str, ...] = (CONTROLLER_MANAGED_ATTACH_DETACH, VERSION_ANNOTATION)
 
 
+def pod_capacity(config: KubeletConfiguration, cpu_count: int) -> int:
+    """The node's pod capacity: maxPods, or podsPerCore times the CPUs when that is set and smaller (upstream's
+    MachineInfo setter)."""
+    if config.pods_per_core > 0:
+        return min(config.max_pods, config.pods_per_core * cpu_count)
+    return config.max_pods
+
+
 def build_node_status(
     facts: NodeFacts,
     config: KubeletConfiguration,
@@ -39,7 +47,11 @@ def build_node_status(
     kubeProxyVersion is left out: it is deprecated and the kubelet no longer fills it.
     """
     node_capacity = capacity(
-        facts.cpu_count, facts.memory_bytes, facts.ephemeral_storage_bytes, config.max_pods, hugepages
+        facts.cpu_count,
+        facts.memory_bytes,
+        facts.ephemeral_storage_bytes,
+        pod_capacity(config, facts.cpu_count),
+        hugepages,
     )
     addresses = []
     if facts.internal_ip:

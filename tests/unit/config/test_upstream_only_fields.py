@@ -54,7 +54,7 @@ def test_kubeadms_config_loads_without_a_warning() -> None:
         ({"memorySwap": {"swapBehavior": "NoSwap"}},),
         ({"topologyManagerScope": "pod"},),
         ({"crashLoopBackOff": {"maxContainerRestartPeriod": "5m"}},),
-        ({"localStorageCapacityIsolation": True, "seccompDefault": False, "failCgroupV1": False},),
+        ({"localStorageCapacityIsolation": True, "seccompDefault": False},),
         ({"logging": {"format": "text"}},),
         ({"tracing": None},),
     ],
@@ -75,7 +75,8 @@ def test_values_nodeagent_behaves_as_load_silently(fields: dict[str, Any]) -> No
         ({"logging": {"format": "json"}}, "logging: a mapping: nodeagent cannot honour this value"),
         ({"logging": {"verbosity": 4}}, "format text and verbosity 0 only"),
         ({"memorySwap": {"swapBehavior": "LimitedSwap"}}, "without swap (NoSwap)"),
-        ({"oomScoreAdj": -999}, "oomScoreAdj: -999"),
+        ({"oomScoreAdj": -1001}, "oomScoreAdj: must be between -1000 and 1000"),
+        ({"podsPerCore": -1}, "podsPerCore: must be greater than or equal to 0"),
         ({"localStorageCapacityIsolation": False}, "always isolates local storage"),
         ({"cpuCFSQuotaPeriod": "50ms"}, "100ms"),
         ({"cpuCFSQuota": 1}, "cpuCFSQuota: 1"),  # an int is not a boolean
@@ -120,7 +121,11 @@ def test_the_docs_table_lists_every_rule() -> None:
         name: "ignored" if isinstance(rule, IgnoredUpstream) else "refused unless"
         for name, rule in UPSTREAM_ONLY_RULES.items()
     }
-    expected.update(kernelMemcgNotification="honoured", mergeDefaultEvictionSettings="honoured", podLogsDir="honoured")
+    implemented = [
+        *("kernelMemcgNotification", "mergeDefaultEvictionSettings", "podLogsDir", "failCgroupV1"),
+        *("maxOpenFiles", "oomScoreAdj", "podsPerCore"),
+    ]
+    expected.update(dict.fromkeys(implemented, "honoured"))
     assert rows == expected
     assert all(isinstance(r, Honoured | IgnoredUpstream) for r in UPSTREAM_ONLY_RULES.values())
 
