@@ -7,8 +7,7 @@ does in cmd/kubelet/app/server.go:
   CAP_SYS_RESOURCE, as on this project's machines) is logged and start-up goes on, as upstream ("Failed to set
   rlimit on max file handles").
 - `oomScoreAdj` (default -999): the agent's own /proc/self/oom_score_adj, so the kernel's OOM killer picks pods
-  before it. A refusal is logged and start-up goes on, as upstream ("Failed to ApplyOOMScoreAdj"); these machines
-  refuse lowering it even to root, which is why the testbed's upstream kubelet is given 0.
+  before it. A refusal is logged and start-up goes on, as upstream ("Failed to ApplyOOMScoreAdj").
 
 The system calls go through `ProcessControls`, so tests pass fakes.
 """
