@@ -153,6 +153,15 @@ async def _experiment(args: argparse.Namespace) -> int:
     )
 
 
+async def _experiment_plot(args: argparse.Namespace) -> int:
+    from nodeagent.experiment.runner import replot  # noqa: PLC0415
+
+    png, table = replot(args.run)
+    print(table)
+    print(f"plot: {png}")
+    return 0
+
+
 async def _conformance(args: argparse.Namespace) -> int:
     if args.certified or args.resume is not None or args.report is not None:
         return await _certified(args)
@@ -414,6 +423,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     evict.add_argument("--image", default=None, help="the pods' image (sh, dd, sleep); default the testbed's busybox")
     evict.set_defaults(handler=_experiment)
+    replot = kinds.add_parser(
+        "plot", help="draw RUN's plot and summary again from its timeline.jsonl and scenario.yaml (no testbed)"
+    )
+    replot.add_argument("run", type=Path, help="an experiment's output directory")
+    replot.set_defaults(handler=_experiment_plot)
     vm_command.add_parser(sub)
     cluster_command.add_parser(sub)
     return parser

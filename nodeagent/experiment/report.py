@@ -3,6 +3,7 @@ not, and the summary table printed at the end."""
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -109,12 +110,15 @@ def summary_table(scenario: Scenario, records: Sequence[Record], *, message_widt
     outcomes = pod_outcomes(scenario, records)
     rows = [("pod", "qos", "priority", "outcome", "at (s)", "message")]
     for o in outcomes:
-        outcome = o.outcome + (f" (rank {o.rank})" if o.rank is not None else "")
+        outcome = o.outcome
         at = f"{o.t:.1f}" if o.t is not None and o.outcome in ("evicted", "refused") else ""
         priority = "" if o.priority is None else str(o.priority)
         rows.append((o.name, o.qos, priority, outcome, at, _cell(o.message, message_width)))
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
     lines = [f"scenario {scenario.name}: {len(records)} timeline records"]
+    if scenario.description.strip():
+        lines.extend(textwrap.wrap(" ".join(scenario.description.split()), 110, initial_indent="  ",
+                                   subsequent_indent="  "))  # fmt: skip
     for row in rows:
         lines.append("  ".join(cell.ljust(widths[i]) if i < 5 else cell for i, cell in enumerate(row)).rstrip())
     intervals = pressure_intervals(records)

@@ -45,6 +45,7 @@ from eviction.signals import Signal, parse_signal
 from eviction.thresholds import DEFAULT_EVICTION_HARD, Threshold, ThresholdError, parse_thresholds, threshold_quantity
 from nodeagent.config.durations import parse_go_duration
 from nodeagent.config.quantity import parse_quantity
+from nodeagent.evictionmanager import pod_info
 from nodeagent.experiment import machine, plot, report, workloads
 from nodeagent.experiment.errors import ExperimentError
 from nodeagent.experiment.scenario import (
@@ -55,7 +56,15 @@ from nodeagent.experiment.scenario import (
     resolve_eviction,
     resolve_injection,
 )
-from nodeagent.experiment.timeline import Timeline, observations_from_summary_json, write_csv, write_jsonl
+from nodeagent.experiment.timeline import (
+    RESOURCE_OF_SIGNAL,
+    Timeline,
+    observations_from_summary_json,
+    pod_usage_json,
+    read_jsonl,
+    write_csv,
+    write_jsonl,
+)
 from nodeagent.kube import paths
 from nodeagent.kube.client import KubeClient
 from nodeagent.kube.errors import KubeError, NotFound
@@ -125,6 +134,8 @@ class Recorder:
     log_offset: int = 0
     allocatable_memory: int | None = None
     ticks: int = 0
+    # pod name -> {resource: effective request} (memory, ephemeral-storage), read from the pod objects
+    requests: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 def _now() -> datetime:
@@ -265,6 +276,8 @@ async def _record_pods(rec: Recorder) -> None:
         phase = str((pod.get("status") or {}).get("phase") or "Pending")
         priority = (pod.get("spec") or {}).get("priority")
         qos = pod_qos(pod).value
+        info = pod_info(pod)
+        rec.requests[name] = {"memory": info.memory_request, "ephemeral-storage": info.ephemeral_storage_request}
         if phase != state.phase:
             state.phase = phase
             rec.timeline.add(now, "pod", pod=name, phase=phase, qos=qos, priority=priority)
@@ -312,6 +325,13 @@ async def _record_stats(rec: Recorder) -> None:
             threshold=int(threshold_quantity(hard.value, seen.capacity)) if hard is not None else None,
             soft_threshold=int(threshold_quantity(soft.value, seen.capacity)) if soft is not None else None,
         )
+    # Each pod's usage of what the signals rank pods by, next to its request: why a pod was chosen.
+    resources = list(dict.fromkeys(RESOURCE_OF_SIGNAL[s] for s in rec.signals if s in RESOURCE_OF_SIGNAL))
+    for name, usage in pod_usage_json(summary, rec.namespace).items():
+        for resource in resources:
+            if resource in usage:
+                request = rec.requests.get(name, {}).get(resource)
+                rec.timeline.add(now, "usage", pod=name, resource=resource, used=usage[resource], request=request)
 
 
 async def _record_events(rec: Recorder) -> None:
@@ -661,9 +681,19 @@ def _write_outputs(rec: Recorder, out: Path) -> tuple[Path, str]:
     return png, table
 
 
+def replot(run: Path) -> tuple[Path, str]:
+    """A run's plot and summary drawn again from what it recorded (its timeline.jsonl and scenario.yaml)."""
+    scenario = load_scenario(run / "scenario.yaml")
+    records = read_jsonl(run / "timeline.jsonl")
+    png = plot.render(records, run / f"{scenario.name}.png", title=_title(scenario), duration=scenario.duration)
+    table = report.summary_table(scenario, records)
+    (run / "summary.txt").write_text(table + "\n")
+    return png, table
+
+
 def _title(scenario: Scenario) -> str:
-    text = " ".join(scenario.description.split())
-    return f"{scenario.name}: {text}" if text else scenario.name
+    """The figure's title: the scenario's name only; its description is in the report (summary.txt)."""
+    return f"eviction experiment: {scenario.name}"
 
 
 async def run_experiment(options: RunOptions) -> int:
@@ -708,6 +738,7 @@ __all__ = [
     "classify_failed",
     "eviction_differences",
     "parse_agent_log_line",
+    "replot",
     "run_experiment",
     "signals_of_interest",
     "thresholds_in_force",

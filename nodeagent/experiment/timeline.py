@@ -8,6 +8,9 @@ A record is a flat dict: `t` (seconds since second 0; negative during set-up), `
 - `taint`: `taint` (key:effect), `status` added / removed;
 - `pod`: `pod`, `phase`, `qos`, `priority` on each phase change;
 - `admission-refused`: `pod`, `reason`, `message` (Failed/Evicted before it ever ran);
+- `usage`: `pod`, `resource` (memory, ephemeral-storage or pids: what the scenario's signals rank pods by), `used`
+  (bytes or processes, from /stats/summary), `request` (the pod's effective request of it; none for pids, which
+  have no request), each time the stats are read;
 - `eviction`: `pod`, `signal`, `rank` (when the agent logs it), `reason`, `message`, `qos`, `priority`;
 - `reclaim`: `message` (the agent's reclaim log lines, or its EvictionThresholdMet events on a cluster);
 - `gc`: `message` (the agent's image and container garbage collection log lines);
@@ -49,6 +52,9 @@ CSV_COLUMNS = (
     "qos",
     "priority",
     "rank",
+    "resource",
+    "used",
+    "request",
     "reason",
     "message",
 )
@@ -99,6 +105,36 @@ def observations_from_summary_json(
     rlimit = node.get("rlimit") or {}
     if rlimit.get("maxpid") is not None and rlimit.get("curproc") is not None:
         result[Signal.PID_AVAILABLE] = pid_observation(rlimit["maxpid"], rlimit["curproc"], _time(rlimit.get("time")))
+    return result
+
+
+# What each signal ranks pods by (upstream's rankMemoryPressure, rankDiskPressureFunc, rankPIDPressure): the
+# resource whose per-pod usage and request the experiment records and plots.
+RESOURCE_OF_SIGNAL: dict[Signal, str] = {
+    Signal.MEMORY_AVAILABLE: "memory",
+    Signal.ALLOCATABLE_MEMORY_AVAILABLE: "memory",
+    Signal.NODEFS_AVAILABLE: "ephemeral-storage",
+    Signal.NODEFS_INODES_FREE: "ephemeral-storage",
+    Signal.IMAGEFS_AVAILABLE: "ephemeral-storage",
+    Signal.IMAGEFS_INODES_FREE: "ephemeral-storage",
+    Signal.PID_AVAILABLE: "pids",
+}
+
+
+def pod_usage_json(summary: Mapping[str, Any], namespace: str) -> dict[str, dict[str, int]]:
+    """Per pod of `namespace` (by name): memory working set, ephemeral storage used and process count, as far as
+    /stats/summary reports them."""
+    result: dict[str, dict[str, int]] = {}
+    for pod in summary.get("pods") or ():
+        ref = pod.get("podRef") or {}
+        if ref.get("namespace") != namespace:
+            continue
+        found = {
+            "memory": (pod.get("memory") or {}).get("workingSetBytes"),
+            "ephemeral-storage": (pod.get("ephemeral-storage") or {}).get("usedBytes"),
+            "pids": (pod.get("process_stats") or {}).get("process_count"),
+        }
+        result[str(ref.get("name"))] = {k: int(v) for k, v in found.items() if v is not None}
     return result
 
 
@@ -156,10 +192,12 @@ def write_csv(records: Iterable[Record], path: Path) -> None:
 
 __all__ = [
     "CSV_COLUMNS",
+    "RESOURCE_OF_SIGNAL",
     "Record",
     "Timeline",
     "observations_from_summary_json",
     "pod_memory_json",
+    "pod_usage_json",
     "read_jsonl",
     "write_csv",
     "write_jsonl",
