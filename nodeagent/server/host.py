@@ -15,7 +15,9 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 
+from nodeagent.config import KubeletConfiguration, encode_document
 from nodeagent.config.durations import format_go_duration
+from nodeagent.config.upstreamonly import reported_fields
 from nodeagent.kuberuntime import actions as acts
 from nodeagent.localserver import running_pods
 from nodeagent.staticpods import is_mirror_pod
@@ -125,8 +127,14 @@ class AgentHost:
         return self.syncloop_health()
 
     def configz(self) -> Mapping[str, Any]:
-        out: Mapping[str, Any] = config_json(self.config)
-        return out
+        """The config as upstream's /configz shows it: v1beta1 names and spellings (clusterDNS,
+        imageGCHighThresholdPercent), every field, and the upstream-only fields at the value nodeagent's behaviour
+        matches, so a file written back from it (the node e2e suite does) loads again."""
+        if not isinstance(self.config, KubeletConfiguration):
+            out: Mapping[str, Any] = config_json(self.config)
+            return out
+        doc = encode_document(self.config)
+        return {**reported_fields(), **{k: v for k, v in doc.items() if k not in ("apiVersion", "kind")}}
 
     def metrics(self, path: str) -> bytes | None:
         registry = self.registries.get(path.rstrip("/") or "/metrics")

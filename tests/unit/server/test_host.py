@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -106,3 +108,22 @@ def test_config_json_is_camel_case_with_go_durations(tmp_path: Any) -> None:
     assert out["syncFrequency"] == "1m30s"
     assert out["maxPods"] == 50
     assert config_json({"d": datetime.timedelta(seconds=2)}) == {"d": "2s"}
+
+
+def test_configz_spells_fields_as_upstream_and_loads_again(tmp_path: Any) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nclusterDNS: [198.19.0.10]\n"
+        "imageGCHighThresholdPercent: 90\nkernelMemcgNotification: true\n"
+    )
+    config = load_config(path).config
+    h = dataclasses.replace(host(), config=config)
+    out = dict(h.configz())
+    assert out["clusterDNS"] == ["198.19.0.10"] and out["imageGCHighThresholdPercent"] == 90
+    assert out["kernelMemcgNotification"] is True
+    # The upstream-only fields at nodeagent's behaviour: written back (as Go does, false and 0 spelled out) they load.
+    assert (out["cpuCFSQuota"], out["localStorageCapacityIsolation"], out["kubeAPIQPS"]) == (True, True, -1)
+    again = tmp_path / "again.json"
+    again.write_text(json.dumps({"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration", **out}))
+    loaded = load_config(again)
+    assert loaded.config == config and loaded.warnings == ()
