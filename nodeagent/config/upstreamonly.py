@@ -30,7 +30,7 @@ Accepts = Callable[[object], bool]
 @dataclass(frozen=True)
 class Honoured:
     accepts: Accepts
-    behaviour: str  # what nodeagent does; the refusal message and the docs table say it
+    behaviour: str  # what nodeagent does (after "nodeagent"); the refusal message and the docs table say it
     # What /configz shows for the field (a value `accepts` takes), or None to leave it out: a config written back
     # from /configz (the node e2e suite does so, through Go structs that spell false and 0 out) must load again.
     reported: object = None
@@ -237,7 +237,7 @@ def refusal(name: str, raw: object) -> str | None:
     rule = UPSTREAM_ONLY_RULES[name]
     if raw is None or isinstance(rule, IgnoredUpstream) or rule.accepts(raw):
         return None
-    return f"nodeagent cannot honour this value: it {rule.behaviour}"
+    return f"nodeagent cannot honour this value ({rule.behaviour})"
 
 
 def warning(name: str) -> str | None:
