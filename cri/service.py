@@ -168,3 +168,13 @@ class ImageService(Protocol):
     async def remove_image(self, image: api_pb2.ImageSpec, *, timeout: float | None = None) -> None: ...
 
     async def image_fs_info(self, *, timeout: float | None = None) -> api_pb2.ImageFsInfoResponse: ...
+
+
+class RuntimeServices(Protocol):
+    """Both services of one runtime, as the agent holds them: `cri.client.CRIClient` or an in-process `cri.fake`."""
+
+    @property
+    def runtime(self) -> RuntimeService: ...
+
+    @property
+    def image(self) -> ImageService: ...

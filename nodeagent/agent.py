@@ -31,9 +31,10 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 
-from cri.client import CRIClient, connect
+from cri.client import connect
 from cri.errors import CRIError
 from cri.instrumented import instrument
+from cri.service import RuntimeServices
 from csi.registration.handler import DRA_PLUGIN
 from eviction.injection import InjectionError
 from eviction.messages import REASON as EVICTED
@@ -115,6 +116,7 @@ from nodeagent.syncloop import SyncLoop, SyncLoopChannels
 from nodeagent.tasks import Supervisor
 from nodeagent.version import NODEAGENT_VERSION, probe_user_agent, version_text
 from nodeagent.volume.csiutil import CSI_PLUGIN_NAME
+from nodeagent.volume.mounter import DirectoryMounter
 from nodeagent.volumemanager import VolumeManager, new_volume_manager
 from pleg.cache import Cache
 from pleg.events import PodLifecycleEvent
@@ -146,6 +148,25 @@ class AgentOptions:
     # The kubelet's --node-labels (set at registration) and the flags that override config fields (snake_case).
     node_labels: Mapping[str, str] = field(default_factory=dict)
     config_overrides: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Emulation:
+    """What an emulated node (`nodeagent.fleet`) puts in place of the host, for `run_emulated_agent`.
+
+    The agent's own logic runs unchanged (registration, lease, node status, admission, the syncLoop, pod workers,
+    the status manager, the PLEG, eviction and garbage collection) over `runtime` (an in-process fake) with `facts`
+    for a node status and `config` instead of a config file. The parts that belong to the host are left out: the
+    signal handlers (`stop` ends the node), the cgroup driver and SELinux checks, device plugins and the PodResources
+    server (gRPC servers on sockets), CSI plugin registration, pod and QoS cgroups, the memory threshold notifiers
+    and container log rotation; volumes are plain directories (no tmpfs mounts) and pod log directories are under
+    the node's root dir. The kubelet API, healthz and read-only servers follow `config` (the fleet turns them
+    off)."""
+
+    runtime: RuntimeServices
+    facts: NodeFacts
+    config: KubeletConfiguration
+    stop: asyncio.Event
 
 
 def read_resolv_conf(path: str) -> ResolvConf:
@@ -186,7 +207,7 @@ def _object_fetcher(client: KubeClient | None) -> ObjectFetcher | None:
     return fetch
 
 
-async def _runtime_health(cri: CRIClient, runtime_state: RuntimeState) -> tuple[bool, str]:
+async def _runtime_health(cri: RuntimeServices, runtime_state: RuntimeState) -> tuple[bool, str]:
     try:
         status = await cri.runtime.status(timeout=10)
     except CRIError as exc:
@@ -280,18 +301,31 @@ async def run_agent(options: AgentOptions) -> None:
         log.info("agent stopped during start-up stage=%s", stopped.stage)
 
 
-async def _start(options: AgentOptions, stop: asyncio.Event) -> None:
-    loaded = load_config(options.config_path)
-    for warning in loaded.warnings:
-        log.warning("config warning path=%s %s", options.config_path, warning)
-    config: KubeletConfiguration = loaded.config
+async def run_emulated_agent(options: AgentOptions, emulation: Emulation) -> None:
+    """Run one emulated node until `emulation.stop` is set; returns normally when stopped (also during start-up)."""
+    try:
+        await _start(options, emulation.stop, emulation)
+    except StopRequested as stopped:
+        log.info("agent stopped during start-up node=%s stage=%s", options.node_name, stopped.stage)
+
+
+async def _start(options: AgentOptions, stop: asyncio.Event, emulation: Emulation | None = None) -> None:
+    if emulation is None:
+        loaded = load_config(options.config_path)
+        for warning in loaded.warnings:
+            log.warning("config warning path=%s %s", options.config_path, warning)
+        config: KubeletConfiguration = loaded.config
+    else:
+        config = emulation.config
     if options.config_overrides:
         # The kubelet's flags that are config fields too (--container-runtime-endpoint, --register-with-taints):
         # as upstream, the flag wins over the file.
         config = replace(config, **options.config_overrides)
     node_name = (options.node_name or socket.gethostname()).lower()
     problem = (
-        cgroup_driver_problem(config, systemd=systemd_booted())
+        None
+        if emulation is not None
+        else cgroup_driver_problem(config, systemd=systemd_booted())
         or selinux_problem(selinux_enabled())
         or cgroup_v1_problem(config, unified=host_is_unified())
     )
@@ -327,10 +361,14 @@ async def _start(options: AgentOptions, stop: asyncio.Event) -> None:
     supervisor = Supervisor()
     kubelet_version = config.emulated_kubernetes_version
 
-    async with connect(
-        config.container_runtime_endpoint,
-        image_endpoint=config.image_service_endpoint or None,
-        timeout=config.runtime_request_timeout.total_seconds(),
+    async with (
+        connect(
+            config.container_runtime_endpoint,
+            image_endpoint=config.image_service_endpoint or None,
+            timeout=config.runtime_request_timeout.total_seconds(),
+        )
+        if emulation is None
+        else contextlib.nullcontext(emulation.runtime)
     ) as cri:
         try:
             runtime_version = await until_stopped(
@@ -345,17 +383,21 @@ async def _start(options: AgentOptions, stop: asyncio.Event) -> None:
             )
         except RuntimeUnavailable as exc:
             raise AgentError(str(exc)) from exc
-        facts = await until_stopped(
-            stop,
-            "reading the node's facts",
-            asyncio.to_thread(
-                gather_node_facts,
-                container_runtime_version=runtime_version,
-                kubelet_version=kubelet_version,
-                hostname=node_name,
-                internal_ip=options.node_ip,
-                daemon_port=config.port,
-            ),
+        facts = (
+            await until_stopped(
+                stop,
+                "reading the node's facts",
+                asyncio.to_thread(
+                    gather_node_facts,
+                    container_runtime_version=runtime_version,
+                    kubelet_version=kubelet_version,
+                    hostname=node_name,
+                    internal_ip=options.node_ip,
+                    daemon_port=config.port,
+                ),
+            )
+            if emulation is None
+            else emulation.facts
         )
         log.info(
             "agent starting node=%s runtime=%s kubelet_version=%s nodeagent_version=%s",
@@ -396,6 +438,7 @@ async def _start(options: AgentOptions, stop: asyncio.Event) -> None:
                     clock=clock,
                     eviction=eviction,
                     started=started,
+                    host=emulation is None,
                 )
         finally:
             await supervisor.stop()
@@ -409,14 +452,16 @@ async def _run(
     config: KubeletConfiguration,
     node_name: str,
     facts: NodeFacts,
-    cri: CRIClient,
+    cri: RuntimeServices,
     client: KubeClient | None,
     supervisor: Supervisor,
     stop: asyncio.Event,
     clock: SystemClock,
     eviction: EvictionManager,
     started: contextlib.AsyncExitStack,
+    host: bool = True,
 ) -> None:
+    """`host`: False for an emulated node (`Emulation`), which runs none of the host-level parts."""
     recorder = EventRecorder(client, node_name) if client is not None else None
 
     def pod_event(
@@ -485,8 +530,9 @@ async def _run(
         sources_ready=lambda: bool(late["sources_ready"]()) if "sources_ready" in late else False,
         monotonic=clock.monotonic,
     )
-    await device_manager.start(running_containers(pod_cache.get_all()))
-    started.push_async_callback(device_manager.stop)
+    if host:
+        await device_manager.start(running_containers(pod_cache.get_all()))
+        started.push_async_callback(device_manager.stop)
     node_status = None
     volume_managers: list[VolumeManager] = []
     if client is not None:
@@ -548,7 +594,7 @@ async def _run(
         raise AgentError(str(exc)) from exc
     plugin_manager = (
         PluginManager(str(options.root_dir), client, node_name, handlers={DRA_PLUGIN: dra_manager.plugins})
-        if client is not None
+        if client is not None and host
         else None
     )
     volumes = new_volume_manager(
@@ -561,6 +607,7 @@ async def _run(
         events=lambda pod, type_, reason, message: pod_event(dict(pod), type_, reason, message),
         node_name=node_name,
         csi_drivers=plugin_manager.registry if plugin_manager is not None else None,
+        mounter=None if host else DirectoryMounter(),
     )
     volume_managers.append(volumes)
     await volumes.start()  # the actual state from disk and the mount table, before any pod syncs
@@ -580,9 +627,11 @@ async def _run(
     # lambda binds it late. Without cgroupsPerQOS upstream has no tiers.
     qos_cgroups = (
         QOSCgroups(lambda: kubelet.active_pods(), cgroup_root=config.cgroup_root)  # noqa: PLW0108
-        if config.cgroups_per_qos
+        if config.cgroups_per_qos and host
         else None
     )
+    # An emulated node's runtime writes no logs, and its pod log directories are its own, not the host's.
+    pod_log_dir_root = config.pod_logs_dir if host else str(options.root_dir / "pod-logs")
     runtime = RuntimeManager(
         runtime_service,
         image_service,
@@ -599,7 +648,7 @@ async def _run(
             node_allocatable=allocatable,
             node_hostname=facts.hostname,
             root_dir=str(options.root_dir),
-            pod_log_dir_root=config.pod_logs_dir,
+            pod_log_dir_root=pod_log_dir_root,
         ),
         events=pod_event,
         node_events=node_event,
@@ -614,7 +663,7 @@ async def _run(
         runtime_handlers=runtime_state.handlers,
         runtime_classes=runtime_classes if runtime_classes is not None else UnresolvedRuntimeClasses(),
         resources=allocation,
-        pod_cgroups=CgroupfsPodCgroups(pod_pids_limit=config.pod_pids_limit),
+        pod_cgroups=CgroupfsPodCgroups(pod_pids_limit=config.pod_pids_limit) if host else None,
         qos_cgroups=qos_cgroups,
         task_deleter=cri.containerd_tasks.end if facts.container_runtime_version.startswith("containerd:") else None,
     )
@@ -681,8 +730,9 @@ async def _run(
         all_pods=pod_config.pods,
         dra=dra_manager,
     )
-    await pod_resources.start()
-    started.push_async_callback(pod_resources.stop)
+    if host:
+        await pod_resources.start()
+        started.push_async_callback(pod_resources.stop)
     # As upstream's PodDeletionSafetyProvider: a terminal phase is sent once the pod's worker stopped everything.
     status_manager.could_have_running_containers = kubelet.workers.could_have_running_containers
     # A CSI volume's stats come from its driver (NodeGetVolumeStats), through the kubernetes.io/csi plugin.
@@ -694,10 +744,10 @@ async def _run(
         node_name=node_name,
         root_dir=str(options.root_dir),
         cgroup_root=config.cgroup_root,
-        pod_log_dir_root=config.pod_logs_dir,
         plugin_volumes=csi_plugin if isinstance(csi_plugin, PluginVolumeStats) else None,
         pod_spec=pod_config.pod_view,
         volume_health=config.feature_gates.get("CSIVolumeHealth", False),
+        pod_log_dir_root=pod_log_dir_root,
     )
     metrics_registry.register(VolumeStatsCollector(stats.latest_volume_stats))
     sync_loop = SyncLoop(
@@ -787,8 +837,8 @@ async def _run(
     enforced = node_allocatable(capacity, config.system_reserved, config.kube_reserved, {})
     allocatable_memory = parse_quantity(enforced["memory"]) if "memory" in enforced else None
     # Memory threshold notification (kernelMemcgNotification, off by default as upstream): a crossed memory
-    # threshold wakes the manager at once instead of at its next 10 s tick.
-    notifiers = configured_notifiers(config)
+    # threshold wakes the manager at once instead of at its next 10 s tick. Not on an emulated node (host cgroups).
+    notifiers = configured_notifiers(config) if host else []
     supervisor.start(
         "eviction-manager",
         eviction.run(
@@ -821,17 +871,18 @@ async def _run(
             clock=clock,
         )
         supervisor.start("local-server", local.run())
-    supervisor.start(
-        "container-log-manager",
-        ContainerLogManager(
-            runtime_service,
-            clock=clock,
-            max_size=config.container_log_max_size,
-            max_files=config.container_log_max_files,
-            max_workers=config.container_log_max_workers,
-            monitor_interval=config.container_log_monitor_interval.total_seconds(),
-        ).run(),
-    )
+    if host:  # an emulated node's containers write no log files to rotate
+        supervisor.start(
+            "container-log-manager",
+            ContainerLogManager(
+                runtime_service,
+                clock=clock,
+                max_size=config.container_log_max_size,
+                max_files=config.container_log_max_files,
+                max_workers=config.container_log_max_workers,
+                monitor_interval=config.container_log_monitor_interval.total_seconds(),
+            ).run(),
+        )
     if config.enable_server and config.port:
         api_host = AgentHost(
             pods_fn=pod_config.pods,

@@ -24,6 +24,8 @@ from nodeagent.conformance.errors import ConformanceError
 from nodeagent.conformance.harness import HarnessOptions, conformance
 from nodeagent.conformance.run import DEFAULT_FOCUS, DEFAULT_PROCS, DEFAULT_TIMEOUT, default_skip
 from nodeagent.experiment.errors import ExperimentError
+from nodeagent.fleet import command as fleet_command
+from nodeagent.fleet.plan import FleetError
 from nodeagent.localserver import LocalServerUnreachable, fetch_pods, format_pods
 from nodeagent.testbed import install as installer
 from nodeagent.testbed.layout import Layout
@@ -430,6 +432,7 @@ def build_parser() -> argparse.ArgumentParser:
     replot.set_defaults(handler=_experiment_plot)
     vm_command.add_parser(sub)
     cluster_command.add_parser(sub)
+    fleet_command.add_parser(sub)
     return parser
 
 
@@ -450,6 +453,7 @@ def main(argv: list[str] | None = None) -> int:
         VMError,
         ClusterError,
         NodeError,
+        FleetError,
     ) as exc:
         print(_error_text(exc), file=sys.stderr)
         return 1

@@ -83,6 +83,24 @@ class Mounter(Protocol):
     def unmount(self, target: str) -> None: ...
 
 
+class DirectoryMounter:
+    """A mounter that mounts nothing, for emulated nodes (`nodeagent fleet`): a tmpfs volume is a plain directory,
+    binds and unmounts do nothing, and the mount table is empty, so a thousand nodes in one process leave no mount
+    behind on the host whatever way they stop."""
+
+    def mounts(self) -> list[MountInfo]:
+        return []
+
+    def mount_tmpfs(self, target: str, options: Sequence[str]) -> None:
+        del target, options
+
+    def bind(self, source: str, target: str) -> None:
+        del source, target
+
+    def unmount(self, target: str) -> None:
+        del target
+
+
 class LinuxMounter:
     def __init__(self, mountinfo: str = MOUNTINFO) -> None:
         self._mountinfo = mountinfo

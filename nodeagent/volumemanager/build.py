@@ -22,7 +22,7 @@ from nodeagent.volume.csi import (
     connect_node,
 )
 from nodeagent.volume.layout import PodDirs
-from nodeagent.volume.mounter import LinuxMounter
+from nodeagent.volume.mounter import LinuxMounter, Mounter
 from nodeagent.volume.objects import ObjectCache
 from nodeagent.volume.plugin import ObjectGetter
 from nodeagent.volume.token import TokenManager, TokenRequester
@@ -48,10 +48,12 @@ def new_volume_manager(
     events: EventSink,
     node_name: str = "",
     csi_drivers: DriverRegistry | None = None,
+    mounter: Mounter | None = None,
 ) -> VolumeManager:
+    """`mounter`: how volumes are mounted (default: mount(2) on this host)."""
     # Real paths: the mount table lists them so, and a symlink in --root-dir must not hide a mount from the checks.
     dirs = PodDirs(os.path.realpath(root_dir))
-    mounter = LinuxMounter()
+    mounter = mounter if mounter is not None else LinuxMounter()
     objects = ObjectCache(get_object, now=time.monotonic).get if get_object is not None else None
     host = VolumeHost(dirs, mounter, dict(node_allocatable), memory_capacity, get_object=objects)
     tokens = TokenManager(token_requester(client) if client is not None else None, now=time.time)

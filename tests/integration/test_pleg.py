@@ -17,7 +17,6 @@ import json
 import os
 import re
 import signal
-import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -34,6 +33,7 @@ from nodeagent.testbed.layout import Settings
 from nodeagent.testbed.testbed import Testbed
 from nodeagent.testbed.versions import crictl_path
 from pleg.inspect import group_pods
+from tests.cricontract import EventShape, event_shape, run_events_scenario
 from tests.integration.agentproc import (
     NS,
     Agent,
@@ -44,7 +44,6 @@ from tests.integration.agentproc import (
     start_agent,
     stop_agent,
 )
-from tests.integration.crifixtures import container_config, sandbox_config
 from tests.unit.pleg.fakeruntime import FakeRuntime
 
 Obj = dict[str, Any]
@@ -54,67 +53,19 @@ THRESHOLD = "10s"
 
 # --- the fake runtime of the unit tests, checked against containerd ----------------------------------------------
 
-Shape = tuple[str, bool, bool, int]  # event type, about the sandbox, carries the sandbox status, container statuses
-
-
-def _shape(event: api_pb2.ContainerEventResponse, sandbox_id: str) -> Shape:
-    return (
-        api_pb2.ContainerEventType.Name(event.container_event_type),
-        event.container_id == sandbox_id,
-        event.HasField("pod_sandbox_status"),
-        len(event.containers_statuses),
-    )
+Shape = EventShape
 
 
 async def _scenario_on_containerd(cri: CRIClient, image: str, logs: Path) -> tuple[list[Shape], list[Any]]:
-    events: asyncio.Queue[api_pb2.ContainerEventResponse] = asyncio.Queue()
+    states: list[Any] = []
 
-    async def follow() -> None:
-        async with contextlib.aclosing(cri.runtime.get_container_events()) as stream:  # type: ignore[type-var]
-            async for event in stream:
-                events.put_nowait(event)
-
-    follower = asyncio.create_task(follow())
-    try:
-        # containerd 1.7 hands the first events to handlers of streams closed earlier (earlier agents): flush them
-        # with throwaway sandboxes until this stream receives one of its own.
-        for _ in range(20):
-            flush = sandbox_config("flush", logs / "flush")
-            flush_id = await cri.runtime.run_pod_sandbox(flush)
-            await cri.runtime.stop_pod_sandbox(flush_id)
-            await cri.runtime.remove_pod_sandbox(flush_id)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(events.get(), 2)
-                break
-        await asyncio.sleep(1)
-        while not events.empty():
-            events.get_nowait()
-        config = sandbox_config("contract", logs / "contract")
-        sb = await cri.runtime.run_pod_sandbox(config)
-        container = container_config("main", image, ["sleep", "3600"])
-        container.labels.update(config.labels)  # the pod's identifying labels, as the kubelet sets them
-        cid = await cri.runtime.create_container(sb, container, config)
-        await cri.runtime.start_container(cid)
+    async def grouped(config: api_pb2.PodSandboxConfig) -> None:
         listed = group_pods(await cri.runtime.list_pod_sandbox(), await cri.runtime.list_containers())
-        uid = config.metadata.uid
-        states = [
-            (len(listed[uid].sandboxes), len(listed[uid].containers), listed[uid].name, listed[uid].namespace),
-        ]
-        await cri.runtime.stop_container(cid, 0)
-        await cri.runtime.remove_container(cid)
-        await cri.runtime.stop_pod_sandbox(sb)
-        await cri.runtime.remove_pod_sandbox(sb)
-        shapes: list[Shape] = []
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and (not shapes or shapes[-1][:2] != ("CONTAINER_DELETED_EVENT", True)):
-            with contextlib.suppress(TimeoutError):
-                event = await asyncio.wait_for(events.get(), 1)
-                if event.container_id in (sb, cid):
-                    shapes.append(_shape(event, sb))
-        return shapes, states
-    finally:
-        follower.cancel()
-        await asyncio.gather(follower, return_exceptions=True)
+        pod = listed[config.metadata.uid]
+        states.append((len(pod.sandboxes), len(pod.containers), pod.name, pod.namespace))
+
+    shapes = await run_events_scenario(cri.runtime, image, str(logs / "contract"), while_running=grouped)
+    return shapes, states
 
 
 async def _scenario_on_fake() -> tuple[list[Shape], list[Any]]:
@@ -128,7 +79,7 @@ async def _scenario_on_fake() -> tuple[list[Shape], list[Any]]:
 
     follower = asyncio.create_task(follow())
     await asyncio.sleep(0)
-    sb = fake.run_sandbox("u", "contract", "nodeagent-tests")
+    sb = fake.run_sandbox("u", "events", "nodeagent-tests")
     cid = fake.run_container(sb, "main")
     listed = group_pods(await fake.list_pod_sandbox(), await fake.list_containers())
     states = [(len(listed["u"].sandboxes), len(listed["u"].containers), listed["u"].name, listed["u"].namespace)]
@@ -140,7 +91,7 @@ async def _scenario_on_fake() -> tuple[list[Shape], list[Any]]:
         await asyncio.sleep(0)
     follower.cancel()
     await asyncio.gather(follower, return_exceptions=True)
-    return [_shape(e, sb) for e in received], states
+    return [event_shape(e, sb) for e in received], states
 
 
 async def test_fake_runtime_matches_containerd(cri_client: CRIClient, settings: Settings, tmp_path: Path) -> None:
@@ -148,7 +99,7 @@ async def test_fake_runtime_matches_containerd(cri_client: CRIClient, settings: 
     await cri_client.image.pull_image(api_pb2.ImageSpec(image=image))
     real, real_states = await _scenario_on_containerd(cri_client, image, tmp_path)
     fake, fake_states = await _scenario_on_fake()
-    assert real_states == fake_states == [(1, 1, "contract", "nodeagent-tests")]
+    assert real_states == fake_states == [(1, 1, "events", "nodeagent-tests")]
     print(f"container events on containerd: {real}")
     assert real == fake, f"containerd: {real}\nfake:       {fake}"
 

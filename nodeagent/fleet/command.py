@@ -1,0 +1,122 @@
+"""`nodeagent fleet`: the command line of many emulated nodes in one process."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+from pathlib import Path
+
+from cri.fake import Behaviour
+from nodeagent.config.quantity import parse_quantity
+from nodeagent.fleet.fleet import run_fleet
+from nodeagent.fleet.plan import (
+    DEFAULT_MAX_PODS,
+    DEFAULT_NODE_NETWORK,
+    DEFAULT_POD_NETWORK,
+    DEFAULT_PODS_PER_NODE_PREFIX,
+    FleetError,
+    FleetOptions,
+)
+
+DEFAULT_DIR = Path("/var/lib/nodeagent/fleet")
+
+
+def _labels(text: str) -> dict[str, str]:
+    labels = {}
+    for item in filter(None, text.split(",")):
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise argparse.ArgumentTypeError(f"label {item!r}: want key=value")
+        labels[key] = value
+    return labels
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    fleet = sub.add_parser(
+        "fleet", help="many emulated nodes in one process (the agent's logic over an in-process fake runtime)"
+    )
+    fleet.add_argument("--nodes", type=int, required=True, help="how many nodes")
+    fleet.add_argument("--prefix", default="fleet", help="node names are <prefix>-<ordinal>")
+    fleet.add_argument("--first", type=int, default=0, help="the first ordinal (a shard's offset)")
+    fleet.add_argument("--kubeconfig", type=Path, default=None, help="one credential for every node (e.g. admin)")
+    fleet.add_argument(
+        "--bootstrap-kubeconfig",
+        type=Path,
+        default=None,
+        help="TLS bootstrap per node: each node gets its own client certificate (system:node:<name>) with this "
+        "kubeconfig's bootstrap token, so the Node authorizer and NodeRestriction hold",
+    )
+    fleet.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="the nodes' root dirs and certificates")
+    fleet.add_argument("--stagger", type=float, default=0.05, help="seconds between two nodes' starts")
+    fleet.add_argument("--labels", type=_labels, default={}, help="k=v,... on every node")
+    fleet.add_argument(
+        "--taints",
+        default=None,
+        help="key[=value]:Effect,... on every node (default: node.nodeagent.io/fleet=<prefix>:NoSchedule; '' none)",
+    )
+    fleet.add_argument("--cpu", type=int, default=4, help="each node's CPU capacity")
+    fleet.add_argument("--memory", default="16Gi", help="each node's memory capacity")
+    fleet.add_argument("--max-pods", type=int, default=DEFAULT_MAX_PODS, help="each node's pod capacity")
+    fleet.add_argument(
+        "--pod-prefix-length",
+        type=int,
+        default=DEFAULT_PODS_PER_NODE_PREFIX,
+        help="each node's slice of --pod-network (its pods' addresses)",
+    )
+    fleet.add_argument("--pod-network", default=DEFAULT_POD_NETWORK)
+    fleet.add_argument("--node-network", default=DEFAULT_NODE_NETWORK)
+    fleet.add_argument("--pleg", default="evented", choices=("generic", "evented", "auto"))
+    fleet.add_argument("--pull-latency", type=float, default=0.0, help="seconds per image pull")
+    fleet.add_argument("--start-latency", type=float, default=0.0, help="seconds per container start")
+    fleet.add_argument("--cpu-millicores", type=int, default=1, help="each container's reported CPU use")
+    fleet.add_argument("--memory-bytes", type=int, default=4 << 20, help="each container's reported working set")
+    fleet.set_defaults(handler=run)
+
+
+def options_from(args: argparse.Namespace) -> tuple[FleetOptions, Behaviour]:
+    taints = None if args.taints is None else tuple(filter(None, args.taints.split(",")))
+    try:
+        memory = int(parse_quantity(args.memory))
+    except ValueError as exc:
+        raise FleetError(f"--memory {args.memory!r}: {exc}") from exc
+    options = FleetOptions(
+        nodes=args.nodes,
+        prefix=args.prefix,
+        directory=args.dir,
+        kubeconfig=args.kubeconfig,
+        bootstrap_kubeconfig=args.bootstrap_kubeconfig,
+        first=args.first,
+        stagger=args.stagger,
+        labels=args.labels,
+        taints=taints,
+        cpu=args.cpu,
+        memory_bytes=memory,
+        max_pods=args.max_pods,
+        pod_network=args.pod_network,
+        pod_prefix_length=args.pod_prefix_length,
+        node_network=args.node_network,
+        pleg=args.pleg,
+    )
+    behaviour = Behaviour(
+        pull_latency=args.pull_latency,
+        start_latency=args.start_latency,
+        cpu_millicores=args.cpu_millicores,
+        memory_bytes=args.memory_bytes,
+    )
+    return options, behaviour
+
+
+async def run(args: argparse.Namespace) -> int:
+    options, behaviour = options_from(args)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    if not args.verbose:
+        # A thousand agents' INFO lines drown everything: the fleet's own lines and every agent's warnings stay.
+        logging.getLogger().setLevel(logging.WARNING)
+        logging.getLogger("nodeagent.fleet").setLevel(logging.INFO)
+    result = await run_fleet(options, behaviour, stop)
+    return 1 if result.failed else 0

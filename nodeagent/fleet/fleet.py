@@ -1,0 +1,63 @@
+"""Run a planned fleet: every node a task in this event loop, started staggered, stopped together.
+
+A node whose agent fails (a credential that may not register it, say) is logged and left down; the others go on.
+The fleet ends when `stop` is set, or when every node has failed (`FleetError`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+from cri.fake import Behaviour
+from nodeagent.fleet.node import run_node
+from nodeagent.fleet.plan import FleetError, FleetOptions, plan_nodes, shared_config
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class FleetResult:
+    nodes: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+
+
+async def run_fleet(options: FleetOptions, behaviour: Behaviour, stop: asyncio.Event) -> FleetResult:
+    plans = plan_nodes(options)
+    config = shared_config(options)
+    result = FleetResult(nodes=[p.name for p in plans])
+    log.info(
+        "fleet starting nodes=%d first=%s last=%s stagger=%s",
+        len(plans),
+        plans[0].name,
+        plans[-1].name,
+        options.stagger,
+    )
+    tasks = {
+        asyncio.create_task(run_node(plan, options, config, behaviour, stop), name=f"fleet-node-{plan.name}"): plan.name
+        for plan in plans
+    }
+    pending = set(tasks)
+    try:
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                name = tasks[task]
+                error = task.exception()
+                if error is not None:
+                    result.failed[name] = str(error)
+                    log.error("fleet node failed node=%s error=%s", name, error)
+                elif not stop.is_set():
+                    result.failed[name] = "the agent ended before the fleet was stopped"
+                    log.error("fleet node ended node=%s", name)
+            if len(result.failed) == len(plans):
+                first = next(iter(result.failed.items()))
+                raise FleetError(f"every node failed; {first[0]}: {first[1]}")
+    finally:
+        stop.set()
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+    log.info("fleet stopped nodes=%d failed=%d", len(plans), len(result.failed))
+    return result

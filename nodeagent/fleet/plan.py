@@ -1,0 +1,159 @@
+"""What a fleet is, computed before anything runs: node names, addresses, the config every node shares, when each
+starts. Pure, so the planning errors (too many nodes for the address ranges, bad labels or taints) come first."""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nodeagent.config import KubeletConfiguration
+from nodeagent.config.loading import parse_config
+
+# Pod and node addresses of emulated nodes come from the network-testing range (RFC 2544), away from the /24s the
+# testbeds take for themselves (198.18.N.0/24 with small N) and their services (198.19.0.0/24).
+DEFAULT_POD_NETWORK = "198.18.128.0/17"
+DEFAULT_NODE_NETWORK = "198.19.128.0/17"
+# 30 addresses per node, 1,024 nodes in the default pod network: a density test's 30 pods per node.
+DEFAULT_PODS_PER_NODE_PREFIX = 27
+DEFAULT_MAX_PODS = 30
+FLEET_LABEL = "node.nodeagent.io/fleet"
+
+
+class FleetError(ValueError):
+    """The fleet cannot be planned or started: a bad option, or more nodes than the address ranges hold."""
+
+
+@dataclass(frozen=True)
+class FleetOptions:
+    nodes: int
+    prefix: str
+    directory: Path
+    kubeconfig: Path | None = None
+    bootstrap_kubeconfig: Path | None = None
+    first: int = 0  # the first ordinal (a shard's offset): names are <prefix>-<first> ... <prefix>-<first+nodes-1>
+    stagger: float = 0.05  # seconds between two nodes' starts
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[str, ...] | None = None  # None: the fleet's NoSchedule taint
+    cpu: int = 4
+    memory_bytes: int = 16 << 30
+    max_pods: int = DEFAULT_MAX_PODS
+    pod_network: str = DEFAULT_POD_NETWORK
+    node_network: str = DEFAULT_NODE_NETWORK
+    pod_prefix_length: int = DEFAULT_PODS_PER_NODE_PREFIX
+    pleg: str = "evented"
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    name: str
+    ordinal: int
+    internal_ip: str
+    pod_network: str
+    start_after: float
+    root_dir: Path
+    kubeconfig: Path
+    machine_id: str
+
+
+def default_taint(prefix: str) -> str:
+    """As KWOK's nodes: pods not meant for emulated nodes stay off them unless they tolerate this."""
+    return f"{FLEET_LABEL}={prefix}:NoSchedule"
+
+
+def _taint_doc(text: str) -> dict[str, str]:
+    key_value, sep, effect = text.rpartition(":")
+    if not sep or effect not in ("NoSchedule", "PreferNoSchedule", "NoExecute") or not key_value:
+        raise FleetError(f"taint {text!r}: want key[=value]:NoSchedule|PreferNoSchedule|NoExecute")
+    key, _, value = key_value.partition("=")
+    doc = {"key": key, "effect": effect}
+    if value:
+        doc["value"] = value
+    return doc
+
+
+def shared_config(options: FleetOptions) -> KubeletConfiguration:
+    """The KubeletConfiguration every node of the fleet runs with: no host-level servers (kubelet API, healthz,
+    read-only port), no QoS cgroups, no certificate rotation, no host DNS; the fleet's taints."""
+    taints = options.taints if options.taints is not None else (default_taint(options.prefix),)
+    doc = {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "cgroupDriver": "cgroupfs",
+        "cgroupsPerQOS": False,
+        "enforceNodeAllocatable": [],
+        "enableServer": False,
+        "healthzPort": 0,
+        "readOnlyPort": 0,
+        "failSwapOn": False,
+        "rotateCertificates": False,
+        "serverTLSBootstrap": False,
+        "resolvConf": "",
+        "maxPods": options.max_pods,
+        "registerWithTaints": [_taint_doc(t) for t in taints],
+        "pleg": options.pleg,
+        # The host's disk and memory are not the emulated node's: no eviction on them.
+        "evictionHard": {"memory.available": "0%"},
+    }
+    try:
+        loaded = parse_config(json.dumps(doc), source="fleet")
+    except ValueError as exc:
+        raise FleetError(f"the fleet's config: {exc}") from exc
+    return loaded.config
+
+
+def plan_nodes(options: FleetOptions) -> list[NodePlan]:
+    if options.nodes < 1:
+        raise FleetError("--nodes must be at least 1")
+    shared_kubeconfig = options.kubeconfig
+    if options.bootstrap_kubeconfig is None and shared_kubeconfig is None:
+        raise FleetError(
+            "--kubeconfig (one credential for every node) or --bootstrap-kubeconfig (one per node) is needed"
+        )
+    if not options.prefix or not options.prefix.replace("-", "").isalnum() or options.prefix != options.prefix.lower():
+        raise FleetError(f"--prefix {options.prefix!r}: want lower-case letters, digits and dashes")
+    pods = ipaddress.ip_network(options.pod_network)
+    if options.pod_prefix_length < pods.prefixlen:
+        raise FleetError(f"per-node pod networks /{options.pod_prefix_length} are larger than {pods}")
+    per_node = 2 ** (pods.max_prefixlen - options.pod_prefix_length) - 2
+    if options.max_pods > per_node:
+        raise FleetError(
+            f"--max-pods {options.max_pods} does not fit a /{options.pod_prefix_length} per node ({per_node} "
+            "addresses): lower it or give a shorter --pod-prefix-length"
+        )
+    pod_subnets = pods.subnets(new_prefix=options.pod_prefix_length)
+    node_hosts = ipaddress.ip_network(options.node_network).hosts()
+    last = options.first + options.nodes
+    capacity = min(
+        2 ** (options.pod_prefix_length - pods.prefixlen), ipaddress.ip_network(options.node_network).num_addresses - 2
+    )
+    if last > capacity:
+        raise FleetError(
+            f"{options.nodes} nodes from ordinal {options.first} need {last} node and pod networks; "
+            f"{options.pod_network} in /{options.pod_prefix_length}s and {options.node_network} hold {capacity}"
+        )
+    plans = []
+    for ordinal in range(last):
+        subnet, address = next(pod_subnets), next(node_hosts)
+        if ordinal < options.first:
+            continue
+        name = f"{options.prefix}-{ordinal}"
+        root = options.directory / "nodes" / name
+        plans.append(
+            NodePlan(
+                name=name,
+                ordinal=ordinal,
+                internal_ip=str(address),
+                pod_network=str(subnet),
+                start_after=(ordinal - options.first) * options.stagger,
+                root_dir=root,
+                kubeconfig=root / "kubelet.conf"
+                if shared_kubeconfig is None or options.bootstrap_kubeconfig
+                else shared_kubeconfig,
+                machine_id=hashlib.md5(name.encode(), usedforsecurity=False).hexdigest(),
+            )
+        )
+    return plans

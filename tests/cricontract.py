@@ -1,0 +1,281 @@
+"""One CRI scenario, run unchanged against containerd and against `cri.fake`: the fake's contract.
+
+The scenario drives the RuntimeService/ImageService protocols through a pod's life (pull, sandbox, create, start,
+exit, stop, remove) and the edge cases the agent relies on (unknown ids, idempotent removes, list filters by id,
+state, sandbox and labels), and returns a transcript of normalised observations. Ids, timestamps and addresses are
+normalised away; what remains must be equal on both runtimes. The integration test
+`tests/integration/test_fake_cri_contract.py` compares the two transcripts; the unit test
+`tests/unit/cri/test_fake_contract.py` pins the fake's transcript alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from cri.errors import CRIError
+from cri.service import ImageService, RuntimeService
+from cri.v1 import api_pb2
+from tests.integration import crifixtures as fixtures
+
+Transcript = list[tuple[Any, ...]]
+
+
+def sandbox_config(name: str, log_dir: str) -> api_pb2.PodSandboxConfig:
+    config = fixtures.sandbox_config(name, Path(log_dir))
+    config.annotations["example.com/a"] = "1"
+    return config
+
+
+def container_config(name: str, image: str, command: list[str]) -> api_pb2.ContainerConfig:
+    config = fixtures.container_config(name, image, command)
+    config.log_path = f"{name}_0.log"
+    config.annotations["io.kubernetes.container.restartCount"] = "0"
+    return config
+
+
+async def _outcome(call: Awaitable[Any]) -> str:
+    """'ok' or the error's class name: what the agent decides by."""
+    try:
+        await call
+    except CRIError as exc:
+        return type(exc).__name__
+    return "ok"
+
+
+def _state(value: int) -> str:
+    return api_pb2.ContainerState.Name(value)  # type: ignore[arg-type]
+
+
+def _container(status: api_pb2.ContainerStatus) -> dict[str, Any]:
+    return {
+        "state": _state(status.state),
+        "name": status.metadata.name,
+        "exit_code": status.exit_code,
+        "reason": status.reason,
+        "created": status.created_at > 0,
+        "started": status.started_at > 0,
+        "finished": status.finished_at > 0,
+        "image": status.image.image,
+        "image_ref": status.image_ref.rpartition("@")[2].startswith("sha256:"),
+        "labels": dict(status.labels),
+        "annotations": dict(status.annotations),
+        "log_path": status.log_path.rsplit("/", 1)[-1],
+    }
+
+
+async def _wait_exit(runtime: RuntimeService, container_id: str) -> api_pb2.ContainerStatus:
+    for _ in range(200):
+        status = (await runtime.container_status(container_id)).status
+        if status.state == api_pb2.CONTAINER_EXITED:
+            return status
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"container {container_id} did not exit")
+
+
+async def run_scenario(
+    runtime: RuntimeService, image: ImageService, image_name: str, log_dir: str, *, missing_image: str
+) -> Transcript:
+    """The transcript of one pod's life and the edge cases; leaves nothing behind on the runtime."""
+    out: Transcript = []
+    out.append(("pull", (await image.pull_image(api_pb2.ImageSpec(image=image_name))).startswith("sha256:")))
+    status = await image.image_status(api_pb2.ImageSpec(image=image_name))
+    out.append(("image_status", status.HasField("image"), image_name in status.image.repo_tags))
+    absent = await image.image_status(api_pb2.ImageSpec(image=missing_image))
+    out.append(("image_status_absent", absent.HasField("image")))
+    listed = await image.list_images(api_pb2.ImageFilter(image=api_pb2.ImageSpec(image=image_name)))
+    # containerd 1.7 ignores the filter: the image is among those listed.
+    out.append(("list_images_filter", any(image_name in i.repo_tags for i in listed)))
+    out.append(("pull_missing", await _outcome(image.pull_image(api_pb2.ImageSpec(image=missing_image)))))
+
+    config = sandbox_config(f"contract-{uuid.uuid4().hex[:6]}", log_dir)
+    sandbox_id = await runtime.run_pod_sandbox(config)
+    cleanups: list[Callable[[], Awaitable[None]]] = [lambda: runtime.remove_pod_sandbox(sandbox_id)]
+    try:
+        await _body(runtime, out, config, sandbox_id, image_name)
+    finally:
+        for cleanup in cleanups:
+            with contextlib.suppress(CRIError):
+                await runtime.stop_pod_sandbox(sandbox_id)
+                await cleanup()
+    out.append(("remove_sandbox_again", await _outcome(runtime.remove_pod_sandbox(sandbox_id))))
+    out.append(("sandbox_status_removed", await _outcome(runtime.pod_sandbox_status(sandbox_id))))
+    return out
+
+
+async def _body(
+    runtime: RuntimeService, out: Transcript, config: api_pb2.PodSandboxConfig, sandbox_id: str, image_name: str
+) -> None:
+    sandbox = (await runtime.pod_sandbox_status(sandbox_id)).status
+    out.append(
+        (
+            "sandbox_status",
+            api_pb2.PodSandboxState.Name(sandbox.state),
+            sandbox.metadata.name == config.metadata.name,
+            dict(sandbox.labels) == dict(config.labels),
+            dict(sandbox.annotations),
+            sandbox.id == sandbox_id,
+            bool(sandbox.network.ip),
+        )
+    )
+    selector = {"io.kubernetes.pod.uid": config.metadata.uid}
+    by_label = await runtime.list_pod_sandbox(api_pb2.PodSandboxFilter(label_selector=selector))
+    out.append(("list_sandbox_label", [s.id == sandbox_id for s in by_label]))
+    by_id = await runtime.list_pod_sandbox(api_pb2.PodSandboxFilter(id=sandbox_id))
+    out.append(("list_sandbox_id", [s.id == sandbox_id for s in by_id]))
+    by_prefix = await runtime.list_pod_sandbox(api_pb2.PodSandboxFilter(id=sandbox_id[:12]))
+    out.append(("list_sandbox_id_prefix", [s.id == sandbox_id for s in by_prefix]))
+    not_ready = await runtime.list_pod_sandbox(
+        api_pb2.PodSandboxFilter(
+            label_selector=selector, state=api_pb2.PodSandboxStateValue(state=api_pb2.SANDBOX_NOTREADY)
+        )
+    )
+    out.append(("list_sandbox_notready", len(not_ready)))
+
+    short = await runtime.create_container(sandbox_id, container_config("short", image_name, ["true"]), config)
+    long = await runtime.create_container(sandbox_id, container_config("long", image_name, ["sleep", "3600"]), config)
+    failing = await runtime.create_container(sandbox_id, container_config("fail", image_name, ["false"]), config)
+    created = _container((await runtime.container_status(long)).status)
+    out.append(("created", created))
+    out.append(
+        (
+            "create_in_unknown_sandbox",
+            await _outcome(runtime.create_container("0" * 64, container_config("x", image_name, ["true"]), config)),
+        )
+    )
+    for cid in (short, long, failing):
+        await runtime.start_container(cid)
+    out.append(("start_twice", await _outcome(runtime.start_container(long))))
+    out.append(("exited_0", _container(await _wait_exit(runtime, short))))
+    out.append(("exited_1", _container(await _wait_exit(runtime, failing))))
+    running = _container((await runtime.container_status(long)).status)
+    out.append(("running", running))
+
+    by_sandbox = await runtime.list_containers(api_pb2.ContainerFilter(pod_sandbox_id=sandbox_id))
+    out.append(("list_containers_sandbox", sorted(c.metadata.name for c in by_sandbox)))
+    by_state = await runtime.list_containers(
+        api_pb2.ContainerFilter(
+            pod_sandbox_id=sandbox_id, state=api_pb2.ContainerStateValue(state=api_pb2.CONTAINER_EXITED)
+        )
+    )
+    out.append(("list_containers_exited", sorted(c.metadata.name for c in by_state)))
+    by_cid = await runtime.list_containers(api_pb2.ContainerFilter(id=long))
+    out.append(("list_containers_id", [c.metadata.name for c in by_cid]))
+    by_container_label = await runtime.list_containers(
+        api_pb2.ContainerFilter(label_selector={"io.kubernetes.container.name": "fail", **selector})
+    )
+    # The runtime's containers carry the config's labels only: the pod's labels are the kubelet's to add.
+    out.append(("list_containers_label", [c.metadata.name for c in by_container_label]))
+    by_name = await runtime.list_containers(
+        api_pb2.ContainerFilter(label_selector={"io.kubernetes.container.name": "fail"})
+    )
+    out.append(("list_containers_name_label", [c.metadata.name for c in by_name if c.pod_sandbox_id == sandbox_id]))
+
+    await runtime.stop_container(long, 0)
+    out.append(("stopped_kill", _container((await runtime.container_status(long)).status)))
+    out.append(("stop_again", await _outcome(runtime.stop_container(long, 0))))
+    out.append(("start_exited", await _outcome(runtime.start_container(long))))
+    out.append(("remove_exited", await _outcome(runtime.remove_container(long))))
+    out.append(("remove_again", await _outcome(runtime.remove_container(long))))
+    out.append(("status_removed", await _outcome(runtime.container_status(long))))
+    out.append(("stop_unknown", await _outcome(runtime.stop_container("f" * 64, 0))))
+
+    term = await runtime.create_container(sandbox_id, container_config("term", image_name, ["sleep", "3600"]), config)
+    await runtime.start_container(term)
+    doomed = await runtime.create_container(
+        sandbox_id, container_config("doomed", image_name, ["sleep", "3600"]), config
+    )
+    await runtime.start_container(doomed)
+    out.append(("remove_running", await _outcome(runtime.remove_container(doomed))))
+    out.append(("status_removed_running", await _outcome(runtime.container_status(doomed))))
+    out.append(("remove_sandbox_unknown", await _outcome(runtime.remove_pod_sandbox("e" * 64))))
+    out.append(("sandbox_status_unknown", await _outcome(runtime.pod_sandbox_status("e" * 64))))
+    out.append(("stop_sandbox_unknown", await _outcome(runtime.stop_pod_sandbox("e" * 64))))
+    await runtime.stop_pod_sandbox(sandbox_id)
+    stopped = (await runtime.pod_sandbox_status(sandbox_id)).status
+    out.append(("sandbox_stopped", api_pb2.PodSandboxState.Name(stopped.state)))
+    out.append(("stopped_by_sandbox", _container((await runtime.container_status(term)).status)))
+    out.append(
+        (
+            "create_in_stopped_sandbox",
+            await _outcome(
+                runtime.create_container(sandbox_id, container_config("late", image_name, ["true"]), config)
+            ),
+        )
+    )
+    out.append(("stop_sandbox_again", await _outcome(runtime.stop_pod_sandbox(sandbox_id))))
+    await runtime.remove_pod_sandbox(sandbox_id)
+    left = await runtime.list_containers(api_pb2.ContainerFilter(pod_sandbox_id=sandbox_id))
+    out.append(("containers_after_sandbox_removed", len(left)))
+
+
+EventShape = tuple[str, bool, bool, int]
+
+
+def event_shape(event: api_pb2.ContainerEventResponse, sandbox_id: str) -> EventShape:
+    return (
+        api_pb2.ContainerEventType.Name(event.container_event_type),
+        event.container_id == sandbox_id,
+        event.HasField("pod_sandbox_status"),
+        len(event.containers_statuses),
+    )
+
+
+async def run_events_scenario(
+    runtime: RuntimeService,
+    image_name: str,
+    log_dir: str,
+    *,
+    while_running: Callable[[api_pb2.PodSandboxConfig], Awaitable[None]] | None = None,
+) -> list[EventShape]:
+    """The GetContainerEvents a one-container pod's life sends, as shapes (type, of the sandbox?, with the sandbox's
+    status?, how many container statuses). `while_running` is called once the container runs."""
+    events: asyncio.Queue[api_pb2.ContainerEventResponse] = asyncio.Queue()
+
+    async def follow() -> None:
+        async with contextlib.aclosing(runtime.get_container_events()) as stream:  # type: ignore[type-var]
+            async for event in stream:
+                events.put_nowait(event)
+
+    follower = asyncio.create_task(follow())
+    try:
+        # containerd 1.7 hands the first events to handlers of streams closed earlier: flush them with throwaway
+        # sandboxes until this stream receives one of its own.
+        for _ in range(20):
+            flush_id = await runtime.run_pod_sandbox(sandbox_config("flush", log_dir))
+            await runtime.stop_pod_sandbox(flush_id)
+            await runtime.remove_pod_sandbox(flush_id)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(events.get(), 2)
+                break
+        await asyncio.sleep(1)
+        while not events.empty():
+            events.get_nowait()
+        config = sandbox_config("events", log_dir)
+        sb = await runtime.run_pod_sandbox(config)
+        container = container_config("main", image_name, ["sleep", "3600"])
+        container.labels.update(config.labels)
+        cid = await runtime.create_container(sb, container, config)
+        await runtime.start_container(cid)
+        if while_running is not None:
+            await while_running(config)
+        await runtime.stop_container(cid, 0)
+        await runtime.remove_container(cid)
+        await runtime.stop_pod_sandbox(sb)
+        await runtime.remove_pod_sandbox(sb)
+        shapes: list[EventShape] = []
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 30
+        while loop.time() < deadline and (not shapes or shapes[-1][:2] != ("CONTAINER_DELETED_EVENT", True)):
+            with contextlib.suppress(TimeoutError):
+                event = await asyncio.wait_for(events.get(), 1)
+                if event.container_id in (sb, cid):
+                    shapes.append(event_shape(event, sb))
+        return shapes
+    finally:
+        follower.cancel()
+        await asyncio.gather(follower, return_exceptions=True)

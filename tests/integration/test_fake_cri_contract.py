@@ -1,0 +1,39 @@
+"""The fake runtime's contract: `tests/cricontract.py` run unchanged on the testbed's containerd and on `cri.fake`
+gives the same transcript and the same GetContainerEvents shapes (ids, times and addresses normalised away)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cri.client import CRIClient
+from cri.fake import FakeCRI
+from cri.v1 import api_pb2
+from nodeagent.testbed import configs
+from nodeagent.testbed.layout import Settings
+from tests.cricontract import run_events_scenario, run_scenario
+
+
+async def test_fake_runtime_transcript_matches_containerd(
+    cri_client: CRIClient, settings: Settings, tmp_path: Path
+) -> None:
+    image = configs.busybox_image(settings)
+    missing = f"{settings.registry}/absent:1"
+    real = await run_scenario(
+        cri_client.runtime, cri_client.image, image, str(tmp_path / "real"), missing_image=missing
+    )
+    fake_cri = FakeCRI("contract")
+    fake = await run_scenario(fake_cri.runtime, fake_cri.image, image, str(tmp_path / "fake"), missing_image=missing)
+    assert len(real) > 30
+    for got, want in zip(fake, real, strict=True):
+        assert got == want, f"fake: {got}\ncontainerd: {want}"
+
+
+async def test_fake_runtime_events_match_containerd(cri_client: CRIClient, settings: Settings, tmp_path: Path) -> None:
+    image = configs.busybox_image(settings)
+    await cri_client.image.pull_image(api_pb2.ImageSpec(image=image))
+    real = await run_events_scenario(cri_client.runtime, image, str(tmp_path / "real"))
+    fake_cri = FakeCRI("contract")
+    await fake_cri.image.pull_image(api_pb2.ImageSpec(image=image))
+    fake = await run_events_scenario(fake_cri.runtime, image, str(tmp_path / "fake"))
+    assert real, "containerd sent no event"
+    assert fake == real
