@@ -31,7 +31,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 
-from cri.client import connect
+from cri.client import CRIClient, connect
 from cri.errors import CRIError
 from cri.instrumented import instrument
 from cri.service import RuntimeServices
@@ -665,7 +665,12 @@ async def _run(
         resources=allocation,
         pod_cgroups=CgroupfsPodCgroups(pod_pids_limit=config.pod_pids_limit) if host else None,
         qos_cgroups=qos_cgroups,
-        task_deleter=cri.containerd_tasks.end if facts.container_runtime_version.startswith("containerd:") else None,
+        # containerd's own task API, when the runtime is containerd over gRPC (not an emulated node's fake).
+        task_deleter=(
+            cri.containerd_tasks.end
+            if isinstance(cri, CRIClient) and facts.container_runtime_version.startswith("containerd:")
+            else None
+        ),
     )
     sources = [API_SOURCE] if client is not None else []
     if config.static_pod_path:
