@@ -13,6 +13,9 @@ kubeletVersion and in the probes' User-Agent; nodeagent's own version is in its 
 
 With `standalone` there is no apiserver at all: no registration, no lease, no events, no mirror pods; the pods come
 from the static sources only (staticPodPath, staticPodURL) and `nodeagent pods` reads them from the local endpoint.
+
+`run_emulated_agent` runs the same start-up and parts for one emulated node of `nodeagent fleet`: an injected
+runtime (`cri.fake`), given facts and config, and none of the host-level parts (`Emulation` lists them).
 """
 
 from __future__ import annotations
