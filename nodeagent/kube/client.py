@@ -213,8 +213,8 @@ class KubeClient:
             host = httpx.URL(self.credentials.server).netloc.decode()
             self.metrics.observe(host=host, method=method, code=code, seconds=time.monotonic() - started)
 
-    async def get(self, path: str, *, request_timeout: float | None = None) -> Obj:
-        return await self.send(get_request(path), request_timeout=request_timeout)
+    async def get(self, path: str, *, resource_version: str | None = None, request_timeout: float | None = None) -> Obj:
+        return await self.send(get_request(path, resource_version=resource_version), request_timeout=request_timeout)
 
     async def list(
         self,

@@ -49,8 +49,9 @@ def _params(**values: str | int | bool | None) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
-def get_request(path: str) -> ApiRequest:
-    return ApiRequest("GET", path)
+def get_request(path: str, *, resource_version: str | None = None) -> ApiRequest:
+    """A GET; resource_version "0" lets the apiserver answer from its watch cache."""
+    return ApiRequest("GET", path, _params(resourceVersion=resource_version))
 
 
 def list_request(

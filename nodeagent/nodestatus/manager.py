@@ -33,7 +33,7 @@ from nodeagent.nodestatus._quantity import format_micro_time
 from nodeagent.nodestatus.conditions import DISK_PRESSURE, MEMORY_PRESSURE, PID_PRESSURE, READY, node_conditions
 from nodeagent.nodestatus.facts import NodeFacts
 from nodeagent.nodestatus.node import OWNED_ANNOTATIONS, build_node_status, initial_node
-from nodeagent.nodestatus.report import NODE_LEASE_NAMESPACE, lease_object, should_report
+from nodeagent.nodestatus.report import NODE_LEASE_NAMESPACE, conditions_differ, lease_object, should_report
 
 log = logging.getLogger(__name__)
 
@@ -279,8 +279,11 @@ class NodeStatusManager:
         (posted, or nothing worth posting)."""
         for attempt in range(NODE_STATUS_UPDATE_RETRY):
             try:
-                if attempt > 0 or self._node is None:
-                    self._node = await self._client.get(paths.node(self._name))
+                # As upstream's tryUpdateNodeStatus: the Node as the apiserver has it now (the first try from its
+                # watch cache), so what others wrote since the last post is seen and corrected at this tick.
+                self._node = await self._client.get(
+                    paths.node(self._name), resource_version="0" if attempt == 0 else None
+                )
                 await self._try_update_node_status()
                 return True
             except _RETRYABLE as exc:
@@ -306,7 +309,10 @@ class NodeStatusManager:
         if in_use:
             new_status["volumesInUse"] = in_use
         now = self._clock.wall()
-        if not should_report(
+        # Unchanged since the last post, and the Node's conditions still what the agent says: nothing to post
+        # before the report frequency. Upstream compares its new status with the fetched Node's; the conditions
+        # are compared here (quantities come back from the apiserver in canonical form, not as posted).
+        if not conditions_differ(old_status, new_status) and not should_report(
             self._last_reported,
             new_status,
             now=now,

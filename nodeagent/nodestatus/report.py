@@ -30,6 +30,18 @@ def node_status_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     return _comparable(old) != _comparable(new)
 
 
+def conditions_differ(current: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Some condition in `new` is missing from `current` (the Node as the apiserver has it) or says something else
+    there (status, reason or message): someone else wrote it, e.g. the node lifecycle controller's Unknown after
+    missed heartbeats. Conditions `new` does not set are not compared."""
+    have = {c.get("type"): c for c in current.get("conditions") or []}
+    for cond in new.get("conditions") or []:
+        old = have.get(cond.get("type"))
+        if old is None or any(old.get(k) != cond.get(k) for k in ("status", "reason", "message")):
+            return True
+    return False
+
+
 def should_report(
     last_reported: Mapping[str, Any] | None,
     new: Mapping[str, Any],
