@@ -107,6 +107,14 @@ class ResourceState:
         return pods
 
     def _store(self) -> None:
+        """Save the checkpoint. A write that fails (a full root dir) is logged and the in-memory state goes on, as
+        upstream's storeState error is only logged by its callers; the next change writes everything again."""
+        try:
+            self._write()
+        except OSError as exc:
+            log.error("failed to save pod allocation checkpoint path=%s error=%s", self._path, exc)
+
+    def _write(self) -> None:
         if self._path is None:
             return
         entries = {uid: {"ContainerResources": containers} for uid, containers in sorted(self._pods.items())}

@@ -3,7 +3,9 @@ pending queue, and ResizeCompleted once the actuated resources catch up. Time is
 
 from __future__ import annotations
 
+import errno
 import json
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -171,3 +173,29 @@ def test_a_reverted_resize_is_no_longer_pending() -> None:
     assert m.resize_conditions("u1")[0]["reason"] == "Infeasible"
     assert not m.handle_resize(pod("200m"), [], admits)
     assert m.resize_conditions("u1") == []
+
+
+def test_a_checkpoint_that_cannot_be_written_admits_the_pod_and_is_written_later(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full root dir (ENOSPC) failed the checkpoint write, and the OSError ended the agent's sync loop (found by
+    tests/integration/test_root_dir_full.py, issue 34). Upstream logs "Failed to save pod allocation checkpoint" and
+    goes on with its in-memory state; the next write saves everything."""
+    clock = FakeClock()
+    m = manager(tmp_path, clock)
+    real = tempfile.mkstemp
+
+    def full(*args: Any, **kwargs: Any) -> Any:
+        del args, kwargs
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(tempfile, "mkstemp", full)
+    assert m.add_pod(pod("200m"), lambda p: None) is None
+    allocated, changed = m.update_pod_from_allocation(pod("400m"))
+    assert changed and allocated["spec"]["containers"][0]["resources"]["limits"] == {"cpu": "200m"}
+    assert not (tmp_path / ALLOCATED_PODS_STATE).exists()
+    monkeypatch.setattr(tempfile, "mkstemp", real)
+    m.remove_pod("other")  # no change: nothing written
+    m.add_pod(pod("200m", uid="u2"), lambda p: None)
+    blob = json.loads((tmp_path / ALLOCATED_PODS_STATE).read_text())
+    assert sorted(json.loads(blob["data"])["entries"]) == ["u1", "u2"]
