@@ -240,6 +240,12 @@ class PodStatusStore(Protocol):
     def remove_orphans(self, known_uids: set[str]) -> None: ...
 
 
+def go_path_error(op: str, exc: OSError) -> str:
+    """An OSError as Go's *PathError prints it: "mkdir /var/lib/kubelet/pods/x: no space left on device"."""
+    reason = exc.strerror or str(exc)
+    return f"{op} {exc.filename}: {reason[:1].lower()}{reason[1:]}" if exc.filename else reason
+
+
 @dataclass
 class Kubelet:
     node_name: str
@@ -547,6 +553,18 @@ class Kubelet:
             sandbox_ready = self._sandbox_ready(runtime_status)
             reasons = self._waiting(pod, runtime_status)
             self._publish(pod, self._generate(pod, runtime_status, reasons, sandbox_ready=sandbox_ready))
+
+        try:
+            self.volumes.make_pod_dirs(uid)
+        except OSError as exc:
+            # As upstream's SyncPod: an event and an error, and the pod worker tries again after its back-off; the
+            # agent goes on (a full root dir ended the sync with a traceback and no word to the user, issue 34).
+            message = f"error making pod data directories: {go_path_error('mkdir', exc)}"
+            log.error("unable to make pod data directories pod=%s uid=%s error=%s", _ref(pod), uid, exc)
+            self.record_event(pod, "Warning", "FailedToMakePodDataDirectories", message)
+            publish_waiting()
+            self._next_sync[uid] = self.monotonic() + VOLUME_RETRY_SECONDS
+            return False
 
         try:
             await self.volumes.wait_for_attach_and_mount(

@@ -183,7 +183,7 @@ class VolumeManager:
         while uid in self._removing:  # an orphan sweep of this UID finishes first
             await self._clock.sleep(0.05)
         self._released.discard(uid)
-        self._make_pod_dirs(uid)  # three mkdirs at most: not worth a thread
+        self.make_pod_dirs(uid)  # three mkdirs at most: not worth a thread
         entry = self.desired.add_pod(pod, self._lookup, mounted=lambda key: key in self.actual)
         for volume in entry.volumes.values():
             mounted = self.actual.get(volume.key)
@@ -363,8 +363,9 @@ class VolumeManager:
         plugin = find_plugin(self._plugins, volume)
         return PluginInfo(plugin.name, plugin.requires_remount)
 
-    def _make_pod_dirs(self, uid: str) -> None:
-        # As upstream's makePodDataDirs: the pod directory, its volumes and plugins directories, 0750.
+    def make_pod_dirs(self, uid: str) -> None:
+        """As upstream's makePodDataDirs: the pod directory, its volumes and plugins directories, 0750. Raises
+        OSError (a full root dir: ENOSPC)."""
         for path in (self.dirs.pod_dir(uid), self.dirs.volumes_dir(uid), os.path.join(self.dirs.pod_dir(uid), PLUGINS)):
             make_dir(path, 0o750)
 
