@@ -438,7 +438,7 @@ class RuntimeManager:
             if self._qos_cgroups is not None:
                 # As upstream's SyncPod before a new pod cgroup (UpdateQOSCgroups): a failure is only logged.
                 try:
-                    await asyncio.to_thread(self._qos_cgroups.update)
+                    await self._qos_cgroups.update_async()
                 except PodCgroupError as exc:
                     log.warning("qos cgroups update failed pod=%s uid=%s error=%s", _ref(pod), uid, exc)
             try:

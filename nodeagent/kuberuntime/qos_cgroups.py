@@ -63,9 +63,11 @@ class QOSCgroups:
         self._cgroup_root = cgroup_root
         self._root = root
 
-    def update(self) -> dict[QOSClass, int]:
-        """Upstream UpdateCgroups (cpu shares); returns what was written. Raises PodCgroupError."""
-        shares = qos_cpu_shares(self._active_pods())
+    def update(self, active_pods: Sequence[Pod] | None = None) -> dict[QOSClass, int]:
+        """Upstream UpdateCgroups (cpu shares) for `active_pods` (None: read them here); returns what was written.
+        Raises PodCgroupError. From a thread, pass the pods: the pod config belongs to the event loop (`update_async`).
+        """
+        shares = qos_cpu_shares(self._active_pods() if active_pods is None else active_pods)
         unified = cgroup_v2.is_unified(self._root)
         for qos in TIERS:
             cgroup = qos_cgroup(qos, self._cgroup_root)
@@ -86,12 +88,19 @@ class QOSCgroups:
         )
         return shares
 
+    async def update_async(self) -> dict[QOSClass, int]:
+        """`update` with the active pods read here, on the event loop, and the files written in a thread. Read from
+        the thread, the pod config changed under the iteration ('dictionary changed size during iteration'), and the
+        periodic update's exception stopped the agent (issue 34's churn)."""
+        pods = list(self._active_pods())
+        return await asyncio.to_thread(self.update, pods)
+
     async def run(self, period: float = QOS_UPDATE_PERIOD) -> None:
         """Upstream Start and its periodic UpdateCgroups: now, then every `period` seconds; a failure is logged and
         tried again at the next round."""
         while True:
             try:
-                await asyncio.to_thread(self.update)
+                await self.update_async()
             except PodCgroupError as exc:
                 log.warning("qos cgroups update failed error=%s", exc)
             await asyncio.sleep(period)

@@ -3,6 +3,9 @@ trees shaped like the real mounts."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -79,3 +82,29 @@ def test_a_tier_that_cannot_be_written_is_a_pod_cgroup_error(tmp_path: Path) -> 
     (tmp_path / "memory").write_text("")  # not a directory: mkdir below it fails
     with pytest.raises(PodCgroupError, match="failed to update QoS cgroup /kubepods/burstable"):
         QOSCgroups(lambda: [], root=tmp_path).update()
+
+
+async def test_the_active_pods_are_read_on_the_event_loop_not_in_the_writing_thread(tmp_path: Path) -> None:
+    """The pod config belongs to the event loop; read from the thread that writes the cgroup files, it changed under
+    the iteration ('dictionary changed size during iteration') and the periodic update's exception stopped the agent
+    (found by the soak's 100-pod churn, issue 34)."""
+    for controller in ("cpu", "memory"):
+        (tmp_path / controller).mkdir()
+    readers: list[int] = []
+    loop, second = asyncio.get_running_loop(), asyncio.Event()
+
+    def active() -> list[dict[str, Any]]:
+        readers.append(threading.get_ident())
+        if len(readers) == 2:
+            loop.call_soon_threadsafe(second.set)
+        return [pod("1")]
+
+    qos = QOSCgroups(active, root=tmp_path)
+    assert (await qos.update_async())[QOSClass.BURSTABLE] == 1024
+    task = asyncio.create_task(qos.run(period=3600))
+    await asyncio.wait_for(second.wait(), 10)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    assert readers == [threading.get_ident()] * 2
+    assert (tmp_path / "cpu/kubepods/burstable/cpu.shares").read_text() == "1024"
