@@ -27,7 +27,7 @@ import socket
 import ssl
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -510,20 +510,22 @@ class Testbed:
 
         await _wait("containerd", proc.log_path, ready, proc)
 
-    async def stop_apiserver(self) -> None:
+    async def stop_apiserver(self, *, grace: float = 10.0) -> None:
         """Stop this testbed's kube-apiserver, by its PID (tests of a node with no apiserver at all); the scheduler
-        and controller-manager keep running and reconnect after `start_apiserver`."""
+        and controller-manager keep running and reconnect after `start_apiserver`. SIGKILL after `grace` seconds
+        (its graceful shutdown often takes all 10)."""
         proc = processes.load(self.layout.pids, "kube-apiserver")
         if proc is None or not proc.alive():
             raise TestbedError(f"kube-apiserver of the testbed in {self.layout.root} is not running")
-        await asyncio.to_thread(processes.stop, proc, pid_dir=self.layout.pids)
+        await asyncio.to_thread(processes.stop, proc, pid_dir=self.layout.pids, grace=grace)
         self._apiserver_argv = list(proc.argv)
 
-    async def start_apiserver(self) -> None:
-        """Start this testbed's kube-apiserver again (after `stop_apiserver`), with the same command line, and wait
-        until it is ready."""
+    async def start_apiserver(self, *, extra_args: Sequence[str] = ()) -> None:
+        """Start this testbed's kube-apiserver again (after `stop_apiserver`), with the same command line (plus
+        `extra_args`, e.g. an audit log, kept for later restarts), and wait until it is ready."""
         if not self._apiserver_argv:
             raise TestbedError("start_apiserver without stop_apiserver: the command line is not known")
+        self._apiserver_argv = [*self._apiserver_argv, *(a for a in extra_args if a not in self._apiserver_argv)]
         proc = self._start("kube-apiserver", self._apiserver_argv)
         pki = self.layout.pki
         admin = CertPair(pki / "admin.crt", pki / "admin.key")
