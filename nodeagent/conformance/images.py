@@ -6,11 +6,13 @@ upstream's registries are mapped here as the framework maps them when it deploys
 which of them a run can pull; the rest are for later work (a spec that uses one fails with ErrImagePull, whatever
 the node).
 
-Three images the testbed already builds are pushed under the suite's names before a run: its e2e busybox (vanilla
+The images the testbed already builds are pushed under the suite's names before a run: its e2e busybox (vanilla
 BusyBox 1.37.0, which every testbed holds as e2e-test-images/busybox:1.37.0-1) under every tag the suite names for
 busybox (the CSI manifests name 1.36.1-1 too), its pause as the manifest's pause (some specs run pause as an
-ordinary container), and its agnhost (a testbed's registry holds it already; a cluster given by `--kubeconfig` and
-`--registry` does not). The testbed's own names stay as they are.
+ordinary container), and its agnhost, nonewprivs, nonroot and nginx (under both nginx tags). A testbed's registry
+holds those four already (`testbed up` pushes them); a cluster given by `--kubeconfig` and `--registry`, or by
+`--cluster`, does not: without them the certified run's ReplicationController lifecycle spec waited 5 minutes on
+ErrImagePull for nginx:1.14-4. The testbed's own names stay as they are.
 
 The images only the certified `[Conformance]` suite pulls (httpd, jessie-dnsutils, sample-apiserver, etcd 3.6,
 nautilus: testbed/certifiedimages.py) are pushed too, each when its parts are on the machine (`nodeagent testbed
@@ -35,9 +37,16 @@ from cri.client import connect
 from cri.errors import CRIError
 from nodeagent.conformance import repolist
 from nodeagent.conformance.errors import ConformanceError
-from nodeagent.testbed import certifiedimages, images, registry
+from nodeagent.testbed import certifiedimages, images, nginximage, registry
 from nodeagent.testbed.images import ImageBuildError
-from nodeagent.testbed.versions import agnhost_path, busybox_path, cache_root
+from nodeagent.testbed.versions import (
+    NONROOT_USER,
+    agnhost_path,
+    busybox_path,
+    cache_root,
+    nginx_root,
+    nonewprivs_path,
+)
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +55,9 @@ ALIASES: dict[str, str] = {
     "e2e-test-images/agnhost": "agnhost",
     "e2e-test-images/busybox": "e2e-busybox",
     "pause": "pause",
+    "e2e-test-images/nonewprivs": "nonewprivs",
+    "e2e-test-images/nonroot": "nonroot",
+    "e2e-test-images/nginx": "nginx",
 }
 
 
@@ -152,15 +164,18 @@ async def registry_inventory(registry_addr: str) -> set[tuple[str, str]]:
 
 
 async def push_aliases(registry_addr: str, needed: Sequence[ImageRef]) -> list[ImageRef]:
-    """Push the testbed's e2e busybox, pause and agnhost under the suite's names, then the certified suite's own
-    images whose parts are here (`push_certified`: its agnhost with the DNS tools goes over the plain one); the refs
-    pushed. A testbed's registry holds agnhost already (`testbed up` pushes it); another cluster's (`--registry`)
-    gets it here."""
+    """Push the testbed's e2e busybox, pause, agnhost, nonewprivs, nonroot and nginx under the suite's names, then
+    the certified suite's own images whose parts are here (`push_certified`: its agnhost with the DNS tools goes over
+    the plain one); the refs pushed. A testbed's registry holds the last four already (`testbed up` pushes them);
+    another cluster's (`--registry`, `--cluster`) gets them here."""
     cache = cache_root() / "images"
     builders = {
         "e2e-busybox": lambda: images.build_e2e_busybox_image(cache / "e2e-busybox", busybox_path()),
         "pause": lambda: images.build_pause_image(cache / "pause"),
         "agnhost": lambda: images.build_agnhost_image(cache / "agnhost", agnhost_path(), busybox_path()),
+        "nonewprivs": lambda: images.build_nonewprivs_image(cache / "nonewprivs", nonewprivs_path(), busybox_path()),
+        "nonroot": lambda: images.build_nonroot_image(cache / "nonroot", busybox_path(), user=NONROOT_USER),
+        "nginx": lambda: nginximage.build_nginx_image(cache / "nginx", nginx_root(), busybox_path()),
     }
     pushed = []
     for ref, source in alias_targets(needed, registry_addr):

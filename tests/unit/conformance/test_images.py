@@ -17,7 +17,7 @@ from nodeagent.conformance.images import (
     parse_ref,
 )
 from nodeagent.testbed import images as testbed_images
-from nodeagent.testbed import registry
+from nodeagent.testbed import nginximage, registry
 
 REG = "127.0.0.1:41409"
 
@@ -78,6 +78,41 @@ def test_alias_targets_are_the_manifest_names_of_busybox_pause_and_agnhost() -> 
     ]
     # agnhost too: a cluster given by --kubeconfig and --registry has no testbed that pushed it.
     assert alias_targets(needed, REG) == [(needed[0], "e2e-busybox"), (needed[1], "pause"), (needed[2], "agnhost")]
+
+
+def test_alias_targets_cover_the_testbed_images_a_cluster_registry_lacks() -> None:
+    """nonewprivs, nonroot and both nginx tags: a testbed's registry holds them, a `cluster up` one does not (the
+    certified run's ReplicationController lifecycle spec failed on ErrImagePull for nginx:1.14-4)."""
+    needed = [
+        ImageRef(REG, "e2e-test-images/nginx", "1.14-4"),
+        ImageRef(REG, "e2e-test-images/nginx", "1.15-4"),
+        ImageRef(REG, "e2e-test-images/nonewprivs", "1.3"),
+        ImageRef(REG, "e2e-test-images/nonroot", "1.4"),
+        ImageRef(REG, "e2e-test-images/perl", "5.26"),  # not built here: stays lacking
+    ]
+    assert alias_targets(needed, REG) == [
+        (needed[0], "nginx"),
+        (needed[1], "nginx"),
+        (needed[2], "nonewprivs"),
+        (needed[3], "nonroot"),
+    ]
+
+
+def test_push_aliases_pushes_nginx_under_both_tags(monkeypatch: pytest.MonkeyPatch) -> None:
+    pushed_as: list[str] = []
+
+    async def push_image(registry_addr: str, repository: str, tag: str, image: object) -> None:
+        pushed_as.append(f"{repository}:{tag} {image}")
+
+    async def push_certified(registry_addr: str, needed: Sequence[ImageRef]) -> tuple[list[ImageRef], list[str]]:
+        return [], []
+
+    monkeypatch.setattr(registry, "push_image", push_image)
+    monkeypatch.setattr(images, "push_certified", push_certified)
+    monkeypatch.setattr(nginximage, "build_nginx_image", lambda dest, root, busybox: "nginx-layout")
+    needed = [ImageRef(REG, "e2e-test-images/nginx", "1.14-4"), ImageRef(REG, "e2e-test-images/nginx", "1.15-4")]
+    assert asyncio.run(images.push_aliases(REG, needed)) == needed
+    assert pushed_as == ["e2e-test-images/nginx:1.14-4 nginx-layout", "e2e-test-images/nginx:1.15-4 nginx-layout"]
 
 
 def test_push_aliases_pushes_agnhost_before_the_certified_variant_over_it(monkeypatch: pytest.MonkeyPatch) -> None:
