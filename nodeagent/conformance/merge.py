@@ -17,7 +17,7 @@ from pathlib import Path
 
 from nodeagent.conformance import summary
 from nodeagent.conformance.junit import Outcome, SpecResult
-from nodeagent.conformance.resume import Attempt, latest_ends, missing
+from nodeagent.conformance.resume import Attempt, latest_ends, missing, running_ginkgo
 from nodeagent.conformance.shards import Plan, Shard
 
 REPORT_FILE = "report.txt"
@@ -83,7 +83,13 @@ def _attempt_line(attempt: Attempt) -> str:
     record = attempt.record
     if record is None:
         return f"attempt {attempt.number}: no attempt.json"
-    took = f"{record.seconds / 60:.1f} min" if record.seconds is not None else "did not end (killed)"
+    if record.seconds is not None:
+        took = f"{record.seconds / 60:.1f} min"
+    elif (pid := running_ginkgo(attempt)) is not None:
+        # A report printed while the shard runs (--report DIR, or another shard's end): not killed, not ended yet.
+        took = f"running (ginkgo PID {pid})"
+    else:
+        took = "did not end (killed)"
     code = f", exit {record.exit_code}" if record.exit_code is not None else ""
     report = "" if attempt.results is not None else ", no JUnit report"
     return f"attempt {attempt.number}: {len(record.asked)} specs, {record.procs} process(es), {took}{code}{report}"

@@ -5,6 +5,9 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
+
+from nodeagent.conformance import merge as merge_module
 from nodeagent.conformance.junit import Outcome, parse_junit
 from nodeagent.conformance.merge import (
     JUNIT_FILE,
@@ -87,6 +90,14 @@ def test_shards_with_their_measured_attempts_and_failed_suite_nodes() -> None:
     assert "  shard 2 (serial, 1 process, 2 specs, ~3 min): 1 of 2 done" in text
     assert "      attempt 1: 2 specs, 2 process(es), did not end (killed)" in text
     assert "  suite node failed in shard 1, attempt 1: [ReportAfterSuite]" in text
+
+
+def test_an_attempt_whose_ginkgo_still_runs_is_running_not_killed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--report DIR` during a shard (seen in the first certified run) called the running attempt killed."""
+    monkeypatch.setattr(merge_module, "running_ginkgo", lambda attempt: 4242)
+    text, _ = _merged()
+    assert "      attempt 1: 2 specs, 2 process(es), running (ginkgo PID 4242)" in text
+    assert "did not end (killed)" not in text
 
 
 def test_failure_location() -> None:
