@@ -80,7 +80,7 @@ from nodeagent.kube.errors import KubeconfigError, NotFound
 from nodeagent.kube.metrics import RestClientMetrics
 from nodeagent.kube.servicestore import ServiceStore
 from nodeagent.kubelet import Kubelet, Pod, PodEviction
-from nodeagent.kuberuntime.cgroups import CgroupfsPodCgroups
+from nodeagent.kuberuntime.cgroups import CgroupfsPodCgroups, PodCgroups
 from nodeagent.kuberuntime.etc_hosts import selinux_enabled
 from nodeagent.kuberuntime.logrotation import ContainerLogManager
 from nodeagent.kuberuntime.manager import NodeContext, RuntimeManager
@@ -88,6 +88,8 @@ from nodeagent.kuberuntime.qos_cgroups import QOSCgroups
 from nodeagent.kuberuntime.references import ObjectFetcher
 from nodeagent.kuberuntime.runtime_handlers import RuntimeState
 from nodeagent.kuberuntime.sandbox_config import DNSSettings, ResolvConf
+from nodeagent.kuberuntime.systemd_cgroups import SystemdCgroupManager, SystemdPodCgroups
+from nodeagent.kuberuntime.systemd_dbus import DBusSystemd
 from nodeagent.localserver import LocalServer, running_pods
 from nodeagent.nodestatus import NodeFacts, gather_node_facts
 from nodeagent.nodestatus.manager import NodeStatusManager
@@ -242,12 +244,12 @@ def systemd_booted(run_dir: Path = Path("/run/systemd/system")) -> bool:
     return run_dir.is_dir()
 
 
-def cgroup_driver_problem(config: KubeletConfiguration, *, systemd: bool) -> str | None:
+def cgroup_driver_problem(config: KubeletConfiguration, *, systemd: bool, unified: bool = True) -> str | None:
     """Why the agent cannot run with this cgroupDriver, or None. Refused rather than read and ignored: a runtime set
     up for systemd slices would disagree with pod cgroups made as cgroupfs directories. Off systemd, as upstream
-    refuses it ("systemd cgroup flag passed, but systemd support for managing cgroups is not available"); on a systemd
-    host because the driver's half that talks to systemd is missing (kuberuntime/systemd_cgroup_names.py has the slice
-    names, nothing yet creates the slices with StartTransientUnit over D-Bus or sizes them)."""
+    refuses it ("systemd cgroup flag passed, but systemd support for managing cgroups is not available"). On systemd
+    with cgroup v1 (legacy or hybrid) because nodeagent's systemd driver (kuberuntime/systemd_cgroups.py) speaks the
+    unified hierarchy only: v1's unit properties and per-controller paths are not written."""
     if config.cgroup_driver != CgroupDriver.SYSTEMD:
         return None
     fallback = "set cgroupDriver: cgroupfs (and the runtime to match: containerd's runc option SystemdCgroup = false)"
@@ -256,10 +258,12 @@ def cgroup_driver_problem(config: KubeletConfiguration, *, systemd: bool) -> str
             'cgroupDriver: "systemd" needs systemd as the init system (PID 1), and this host has none '
             f"(/run/systemd/system is missing): {fallback}"
         )
-    return (
-        'cgroupDriver: "systemd" is not supported yet: nodeagent makes pod cgroups as cgroupfs directories and does '
-        f"not create the kubepods slices through systemd (StartTransientUnit over D-Bus); {fallback}"
-    )
+    if not unified:
+        return (
+            'cgroupDriver: "systemd" is supported on the unified cgroup v2 hierarchy only, and this host mounts '
+            f"cgroup v1 at /sys/fs/cgroup (boot with systemd.unified_cgroup_hierarchy=1), or {fallback}"
+        )
+    return None
 
 
 def selinux_problem(enabled: bool) -> str | None:
@@ -328,7 +332,7 @@ async def _start(options: AgentOptions, stop: asyncio.Event, emulation: Emulatio
     problem = (
         None
         if emulation is not None
-        else cgroup_driver_problem(config, systemd=systemd_booted())
+        else cgroup_driver_problem(config, systemd=systemd_booted(), unified=host_is_unified())
         or selinux_problem(selinux_enabled())
         or cgroup_v1_problem(config, unified=host_is_unified())
     )
@@ -628,8 +632,21 @@ async def _run(
         raise AgentError(str(exc)) from exc
     # The QoS tiers are sized from the active pods, which the Kubelet (made below, before any sync) knows: the
     # lambda binds it late. Without cgroupsPerQOS upstream has no tiers.
+    # cgroupDriver: systemd (accepted at start only with systemd as PID 1 on cgroup v2): the kubepods slices and the
+    # pod slices are made through systemd over D-Bus, as libcontainer's systemd manager makes them for upstream.
+    systemd_cgroups = SystemdCgroupManager(DBusSystemd()) if config.cgroup_driver == CgroupDriver.SYSTEMD else None
+    pod_cgroups: PodCgroups = (
+        SystemdPodCgroups(systemd_cgroups, pod_pids_limit=config.pod_pids_limit)
+        if systemd_cgroups is not None
+        else CgroupfsPodCgroups(pod_pids_limit=config.pod_pids_limit)
+    )
+    log.info("cgroup driver driver=%s", config.cgroup_driver.value)
     qos_cgroups = (
-        QOSCgroups(lambda: kubelet.active_pods(), cgroup_root=config.cgroup_root)  # noqa: PLW0108
+        QOSCgroups(
+            lambda: kubelet.active_pods(),  # noqa: PLW0108
+            cgroup_root=config.cgroup_root,
+            systemd=systemd_cgroups,
+        )
         if config.cgroups_per_qos and host
         else None
     )
@@ -642,6 +659,7 @@ async def _run(
             node_name=node_name,
             host_ip=facts.internal_ip,
             cgroup_root=config.cgroup_root,
+            cgroup_driver=config.cgroup_driver.value,
             dns=DNSSettings(
                 cluster_dns=tuple(config.cluster_dns),
                 cluster_domain=config.cluster_domain or "cluster.local",
@@ -666,7 +684,7 @@ async def _run(
         runtime_handlers=runtime_state.handlers,
         runtime_classes=runtime_classes if runtime_classes is not None else UnresolvedRuntimeClasses(),
         resources=allocation,
-        pod_cgroups=CgroupfsPodCgroups(pod_pids_limit=config.pod_pids_limit) if host else None,
+        pod_cgroups=pod_cgroups if host else None,
         qos_cgroups=qos_cgroups,
         # containerd's own task API, when the runtime is containerd over gRPC (not an emulated node's fake).
         task_deleter=(
@@ -752,6 +770,7 @@ async def _run(
         node_name=node_name,
         root_dir=str(options.root_dir),
         cgroup_root=config.cgroup_root,
+        cgroup_driver=config.cgroup_driver.value,
         plugin_volumes=csi_plugin if isinstance(csi_plugin, PluginVolumeStats) else None,
         pod_spec=pod_config.pod_view,
         volume_health=config.feature_gates.get("CSIVolumeHealth", False),

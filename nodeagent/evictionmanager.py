@@ -106,7 +106,12 @@ def configured_notifiers(config: KubeletConfiguration, *, mount: Path = CGROUP_R
     is false, and so is ours: the manager then polls every 10 s only)."""
     if not config.kernel_memcg_notification:
         return []
-    return memory_notifiers(eviction_config(config).thresholds, cgroup_root=config.cgroup_root, mount=mount)
+    return memory_notifiers(
+        eviction_config(config).thresholds,
+        cgroup_root=config.cgroup_root,
+        cgroup_driver=config.cgroup_driver.value,
+        mount=mount,
+    )
 
 
 def _fs(

@@ -397,6 +397,7 @@ def memory_notifiers(
     thresholds: Sequence[Threshold],
     *,
     cgroup_root: str = "/",
+    cgroup_driver: str = "cgroupfs",
     mount: Path = CGROUP_ROOT,
     kernel: Kernel | None = None,
     proc_pressure_memory: str = PROC_PRESSURE_MEMORY,
@@ -406,7 +407,7 @@ def memory_notifiers(
     real = kernel or LinuxKernel()
     mount_text = str(mount)
     unified = os.path.exists(os.path.join(mount_text, "cgroup.controllers"))
-    kubepods = kubepods_cgroup(cgroup_root)
+    kubepods = kubepods_cgroup(cgroup_root, cgroup_driver)
     chosen = notified_thresholds(thresholds)
     if not unified:
 

@@ -12,6 +12,16 @@ venv=/opt/nodeagent
 # the VM and differs from the management network, which `nodeagent vm network` picks in 198.18.0.0/16.
 pod_cidr=${NODEAGENT_VM_POD_CIDR:-198.19.255.0/24}
 pause_image=${NODEAGENT_VM_PAUSE_IMAGE:-nodeagent.local/pause:3.10}
+# The kubelet's cgroupDriver, and containerd's runc option to match (as kubeadm's hosts: systemd, SystemdCgroup = true).
+cgroup_driver=${NODEAGENT_VM_CGROUP_DRIVER:-cgroupfs}
+case "$cgroup_driver" in
+  cgroupfs) systemd_cgroup=false ;;
+  systemd) systemd_cgroup=true ;;
+  *)
+    echo "provision: NODEAGENT_VM_CGROUP_DRIVER must be cgroupfs or systemd, not '$cgroup_driver'" >&2
+    exit 1
+    ;;
+esac
 
 set -- "$wheels"/nodeagent-*.whl
 if [ ! -f "$1" ]; then
@@ -28,6 +38,7 @@ write() { # write PATH: stdin to PATH, only when it differs (so a second run cha
   if cmp -s "$tmp" "$1"; then rm -f "$tmp"; else mv "$tmp" "$1"; fi
 }
 
+containerd_before=$(cat /etc/containerd/config.toml 2>/dev/null || true)
 install -d /etc/containerd /etc/cni/net.d /etc/kubernetes/manifests /var/lib/kubelet /var/lib/nodeagent-vm/images
 
 write /etc/containerd/config.toml <<EOF_CONTAINERD
@@ -47,7 +58,7 @@ version = 2
   runtime_type = "io.containerd.runc.v2"
 
 [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-  SystemdCgroup = false
+  SystemdCgroup = $systemd_cgroup
 
 [plugins."io.containerd.grpc.v1.cri".cni]
   bin_dir = "/usr/lib/cni"
@@ -76,7 +87,7 @@ apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
 staticPodPath: /etc/kubernetes/manifests
-cgroupDriver: cgroupfs
+cgroupDriver: $cgroup_driver
 podCIDR: $pod_cidr
 clusterDomain: cluster.local
 address: 127.0.0.1
@@ -128,6 +139,8 @@ systemctl enable containerd.service nodeagent-images.service nodeagent.service >
   systemctl enable containerd.service nodeagent-images.service nodeagent.service
 if [ -d /run/systemd/system ]; then
   systemctl daemon-reload
+  # containerd reads its config at start: a changed one (the cgroup driver) needs a restart.
+  if [ "$containerd_before" != "$(cat /etc/containerd/config.toml)" ]; then systemctl restart containerd.service; fi
   systemctl start containerd.service nodeagent-images.service
   # A new wheel or config takes effect now (KillMode=process: the pods' containers are not signalled).
   systemctl restart nodeagent.service

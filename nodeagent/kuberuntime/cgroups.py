@@ -168,6 +168,8 @@ class PodCgroups(Protocol):
 
     def memory_usage(self, cgroup: str) -> int: ...
 
+    def destroy(self, cgroup: str) -> None: ...
+
 
 class CgroupfsPodCgroups:
     """Pod cgroups under the cgroupfs mount `root` (v1: the cpu, memory and pids hierarchies; v2: the unified tree).
@@ -238,6 +240,11 @@ class CgroupfsPodCgroups:
             self._write_file(cpu / "cpu.cfs_quota_us", str(config.cpu_quota if config.cpu_quota > 0 else UNLIMITED))
         if config.memory is not None:
             self._write_file(memory / "memory.limit_in_bytes", str(config.memory if config.memory > 0 else UNLIMITED))
+
+    def destroy(self, cgroup: str) -> None:
+        """Upstream Destroy: the pod cgroup and whatever is left below it removed (a cgroup still holding a process
+        stays, for the next cleanup)."""
+        remove_cgroup_tree(cgroup, root=self._root)
 
     def memory_usage(self, cgroup: str) -> int:
         """The pod cgroup's memory usage in bytes (v1 memory.usage_in_bytes, v2 memory.current)."""

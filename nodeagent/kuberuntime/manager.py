@@ -70,6 +70,7 @@ from nodeagent.kuberuntime.sandbox_config import (
     pod_log_directory,
 )
 from nodeagent.kuberuntime.service_env import must_wait_for_services, service_env
+from nodeagent.kuberuntime.systemd_cgroup_names import container_cgroup, driver_cgroup
 from nodeagent.kuberuntime.termination_message import TerminationMessages, create_message_file, remove_pod_dirs
 from nodeagent.podconfig.storage import pod_ref as _ref
 from nodeagent.podworkers import grace_period
@@ -120,6 +121,8 @@ class NodeContext:
     node_name: str
     host_ip: str
     cgroup_root: str = "/"
+    # The kubelet's cgroupDriver: "cgroupfs" (kubepods/burstable/pod<uid>) or "systemd" (kubepods.slice/...).
+    cgroup_driver: str = "cgroupfs"
     dns: DNSSettings = field(default_factory=DNSSettings)
     pod_log_dir_root: str = "/var/log/pods"
     memory_capacity: int = 0
@@ -434,7 +437,7 @@ class RuntimeManager:
         if plan.create_sandbox and self._pod_cgroups is not None:
             # As upstream's SyncPod (pcm.EnsureExists) before the sandbox: the pod cgroup made and sized as
             # ResourceConfigForPod, the pod's overhead (RuntimeClass) included; runc adopts it as the parent.
-            cgroup = pod_cgroup_parent(uid, pod_qos(pod), self._node.cgroup_root)
+            cgroup = self._pod_cgroup(uid, pod_qos(pod))
             if self._qos_cgroups is not None:
                 # As upstream's SyncPod before a new pod cgroup (UpdateQOSCgroups): a failure is only logged.
                 try:
@@ -534,7 +537,7 @@ class RuntimeManager:
         error stops here: the next sync takes it up again."""
         uid = _uid(pod)
         config = pod_resource_config(pod)
-        cgroup = pod_cgroup_parent(uid, pod_qos(pod), self._node.cgroup_root)
+        cgroup = self._pod_cgroup(uid, pod_qos(pod))
         current = PodResourceConfig()
         if self._pod_cgroups is not None:
             try:
@@ -672,7 +675,7 @@ class RuntimeManager:
             return
         errors: list[str] = []
         if pod_shrinks and config.memory is not None and self._pod_cgroups is not None:
-            cgroup = pod_cgroup_parent(_uid(pod), pod_qos(pod), self._node.cgroup_root)
+            cgroup = self._pod_cgroup(_uid(pod), pod_qos(pod))
             try:
                 usage = await asyncio.to_thread(self._pod_cgroups.memory_usage, cgroup)
             except PodCgroupError as exc:
@@ -747,8 +750,13 @@ class RuntimeManager:
             return 0
         return acts.restart_count_from_log_files(names)
 
+    def _pod_cgroup(self, uid: str, qos: QOSClass) -> str:
+        """The pod's cgroup in the driver's form (upstream GetPodContainerName's second half): what the pod cgroup
+        manager makes and the runtime gets as cgroup_parent."""
+        return driver_cgroup(pod_cgroup_parent(uid, qos, self._node.cgroup_root), self._node.cgroup_driver)
+
     def _sandbox_config(self, pod: Pod, attempt: int) -> api_pb2.PodSandboxConfig:
-        cgroup_parent = pod_cgroup_parent(_uid(pod), pod_qos(pod), self._node.cgroup_root)
+        cgroup_parent = self._pod_cgroup(_uid(pod), pod_qos(pod))
         return make_sandbox_config(
             pod,
             attempt=attempt,
@@ -1058,8 +1066,8 @@ class RuntimeManager:
             last = exc
         killed = 0
         for qos in QOSClass:
-            parent = pod_cgroup_parent(uid, qos, self._node.cgroup_root)
-            killed += await asyncio.to_thread(kill_cgroup_processes, f"{parent}/{container_id}")
+            cgroup = container_cgroup(self._pod_cgroup(uid, qos), container_id, self._node.cgroup_driver)
+            killed += await asyncio.to_thread(kill_cgroup_processes, cgroup)
         log.warning("container task left running killed id=%s processes=%d", container_id[:12], killed)
         for _ in range(20):  # containerd sees the task exit shortly after
             await asyncio.sleep(0.1)
@@ -1106,7 +1114,15 @@ class RuntimeManager:
                     log.warning("sandbox kept for an unremovable container sandbox=%s error=%s", sandbox.id[:12], exc)
         # As the kubelet's pod cleanup: the pod cgroup (whatever its QoS tier) and the log directory go with it.
         for qos in QOSClass:
-            await asyncio.to_thread(remove_cgroup_tree, pod_cgroup_parent(status.uid, qos, self._node.cgroup_root))
+            cgroup = self._pod_cgroup(status.uid, qos)
+            if self._pod_cgroups is not None:
+                # Upstream's Destroy: with systemd the pod slice is stopped, which removes its cgroup.
+                try:
+                    await asyncio.to_thread(self._pod_cgroups.destroy, cgroup)
+                except PodCgroupError as exc:
+                    log.warning("pod cgroup not removed uid=%s cgroup=%s error=%s", status.uid, cgroup, exc)
+            else:
+                await asyncio.to_thread(remove_cgroup_tree, cgroup)
         if status.name and status.namespace:
             log_dir = pod_log_directory(status.namespace, status.name, status.uid, root=self._node.pod_log_dir_root)
             await asyncio.to_thread(shutil.rmtree, log_dir, True)

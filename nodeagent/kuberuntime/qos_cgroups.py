@@ -8,6 +8,11 @@ go to cpu.shares, on v2 to cpu.weight through upstream's conversion, with the ti
 (`cgroup_v2.create_cgroup_path`: the controllers on, down to it). Guaranteed pods sit directly under kubepods and have
 no tier. The memory limits upstream puts on the tiers only come with the QOSReserved feature gate (off by default),
 so none are written.
+
+With the systemd driver (`systemd` given) the same three cgroups are slices, made as upstream's cgroup manager makes
+them (systemd_cgroups.SystemdCgroupManager: StartTransientUnit when the cgroup does not exist, then the CPUWeight
+property and the cpu.weight file): kubepods.slice first (upstream's node allocatable cgroup, created here without
+limits as the cgroupfs driver's kubepods is), then kubepods-burstable.slice and kubepods-besteffort.slice.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from nodeagent.kuberuntime import cgroup_v2
 from nodeagent.kuberuntime.cgroups import CGROUP_ROOT, MIN_SHARES, PodCgroupError, milli_cpu_to_shares
 from nodeagent.kuberuntime.qos import QOSClass, pod_qos
 from nodeagent.kuberuntime.sandbox_config import pod_cgroup_parent
+from nodeagent.kuberuntime.systemd_cgroup_names import to_systemd
+from nodeagent.kuberuntime.systemd_cgroups import SystemdCgroupManager, SystemdResources
 
 log = logging.getLogger(__name__)
 
@@ -58,16 +65,42 @@ class QOSCgroups:
         *,
         cgroup_root: str = "/",
         root: Path = CGROUP_ROOT,
+        systemd: SystemdCgroupManager | None = None,
     ) -> None:
         self._active_pods = active_pods
         self._cgroup_root = cgroup_root
         self._root = root
+        self._systemd = systemd
+
+    def _update_slices(self, systemd: SystemdCgroupManager, shares: Mapping[QOSClass, int]) -> None:
+        kubepods = to_systemd(posixpath.dirname(qos_cgroup(QOSClass.BURSTABLE, self._cgroup_root)))
+        if not systemd.exists(kubepods):
+            systemd.create(kubepods, SystemdResources())
+        for qos in TIERS:
+            cgroup = to_systemd(qos_cgroup(qos, self._cgroup_root))
+            weight = cgroup_v2.shares_to_weight(shares[qos])
+            if systemd.exists(cgroup):
+                systemd.set(cgroup, SystemdResources(cpu_weight=weight))
+            else:
+                systemd.create(cgroup, SystemdResources(cpu_weight=weight))
+            try:
+                (systemd.root / cgroup.strip("/") / "cpu.weight").write_text(str(weight))
+            except OSError as exc:
+                raise PodCgroupError(f"failed to update QoS cgroup {cgroup}: {exc}") from exc
 
     def update(self, active_pods: Sequence[Pod] | None = None) -> dict[QOSClass, int]:
         """Upstream UpdateCgroups (cpu shares) for `active_pods` (None: read them here); returns what was written.
         Raises PodCgroupError. From a thread, pass the pods: the pod config belongs to the event loop (`update_async`).
         """
         shares = qos_cpu_shares(self._active_pods() if active_pods is None else active_pods)
+        if self._systemd is not None:
+            self._update_slices(self._systemd, shares)
+            log.debug(
+                "qos slices updated burstable_shares=%d besteffort_shares=%d",
+                shares[QOSClass.BURSTABLE],
+                shares[QOSClass.BEST_EFFORT],
+            )
+            return shares
         unified = cgroup_v2.is_unified(self._root)
         for qos in TIERS:
             cgroup = qos_cgroup(qos, self._cgroup_root)

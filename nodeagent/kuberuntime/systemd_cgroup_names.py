@@ -8,12 +8,18 @@ expanded into its parents (ToSystemd, then libcontainer's ExpandSlice):
     /kubepods/burstable/pod1234-5678  ->  /kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1234_5678.slice
 
 The reverse (ParseSystemdToCgroupName) takes the last slice, drops ".slice", splits at "-" and puts "-" back for
-"_". Pure functions; creating the slices is systemd's (StartTransientUnit over D-Bus), not done here.
+"_". Pure functions; the slices are made by systemd_cgroups.py (StartTransientUnit over D-Bus).
+
+`driver_cgroup` is upstream's cgroupManager.Name: a cgroup's path in the driver's form, which is also its directory
+under the cgroup v2 mount and what the kubelet passes to the runtime as a sandbox's cgroup_parent (containerd with
+SystemdCgroup = true keeps the last slice and runs each container in `cri-containerd-<id>.scope` below it).
 """
 
 from __future__ import annotations
 
 SLICE_SUFFIX = ".slice"
+SYSTEMD = "systemd"
+CONTAINERD_SCOPE_PREFIX = "cri-containerd"  # containerd's CRI: cgroupsPath "<slice>:cri-containerd:<id>"
 
 
 class SliceNameError(ValueError):
@@ -62,3 +68,15 @@ def from_systemd(systemd_name: str) -> str:
     if last in ("", "-"):
         return "/"
     return "/" + "/".join(unescape(p) for p in last.split("-"))
+
+
+def driver_cgroup(cgroupfs_name: str, driver: str) -> str:
+    """The cgroup's path for the cgroup driver ("cgroupfs" or "systemd"), from its cgroupfs form."""
+    return to_systemd(cgroupfs_name) if driver == SYSTEMD else cgroupfs_name
+
+
+def container_cgroup(pod_cgroup: str, container_id: str, driver: str) -> str:
+    """Where the runtime puts a container below its pod's cgroup: runc's `<parent>/<id>` with cgroupfs, the scope
+    containerd asks runc for with systemd."""
+    leaf = f"{CONTAINERD_SCOPE_PREFIX}-{container_id}.scope" if driver == SYSTEMD else container_id
+    return f"{pod_cgroup.rstrip('/')}/{leaf}"

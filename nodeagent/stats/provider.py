@@ -45,6 +45,7 @@ from cri.errors import CRIError, UnimplementedError
 from cri.v1 import api_pb2
 from nodeagent.kuberuntime.qos import QOSClass
 from nodeagent.kuberuntime.sandbox_config import pod_cgroup_parent
+from nodeagent.kuberuntime.systemd_cgroup_names import driver_cgroup
 from nodeagent.stats import host, summary
 from nodeagent.stats.cadvisor import CadvisorContainer, NetworkCounters
 from nodeagent.stats.cgroups import CgroupFS, CgroupSample, parse_proc_cgroup, process_cgroup
@@ -107,13 +108,14 @@ def _ns(when: datetime.datetime) -> int:
     return int(when.timestamp() * 1_000_000_000)
 
 
-def kubepods_cgroup(cgroup_root: str) -> str:
-    return posixpath.dirname(pod_cgroup_parent("", QOSClass.GUARANTEED, cgroup_root))
+def kubepods_cgroup(cgroup_root: str, cgroup_driver: str = "cgroupfs") -> str:
+    """The kubepods cgroup in the driver's form: `/kubepods` (cgroupfs), `/kubepods.slice` (systemd)."""
+    return driver_cgroup(posixpath.dirname(pod_cgroup_parent("", QOSClass.GUARANTEED, cgroup_root)), cgroup_driver)
 
 
-def pod_cgroup_candidates(uid: str, cgroup_root: str) -> list[str]:
-    """Where the cgroupfs driver puts a pod, by QoS class (a sandbox does not say which one it has)."""
-    return [pod_cgroup_parent(uid, qos, cgroup_root) for qos in QOSClass]
+def pod_cgroup_candidates(uid: str, cgroup_root: str, cgroup_driver: str = "cgroupfs") -> list[str]:
+    """Where the driver puts a pod, by QoS class (a sandbox does not say which one it has)."""
+    return [driver_cgroup(pod_cgroup_parent(uid, qos, cgroup_root), cgroup_driver) for qos in QOSClass]
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +169,7 @@ class StatsProvider:
         root_dir: str,
         pod_log_dir_root: str = "/var/log/pods",
         cgroup_root: str = "/",
+        cgroup_driver: str = "cgroupfs",
         runtime_cgroups: str | None = None,
         cgroupfs: CgroupFS | None = None,
         proc: Path = Path("/proc"),
@@ -185,7 +188,8 @@ class StatsProvider:
         self._root_dir = root_dir
         self._pod_log_dir_root = pod_log_dir_root
         self._cgroup_root = cgroup_root
-        self._kubepods = kubepods_cgroup(cgroup_root)
+        self._cgroup_driver = cgroup_driver
+        self._kubepods = kubepods_cgroup(cgroup_root, cgroup_driver)
         self._runtime_cgroups = runtime_cgroups
         self._cgroupfs = cgroupfs or CgroupFS()
         self._proc = proc
@@ -272,7 +276,7 @@ class StatsProvider:
 
     def _pod_cgroup(self, uid: str, now: datetime.datetime) -> CgroupSample | None:
         known = self._pod_cgroups.get(uid)
-        candidates = [known] if known else pod_cgroup_candidates(uid, self._cgroup_root)
+        candidates = [known] if known else pod_cgroup_candidates(uid, self._cgroup_root, self._cgroup_driver)
         for path in candidates:
             sample = self._cgroupfs.read(path, now=now)
             if sample is not None:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.config import load_config
+from nodeagent.config import CgroupDriver, load_config
 from nodeagent.vm.box import VAGRANT_DIR
 from nodeagent.vm.chroot import rootfs_tar
 
@@ -141,3 +141,13 @@ def test_provision_script_in_a_chroot(root: Path) -> None:
     missing = _chroot(root, "/bin/sh", "/provision.sh", "/nowhere")
     assert missing.returncode == 1
     assert "no nodeagent wheel in /nowhere" in missing.stderr
+
+    # NODEAGENT_VM_CGROUP_DRIVER=systemd (the Vagrantfile passes it on): the agent's cgroupDriver and containerd's
+    # runc option move together; anything else is refused before anything is written.
+    systemd = _chroot(root, "env", "NODEAGENT_VM_CGROUP_DRIVER=systemd", "/bin/sh", "/provision.sh", "/vagrant/dist")
+    assert systemd.returncode == 0, systemd.stdout + systemd.stderr
+    assert load_config(root / "var" / "lib" / "kubelet" / "config.yaml").config.cgroup_driver == CgroupDriver.SYSTEMD
+    assert "SystemdCgroup = true" in (root / "etc" / "containerd" / "config.toml").read_text()
+    wrong = _chroot(root, "env", "NODEAGENT_VM_CGROUP_DRIVER=System", "/bin/sh", "/provision.sh", "/vagrant/dist")
+    assert wrong.returncode == 1
+    assert "NODEAGENT_VM_CGROUP_DRIVER must be cgroupfs or systemd, not 'System'" in wrong.stderr

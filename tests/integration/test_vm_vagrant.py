@@ -137,11 +137,12 @@ def libvirt_host(tmp_path: Path) -> Iterator[tuple[LibvirtHost, Leftovers]]:
 
 @contextlib.contextmanager
 def booted_vm(
-    tmp_path: Path, host: LibvirtHost, timings: dict[str, float]
+    tmp_path: Path, host: LibvirtHost, timings: dict[str, float], extra_env: dict[str, str] | None = None
 ) -> Iterator[tuple[Vagrant, Path, Leftovers]]:
     """The box (built or cached) added to a VAGRANT_HOME of the test's, `vagrant up` from a copy of vagrant/, and,
     whatever the test does, `vagrant destroy` and the timings printed; once the test passed, nothing of libvirt's
-    left behind. Yields the VM, its working directory (manifests/ is synced) and libvirt's state before."""
+    left behind. Yields the VM, its working directory (manifests/ is synced) and libvirt's state before.
+    `extra_env` goes to Vagrant (NODEAGENT_VM_CGROUP_DRIVER, for provisioning)."""
     libvirt_before = Leftovers.snapshot()
     t = time.monotonic()
     box = build_box()
@@ -160,6 +161,7 @@ def booted_vm(
         "NODEAGENT_VM_NETWORK": choose_network(tmp_path),
         "NODEAGENT_VM_POOL": host.pool_name,
         "NODEAGENT_VM_CONSOLE_LOG": str(tmp_path / "console.log"),
+        **(extra_env or {}),
     }
     vagrant = Vagrant(work, env, tmp_path / "vagrant.log")
     print(f"\nvm test dir={tmp_path} network={env['NODEAGENT_VM_NETWORK']}")

@@ -196,6 +196,9 @@ class RecordingPodCgroups:
     def memory_usage(self, cgroup: str) -> int:
         return 0
 
+    def destroy(self, cgroup: str) -> None:
+        del cgroup
+
 
 async def test_the_pod_cgroup_is_sized_with_the_overhead_before_the_sandbox(
     runtime: ScriptedRuntime, client: CRIClient, tmp_path: Path
@@ -220,6 +223,28 @@ async def test_the_pod_cgroup_is_sized_with_the_overhead_before_the_sandbox(
     assert (config.cpu_quota, config.memory) == (15000, 48 << 20)
     assert config.cpu_shares == 153
     assert len(runtime.calls_of("RunPodSandbox")) == 1
+
+
+async def test_with_the_systemd_driver_the_pod_slice_is_the_sandboxs_cgroup_parent(
+    runtime: ScriptedRuntime, client: CRIClient, tmp_path: Path
+) -> None:
+    # As upstream's GetPodContainerName with cgroupDriver: systemd: the expanded slice path, which containerd
+    # (SystemdCgroup = true) cuts to its last slice for runc.
+    _script(runtime)
+    cgroups = RecordingPodCgroups()
+    manager = RuntimeManager(
+        client.runtime,
+        client.image,
+        NodeContext(
+            node_name="n1", host_ip="127.0.0.1", pod_log_dir_root=str(tmp_path / "logs"), cgroup_driver="systemd"
+        ),
+        pod_cgroups=cgroups,
+    )
+    await _sync(manager, _pod())
+    slice_path = "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-podu_1.slice"
+    assert [cgroup for cgroup, _ in cgroups.ensured] == [slice_path]
+    [call] = runtime.calls_of("RunPodSandbox")
+    assert call.request.config.linux.cgroup_parent == slice_path
 
 
 async def test_a_pod_cgroup_that_cannot_be_made_stops_the_sync(

@@ -7,7 +7,14 @@ import pytest
 
 from nodeagent.kuberuntime.qos import QOSClass
 from nodeagent.kuberuntime.sandbox_config import pod_cgroup_parent
-from nodeagent.kuberuntime.systemd_cgroup_names import SliceNameError, expand_slice, from_systemd, to_systemd
+from nodeagent.kuberuntime.systemd_cgroup_names import (
+    SliceNameError,
+    container_cgroup,
+    driver_cgroup,
+    expand_slice,
+    from_systemd,
+    to_systemd,
+)
 
 UID = "1b4e28ba-2fa1-11d2-883f-0016d3cca427"
 ESCAPED = "1b4e28ba_2fa1_11d2_883f_0016d3cca427"
@@ -67,3 +74,24 @@ def test_expand_slice_refuses(name: str) -> None:
 def test_from_systemd_of_the_root_slice() -> None:
     assert from_systemd("/") == "/"
     assert from_systemd("-.slice") == "/"
+
+
+@pytest.mark.parametrize(
+    ("driver", "expected"),
+    [
+        ("cgroupfs", f"/kubepods/burstable/pod{UID}"),
+        ("systemd", f"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{ESCAPED}.slice"),
+    ],
+)
+def test_driver_cgroup_is_upstreams_cgroup_manager_name(driver: str, expected: str) -> None:
+    assert driver_cgroup(pod_cgroup_parent(UID, QOSClass.BURSTABLE), driver) == expected
+
+
+def test_a_container_below_its_pod_cgroup_per_driver() -> None:
+    # runc (cgroupfs): <pod>/<id>; containerd with SystemdCgroup = true asks runc for "<slice>:cri-containerd:<id>",
+    # a scope in the pod slice.
+    assert container_cgroup("/kubepods/besteffort/podx", "abc", "cgroupfs") == "/kubepods/besteffort/podx/abc"
+    assert (
+        container_cgroup("/kubepods.slice/kubepods-podx.slice", "abc", "systemd")
+        == "/kubepods.slice/kubepods-podx.slice/cri-containerd-abc.scope"
+    )

@@ -1,0 +1,158 @@
+"""The systemd cgroup driver on a real systemd + cgroup v2 host (issue 31): the Vagrant VM provisioned with
+`cgroupDriver: systemd` and containerd's `SystemdCgroup = true` runs a Burstable and a BestEffort static pod.
+
+Checked inside the VM, through systemd itself (`systemctl show`) and the cgroup files:
+- kubepods.slice, kubepods-burstable.slice and kubepods-besteffort.slice, and each pod's
+  kubepods-<qos>-pod<uid, - as _>.slice, are transient units the agent started as libcontainer does (Description
+  "libcontainer container <unit>", Wants= the parent slice), active, with their ControlGroup in upstream's tree;
+- the pod slices carry the pod's limits as unit properties (MemoryMax, CPUWeight) and in their files (cpu.weight,
+  cpu.max, memory.max);
+- each container runs in containerd's cri-containerd-<id>.scope below its pod slice;
+- once the Burstable pod's manifest is gone, its slice is stopped (not loaded any more) and its cgroup removed.
+
+Marked `vm` and deselected by default, like test_vm_cgroup_v2.py (a VM boot of its own under QEMU's software
+emulation: minutes). Run it with `python3 -m pytest -m vm tests/integration/test_vm_systemd_cgroups.py -s`; it
+prints its timings and `systemd-cgls` of kubepods.slice.
+"""
+
+from __future__ import annotations
+
+import time
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nodeagent.kuberuntime.systemd_cgroup_names import to_systemd
+from nodeagent.vm.host import Leftovers, LibvirtHost
+from tests.integration.test_vm_cgroup_v2 import BURSTABLE, manifest, read_files
+from tests.integration.test_vm_vagrant import NODE, Vagrant, booted_vm, libvirt_host, pods, running_pod, wait_for
+
+pytestmark = [pytest.mark.vm, pytest.mark.timeout(3000)]
+
+__all__ = ["libvirt_host"]  # the fixture, shared
+
+PROPERTIES = ("LoadState", "ActiveState", "Description", "Wants", "ControlGroup", "MemoryMax", "CPUWeight")
+
+# name -> (resources, QoS tier, unit properties, cgroup files). Burstable: requests cpu 50m (51 shares, weight 2),
+# memory limit 64Mi; BestEffort: weight 1, no limit (systemd's "infinity"). Neither declares a cpu limit, so no
+# CPUQuota (cpu.max stays "max 100000").
+PODS: dict[str, tuple[str, str, dict[str, str], dict[str, str]]] = {
+    "burstable": (
+        BURSTABLE,
+        "burstable",
+        {"MemoryMax": "67108864", "CPUWeight": "2"},
+        {"cpu.weight": "2", "cpu.max": "max 100000", "memory.max": "67108864"},
+    ),
+    "besteffort": (
+        "",
+        "besteffort",
+        {"MemoryMax": "infinity", "CPUWeight": "1"},
+        {"cpu.weight": "1", "cpu.max": "max 100000", "memory.max": "max"},
+    ),
+}
+
+
+def unit_show(vagrant: Vagrant, unit: str) -> dict[str, str]:
+    out = vagrant.ssh(f"systemctl show {unit} " + " ".join(f"-p {p}" for p in PROPERTIES), check=False)
+    return dict(line.split("=", 1) for line in out.strip().splitlines() if "=" in line)
+
+
+def agent_journal(vagrant: Vagrant) -> str:
+    return vagrant.ssh("sudo journalctl -u nodeagent --no-pager -n 80", check=False)
+
+
+def check_slices(vagrant: Vagrant, running: dict[str, dict[str, Any]]) -> None:
+    # The QoS slices, as upstream's QOSContainerManager makes them through the driver.
+    kubepods = unit_show(vagrant, "kubepods.slice")
+    assert kubepods.get("ActiveState") == "active", kubepods
+    assert kubepods.get("Description") == "libcontainer container kubepods.slice", kubepods
+    assert kubepods.get("ControlGroup") == "/kubepods.slice", kubepods
+    for tier, weight in (("burstable", "2"), ("besteffort", "1")):
+        unit = f"kubepods-{tier}.slice"
+        shown = unit_show(vagrant, unit)
+        assert shown.get("ActiveState") == "active", shown
+        assert shown.get("Description") == f"libcontainer container {unit}", shown
+        assert shown.get("Wants") == "kubepods.slice", shown
+        assert shown.get("ControlGroup") == f"/kubepods.slice/{unit}", shown
+        assert shown.get("CPUWeight") == weight, shown
+
+    for name, (_, tier, properties, files) in PODS.items():
+        pod = running[name]
+        assert pod["status"]["qosClass"].lower() == name, pod["status"].get("qosClass")
+        uid = pod["metadata"]["uid"]
+        cgroup = to_systemd(f"/kubepods/{tier}/pod{uid}")
+        unit = cgroup.rsplit("/", 1)[-1]
+        assert unit == f"kubepods-{tier}-pod{uid.replace('-', '_')}.slice"
+        shown = unit_show(vagrant, unit)
+        print(f"vm systemd {name} {unit}: {shown}")
+        assert shown.get("ActiveState") == "active", shown
+        assert shown.get("Description") == f"libcontainer container {unit}", shown
+        assert shown.get("Wants") == f"kubepods-{tier}.slice", shown
+        assert shown.get("ControlGroup") == cgroup, shown
+        assert {k: shown.get(k) for k in properties} == properties, shown
+        directory = f"/sys/fs/cgroup{cgroup}"
+        read = read_files(vagrant, directory)
+        print(f"vm cgroup {name} {directory}: {read}")
+        assert {"cpu", "memory", "pids"} <= set(read.get("cgroup.controllers", "").split()), read
+        assert {k: read.get(k) for k in files} == files, read
+        # containerd (SystemdCgroup = true) ran the container in a scope of runc's below the pod slice.
+        scopes = vagrant.ssh(f"sudo find {directory} -mindepth 1 -maxdepth 1 -name 'cri-containerd-*.scope'").split()
+        assert scopes, f"no container scope below {directory}"
+        procs = vagrant.ssh(f"sudo cat {' '.join(s + '/cgroup.procs' for s in scopes)}").split()
+        assert procs, f"no process in the container scopes {scopes}"
+
+
+def test_systemd_cgroup_driver_in_the_vm(tmp_path: Path, libvirt_host: tuple[LibvirtHost, Leftovers]) -> None:
+    host, _ = libvirt_host
+    timings: dict[str, float] = {}
+    with booted_vm(tmp_path, host, timings, {"NODEAGENT_VM_CGROUP_DRIVER": "systemd"}) as (vagrant, work, _):
+        assert vagrant.ssh("stat -fc %T /sys/fs/cgroup").strip() == "cgroup2fs"
+        assert vagrant.ssh("ps -p 1 -o comm=").strip() == "systemd"
+        assert "cgroupDriver: systemd" in vagrant.ssh("cat /var/lib/kubelet/config.yaml")
+        assert "SystemdCgroup = true" in vagrant.ssh("cat /etc/containerd/config.toml")
+
+        t = time.monotonic()
+        for name, (resources, _, _, _) in PODS.items():
+            (work / "manifests" / f"{name}.yaml").write_text(manifest(name, resources))
+        vagrant.run("rsync")
+        running: dict[str, dict[str, Any]] = {}
+        try:
+            for name in PODS:
+                running[name] = wait_for(f"{name} Running", partial(running_pod, vagrant, f"{name}-{NODE}"), 900)
+                timings[f"{name} Running (after rsync)"] = time.monotonic() - t
+            t = time.monotonic()
+            check_slices(vagrant, running)
+            timings["slice checks"] = time.monotonic() - t
+            print(vagrant.ssh("systemd-cgls --no-pager -u kubepods.slice", check=False))
+
+            # The Burstable pod goes: its slice is stopped (systemd forgets a stopped transient unit) and its
+            # cgroup is gone; the BestEffort pod's stays.
+            t = time.monotonic()
+            uid = running["burstable"]["metadata"]["uid"]
+            unit = to_systemd(f"/kubepods/burstable/pod{uid}").rsplit("/", 1)[-1]
+            (work / "manifests" / "burstable.yaml").unlink()
+            vagrant.run("rsync")
+            wait_for(
+                "the Burstable pod gone",
+                lambda: not any(p["metadata"]["name"] == f"burstable-{NODE}" for p in pods(vagrant)),
+                600,
+            )
+            wait_for(
+                f"{unit} unloaded and its cgroup removed",
+                lambda: (
+                    unit_show(vagrant, unit).get("LoadState") == "not-found"
+                    and vagrant.ssh(
+                        f"test -d /sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice/{unit} || echo gone"
+                    )
+                    .strip()
+                    .endswith("gone")
+                ),
+                300,
+            )
+            timings["Burstable slice gone (after rsync)"] = time.monotonic() - t
+            assert unit_show(vagrant, "kubepods-besteffort.slice").get("ActiveState") == "active"
+        except AssertionError:
+            print(f"nodeagent's journal:\n{agent_journal(vagrant)}")
+            raise
