@@ -28,8 +28,8 @@ Choices, each as upstream unless said:
   (overhead excluded), as upstream's calculateSandboxResources (containerd turns them into the pause container's
   io.kubernetes.cri.sandbox-* annotations). Pod-level `spec.resources` are not summed here.
 
-`pod_cgroup_parent` spells the cgroupfs driver's pod cgroup; `systemd_cgroup_names.to_systemd` turns it into the systemd
-driver's slices (names only: the agent still refuses cgroupDriver: systemd).
+`pod_cgroup_parent` spells the cgroupfs driver's pod cgroup; `systemd_cgroup_names.driver_cgroup` turns it into the
+systemd driver's slices, which the runtime manager passes as cgroup_parent with cgroupDriver: systemd.
 """
 
 from __future__ import annotations

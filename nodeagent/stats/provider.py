@@ -6,9 +6,10 @@ cAdvisor for the rest; here cgroupfs and /proc stand in for cAdvisor):
 
 - containers: CRI ListPodSandbox, ListContainers and ListContainerStats (CPU with containerd's own usageNanoCores,
   memory, the writable layer), running containers only;
-- pods: the pod cgroup (cgroupfs driver: <cgroupRoot>/kubepods[/<qos>]/pod<uid>) for CPU and memory, the pause
-  container's /proc/<pid>/net/dev for the network, the containers' cgroup.procs for the process count. A pod whose
-  cgroup is not there (another driver, a runtime that placed it elsewhere) gets the runtime's PodSandboxStats.
+- pods: the pod cgroup (cgroupfs driver: <cgroupRoot>/kubepods[/<qos>]/pod<uid>; systemd:
+  kubepods.slice[/kubepods-<qos>.slice]/kubepods[-<qos>]-pod<uid>.slice) for CPU and memory, the pause container's
+  /proc/<pid>/net/dev for the network, the containers' cgroup.procs for the process count. A pod whose cgroup is not
+  there (a runtime that placed it elsewhere) gets the runtime's PodSandboxStats.
   (containerd's ListPodSandboxStats would answer all of it, but it enters every pod's network namespace: 1.4 s for
   100 pods here, against 0.2 s for ListContainerStats);
 - usageNanoCores where the runtime gives none (pods, the node, system containers): `CpuUsageCache`, two samples;
