@@ -8,7 +8,8 @@ Checked inside the VM, through systemd itself (`systemctl show`) and the cgroup 
 - the pod slices carry the pod's limits as unit properties (MemoryMax, CPUWeight) and in their files (cpu.weight,
   cpu.max, memory.max);
 - each container runs in containerd's cri-containerd-<id>.scope below its pod slice;
-- once the Burstable pod's manifest is gone, its slice is stopped (not loaded any more) and its cgroup removed.
+- once the Burstable pod's manifest is gone, its slice is stopped (no longer among the loaded units; `systemctl show`
+  then synthesizes an inactive implicit slice of that name) and its cgroup removed.
 
 Marked `vm` and deselected by default, like test_vm_cgroup_v2.py (a VM boot of its own under QEMU's software
 emulation: minutes). Run it with `python3 -m pytest -m vm tests/integration/test_vm_systemd_cgroups.py -s`; it
@@ -84,6 +85,19 @@ class SshVagrant(Vagrant):
 def unit_show(vagrant: Vagrant, unit: str) -> dict[str, str]:
     out = vagrant.ssh(f"systemctl show {unit} " + " ".join(f"-p {p}" for p in PROPERTIES), check=False)
     return dict(line.split("=", 1) for line in out.strip().splitlines() if "=" in line)
+
+
+def slice_gone(vagrant: Vagrant, unit: str) -> bool:
+    loaded = vagrant.ssh("systemctl list-units --all --plain --no-legend --no-pager 'kubepods*'").split()
+    shown = unit_show(vagrant, unit)
+    directory = f"/sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice/{unit}"
+    return (
+        unit not in loaded
+        and shown.get("ActiveState") == "inactive"
+        and shown.get("ControlGroup") == ""
+        and shown.get("Description") != f"libcontainer container {unit}"
+        and vagrant.ssh(f"test -d {directory} || echo gone").strip() == "gone"
+    )
 
 
 def agent_journal(vagrant: Vagrant) -> str:
@@ -167,18 +181,9 @@ def test_systemd_cgroup_driver_in_the_vm(tmp_path: Path, libvirt_host: tuple[Lib
                 lambda: not any(p["metadata"]["name"] == f"burstable-{NODE}" for p in pods(vagrant)),
                 600,
             )
-            wait_for(
-                f"{unit} unloaded and its cgroup removed",
-                lambda: (
-                    unit_show(vagrant, unit).get("LoadState") == "not-found"
-                    and vagrant.ssh(
-                        f"test -d /sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice/{unit} || echo gone"
-                    )
-                    .strip()
-                    .endswith("gone")
-                ),
-                300,
-            )
+            # `systemctl show` loads any valid slice name (an implicit, inactive slice "Slice /kubepods/..."), so
+            # "gone" is: no longer among the loaded units, the transient unit's properties with it, and no cgroup.
+            wait_for(f"{unit} stopped and its cgroup removed", partial(slice_gone, vagrant, unit), 300)
             timings["Burstable slice gone (after rsync)"] = time.monotonic() - t
             assert unit_show(vagrant, "kubepods-besteffort.slice").get("ActiveState") == "active"
         except AssertionError:
