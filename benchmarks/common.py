@@ -1,8 +1,16 @@
-"""What every benchmark shares: the percentile they quote, and the one-container pod they start."""
+"""What every benchmark shares: the percentile they quote, the one-container pod they start, and a run on a testbed
+of its own."""
 
 from __future__ import annotations
 
+import contextlib
+import shutil
+import tempfile
+from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
+
+from nodeagent.testbed.testbed import Testbed
 
 NS = "default"
 
@@ -30,3 +38,21 @@ def pod_body(name: str, image: str, *, bench: str) -> dict[str, Any]:
             ],
         },
     }
+
+
+async def on_a_testbed(
+    directory: Path | None, prefix: str, work: Callable[[Testbed], Awaitable[dict[str, Any]]]
+) -> dict[str, Any]:
+    """`work` on a testbed brought up in `directory` (None: a new temporary one, named `prefix`...) and down after it,
+    whatever happens. A temporary directory is removed after a run that succeeded; after a failure its logs stay."""
+    root = directory or Path(tempfile.mkdtemp(prefix=prefix))
+    bed = Testbed(root)
+    await bed.up()
+    try:
+        result = await work(bed)
+    finally:
+        with contextlib.suppress(Exception):
+            await bed.down()
+    if directory is None:
+        shutil.rmtree(root, ignore_errors=True)
+    return result

@@ -40,7 +40,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -50,7 +49,7 @@ from typing import Any
 
 import httpx
 
-from benchmarks.common import NS, percentile
+from benchmarks.common import NS, on_a_testbed, percentile
 from cri.client import CRIClient, connect
 from cri.v1 import api_pb2
 from nodeagent.kube import paths
@@ -465,16 +464,7 @@ async def main(argv: list[str]) -> int:
     unknown = set(options.agents) - set(AGENTS)
     if unknown:
         parser.error(f"unknown agents: {', '.join(sorted(unknown))}")
-    root = args.dir or Path(tempfile.mkdtemp(prefix="nodeagent-short-output-"))
-    bed = Testbed(root)
-    await bed.up()
-    try:
-        result = await run(bed, options)
-    finally:
-        with contextlib.suppress(Exception):
-            await bed.down()
-    if args.dir is None:  # a directory of our own: logs are kept only when the run failed (raised above)
-        shutil.rmtree(root, ignore_errors=True)
+    result = await on_a_testbed(args.dir, "nodeagent-short-output-", lambda bed: run(bed, options))
     print(json.dumps(result))
     print(summary_line(result))
     return 0

@@ -39,7 +39,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import asdict, dataclass, field
@@ -49,7 +48,7 @@ from typing import Any
 
 import yaml
 
-from benchmarks.common import NS
+from benchmarks.common import NS, on_a_testbed
 from benchmarks.nodestate import live_pods, problems, runtime_records
 from cri.client import CRIClient, connect
 from nodeagent.kube import paths
@@ -711,16 +710,7 @@ async def main(argv: list[str]) -> int:
     unknown = set(options.phases) - set(PHASES)
     if unknown:
         parser.error(f"unknown phases: {', '.join(sorted(unknown))}")
-    root = args.dir or Path(tempfile.mkdtemp(prefix="nodeagent-soak-"))
-    bed = Testbed(root)
-    await bed.up()
-    try:
-        result = await run(bed, options)
-    finally:
-        with contextlib.suppress(Exception):
-            await bed.down()
-    if args.dir is None:  # a directory of our own: logs are kept only when the run failed (raised above)
-        shutil.rmtree(root, ignore_errors=True)
+    result = await on_a_testbed(args.dir, "nodeagent-soak-", lambda bed: run(bed, options))
     print(json.dumps(result))
     print(summary_line(result))
     return 0
