@@ -134,6 +134,10 @@ async def clean_up(testbed: Testbed, settings: Settings) -> None:
             await admin.delete(paths.lease("kube-node-lease", settings.node_name))
         with contextlib.suppress(NotFound):
             await admin.delete(paths.node(settings.node_name))
+        # Owned by the Node, but the garbage collector takes its time: the next module's agent found the old one,
+        # with the drivers of the modules before it, and took it over (a CI run of test_csi_registration).
+        with contextlib.suppress(NotFound):
+            await admin.delete(paths.api_path("csinodes", group="storage.k8s.io", name=settings.node_name))
     async with connect(f"unix://{testbed.layout.containerd_socket}", timeout=30) as cri:
         for sandbox in await cri.runtime.list_pod_sandbox():
             await cri.runtime.stop_pod_sandbox(sandbox.id)

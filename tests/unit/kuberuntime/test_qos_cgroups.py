@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +85,9 @@ def test_a_tier_that_cannot_be_written_is_a_pod_cgroup_error(tmp_path: Path) -> 
         QOSCgroups(lambda: [], root=tmp_path).update()
 
 
-async def test_the_active_pods_are_read_on_the_event_loop_not_in_the_writing_thread(tmp_path: Path) -> None:
+async def test_the_active_pods_are_read_on_the_event_loop_not_in_the_writing_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The pod config belongs to the event loop; read from the thread that writes the cgroup files, it changed under
     the iteration ('dictionary changed size during iteration') and the periodic update's exception stopped the agent
     (found by the soak's 100-pod churn, issue 34)."""
@@ -95,11 +98,22 @@ async def test_the_active_pods_are_read_on_the_event_loop_not_in_the_writing_thr
 
     def active() -> list[dict[str, Any]]:
         readers.append(threading.get_ident())
-        if len(readers) == 2:
-            loop.call_soon_threadsafe(second.set)
         return [pod("1")]
 
     qos = QOSCgroups(active, root=tmp_path)
+    write = qos.update
+    writes: list[int] = []
+
+    def update(active_pods: Sequence[dict[str, Any]] | None = None) -> dict[QOSClass, int]:
+        # Signalled once the second round's files are written, not when its pods are read: a test that stopped the
+        # loop at the read raced the thread's write (the file read back empty, mid-write, in one CI run).
+        shares = write(active_pods)
+        writes.append(threading.get_ident())
+        if len(writes) == 2:
+            loop.call_soon_threadsafe(second.set)
+        return shares
+
+    monkeypatch.setattr(qos, "update", update)
     assert (await qos.update_async())[QOSClass.BURSTABLE] == 1024
     task = asyncio.create_task(qos.run(period=3600))
     await asyncio.wait_for(second.wait(), 10)
@@ -107,4 +121,5 @@ async def test_the_active_pods_are_read_on_the_event_loop_not_in_the_writing_thr
     with contextlib.suppress(asyncio.CancelledError):
         await task
     assert readers == [threading.get_ident()] * 2
+    assert threading.get_ident() not in writes
     assert (tmp_path / "cpu/kubepods/burstable/cpu.shares").read_text() == "1024"
