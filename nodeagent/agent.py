@@ -78,6 +78,7 @@ from nodeagent.kube import paths
 from nodeagent.kube.client import KubeClient
 from nodeagent.kube.errors import KubeconfigError, NotFound
 from nodeagent.kube.metrics import RestClientMetrics
+from nodeagent.kube.nodestore import NodeStore
 from nodeagent.kube.servicestore import ServiceStore
 from nodeagent.kubelet import Kubelet, Pod, PodEviction
 from nodeagent.kuberuntime.cgroups import CgroupfsPodCgroups, PodCgroups
@@ -578,6 +579,10 @@ async def _run(
     # Service environment variables need the cluster's Services; without an apiserver there are none (upstream: no
     # service lister, no variables).
     services = ServiceStore() if client is not None else None
+    # The node's own Node by list and watch, for admission (node labels for NodeAffinity) and the mirror pods'
+    # owner; before its first list, the status manager's copy (upstream: the node lister).
+    node_store = NodeStore(node_name, node_status.node) if client is not None and node_status is not None else None
+    node_view = node_store.node if node_store is not None else (node_status.node if node_status is not None else None)
     # The pods' RuntimeClasses, by list and watch; without an apiserver every pod gets the default handler (as
     # upstream, which has no RuntimeClass manager then), logged for a pod that names one.
     runtime_classes = RuntimeClassManager() if client is not None else None
@@ -706,7 +711,7 @@ async def _run(
             node_name=node_name,
             pods_by_full_name=pod_config.pods_by_full_name,
             pod_by_uid=pod_config.pod_view,
-            node=(node_status.node if node_status is not None else lambda: None),
+            node=node_view if node_view is not None else lambda: None,
         )
     status_manager = StatusManager(
         client, clock=clock, pod_api_uid=mirror_pods.api_uid if mirror_pods is not None else None
@@ -725,7 +730,7 @@ async def _run(
         pod_config=pod_config,
         runtime=runtime,
         status_manager=status_manager,
-        node=(node_status.node if node_status is not None else lambda: None),
+        node=node_view if node_view is not None else lambda: None,
         pod_cache=pod_cache,
         client=client,
         host_ips=(facts.internal_ip,),
@@ -823,6 +828,8 @@ async def _run(
         supervisor.start("service-informer", services.run(client))
     if runtime_classes is not None and client is not None:
         supervisor.start("runtimeclass-informer", runtime_classes.run(client))
+    if node_store is not None and client is not None:
+        supervisor.start("node-informer", node_store.run(client))
     supervisor.start("pleg", pleg.run())
     if qos_cgroups is not None:
         supervisor.start("qos-cgroups", qos_cgroups.run())
