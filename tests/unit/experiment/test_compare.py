@@ -8,16 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.experiment.compare import (
-    NODEAGENT,
-    UPSTREAM,
-    Seen,
-    agree,
-    check_comparable,
-    comparison_rows,
-    comparison_table,
-    victims,
-)
+from nodeagent.experiment import compare
 from nodeagent.experiment.errors import ExperimentError
 from nodeagent.experiment.scenario import parse_scenario
 from nodeagent.experiment.summaryplot import render_comparison
@@ -52,23 +43,23 @@ def _run(evicted: list[tuple[float, str]], *, refused: tuple[str, ...] = ()) -> 
 
 
 def test_the_same_victims_in_the_same_order_agree_whatever_the_times() -> None:
-    rows = comparison_rows(
+    rows = compare.comparison_rows(
         SCENARIO,
         {
-            NODEAGENT: _run([(21.0, "hog"), (23.0, "calm")], refused=("late",)),
-            UPSTREAM: _run([(24.5, "hog"), (31.0, "calm")], refused=("late",)),
+            compare.NODEAGENT: _run([(21.0, "hog"), (23.0, "calm")], refused=("late",)),
+            compare.UPSTREAM: _run([(24.5, "hog"), (31.0, "calm")], refused=("late",)),
         },
     )
     assert [r.pod for r in rows] == ["guaranteed", "hog", "calm", "late"]
     hog = rows[1]
-    assert hog.seen[NODEAGENT] == Seen("evicted", 21.0, 1)
-    assert hog.seen[UPSTREAM] == Seen("evicted", 24.5, 1)
-    assert rows[2].seen[UPSTREAM] == Seen("evicted", 31.0, 2)
-    assert rows[0].seen[NODEAGENT] == Seen("running", None, None)
-    assert rows[3].seen[UPSTREAM] == Seen("refused", 25.0, None)
-    assert victims(rows, NODEAGENT) == victims(rows, UPSTREAM) == ["hog", "calm"]
-    assert agree(rows)
-    table = comparison_table(SCENARIO, rows)
+    assert hog.seen[compare.NODEAGENT] == compare.Seen("evicted", 21.0, 1)
+    assert hog.seen[compare.UPSTREAM] == compare.Seen("evicted", 24.5, 1)
+    assert rows[2].seen[compare.UPSTREAM] == compare.Seen("evicted", 31.0, 2)
+    assert rows[0].seen[compare.NODEAGENT] == compare.Seen("running", None, None)
+    assert rows[3].seen[compare.UPSTREAM] == compare.Seen("refused", 25.0, None)
+    assert compare.victims(rows, compare.NODEAGENT) == compare.victims(rows, compare.UPSTREAM) == ["hog", "calm"]
+    assert compare.agree(rows)
+    table = compare.comparison_table(SCENARIO, rows)
     assert "hog         evicted #1 at 21.0 s  evicted #1 at 24.5 s" in table
     assert "late        refused at 25.0 s     refused at 25.0 s" in table
     assert table.splitlines()[-1] == "same victims in the same order: yes"
@@ -84,10 +75,12 @@ def test_the_same_victims_in_the_same_order_agree_whatever_the_times() -> None:
     ],
 )
 def test_a_different_victim_or_order_is_marked(upstream: list[tuple[float, str]], differs: set[str]) -> None:
-    rows = comparison_rows(SCENARIO, {NODEAGENT: _run([(21.0, "hog"), (23.0, "calm")]), UPSTREAM: _run(upstream)})
-    assert not agree(rows)
+    rows = compare.comparison_rows(
+        SCENARIO, {compare.NODEAGENT: _run([(21.0, "hog"), (23.0, "calm")]), compare.UPSTREAM: _run(upstream)}
+    )
+    assert not compare.agree(rows)
     assert {r.pod for r in rows if not r.same_outcome} == differs
-    table = comparison_table(SCENARIO, rows)
+    table = compare.comparison_table(SCENARIO, rows)
     assert table.splitlines()[-1] == "same victims in the same order: NO"
     assert [line.split()[0] for line in table.splitlines() if line.endswith("differs")] == [
         r.pod for r in rows if r.pod in differs
@@ -95,17 +88,17 @@ def test_a_different_victim_or_order_is_marked(upstream: list[tuple[float, str]]
 
 
 def test_a_scenario_that_injects_cannot_be_compared() -> None:
-    check_comparable(SCENARIO)
+    compare.check_comparable(SCENARIO)
     injected = parse_scenario(
         {"name": "inj", "duration": 10, "inject": {"memory.available": [[1, "60Mi"]]}, "pods": [{"name": "a"}]}
     )
     with pytest.raises(ExperimentError, match="upstream kubelet has no signal injection"):
-        check_comparable(injected)
+        compare.check_comparable(injected)
 
 
 def test_the_side_by_side_figure_is_a_png(tmp_path: Path) -> None:
-    records = {NODEAGENT: _run([(21.0, "hog")]), UPSTREAM: _run([(27.0, "hog")], refused=("late",))}
-    rows = comparison_rows(SCENARIO, records)
+    records = {compare.NODEAGENT: _run([(21.0, "hog")]), compare.UPSTREAM: _run([(27.0, "hog")], refused=("late",))}
+    rows = compare.comparison_rows(SCENARIO, records)
     png = render_comparison(records, rows, tmp_path / "comparison.png", title="compare", duration=40.0)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -116,7 +109,7 @@ def test_a_comparison_is_drawn_again_from_its_directory(tmp_path: Path) -> None:
 
     scenario = "name: real\nduration: 40s\npods: [{name: guaranteed}, {name: hog}, {name: calm}]\n"
     (tmp_path / "scenario.yaml").write_text(scenario)
-    for agent, evicted in ((NODEAGENT, [(21.0, "hog")]), (UPSTREAM, [(21.0, "hog"), (30.0, "calm")])):
+    for agent, evicted in ((compare.NODEAGENT, [(21.0, "hog")]), (compare.UPSTREAM, [(21.0, "hog"), (30.0, "calm")])):
         (tmp_path / agent).mkdir()
         (tmp_path / agent / "scenario.yaml").write_text(scenario)
         write_jsonl(_run(evicted), tmp_path / agent / "timeline.jsonl")
