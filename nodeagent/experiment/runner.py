@@ -15,6 +15,10 @@ ran was refused at admission), every two seconds the signals from /stats/summary
 agent applies it) and the events, and the agent's reclaim and eviction log lines when it runs the agent itself.
 Outputs in `--out DIR`: timeline.jsonl, timeline.csv, NAME.png, summary.txt, agent.log, the config and the
 injection file the agent had.
+
+`--sweep SETTING=V1,V2,...` (sweep.py) and `--versus-upstream` (compare.py) run several such runs one after the
+other on one testbed, each in a directory of its own below DIR, the agent started for each run and the node handed
+over between them (testbed/handover.py); then the summary beside them (summaryplot.py).
 """
 
 from __future__ import annotations
@@ -569,7 +573,7 @@ async def _testbed(stack: AsyncExitStack) -> Testbed:
     return bed
 
 
-async def _hand_over(bed: Testbed, stack: AsyncExitStack, admin: KubeClient) -> None:
+def _hand_over(bed: Testbed, stack: AsyncExitStack, admin: KubeClient) -> None:
     """Callbacks on `stack` so that the next run on `bed` (another value of a sweep, the other agent) starts as the
     first did: pushed before the agent's stop, run after it (last in, first out): no Node, no Lease."""
     from nodeagent.testbed.handover import forget_node  # noqa: PLC0415
@@ -610,7 +614,7 @@ async def _testbed_target(
     agent_log = None
     admin = KubeClient.from_kubeconfig(bed.layout.admin_kubeconfig)
     stack.push_async_callback(admin.aclose)
-    await _hand_over(bed, stack, admin)
+    _hand_over(bed, stack, admin)
     if agent == UPSTREAM:
         # Its eviction lines are klog's, not ours: the run reads its EvictionThresholdMet events instead.
         kubelet = await start_kubelet(bed, out / "kubelet.log", config=config_path)
