@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import NS, percentile, pod_body
-from benchmarks.versus import PodTimes, wait_nothing_running
+from benchmarks.versus import PodTimes
 from cri.client import CRIClient
 from cri.client import connect as cri_connect
 from cri.v1 import api_pb2
@@ -54,6 +54,7 @@ from nodeagent.kube.client import KubeClient
 from nodeagent.kube.errors import Gone, KubeError, NotFound
 from nodeagent.testbed import configs, csistack
 from nodeagent.testbed.csistack import ATTACH, NO_ATTACH, DriverSpec, DriverStack
+from nodeagent.testbed.handover import wait_nothing_running
 from nodeagent.testbed.testbed import Testbed
 from nodeagent.volume import csiutil
 

@@ -54,6 +54,7 @@ from nodeagent.kube import paths
 from nodeagent.kube.client import KubeClient
 from nodeagent.kube.errors import Gone, KubeError, NotFound
 from nodeagent.testbed import configs, processes
+from nodeagent.testbed.handover import forget_node, wait_nothing_running
 from nodeagent.testbed.testbed import Testbed
 from nodeagent.testbed.upstreamkubelet import node_is_ready, start_kubelet, stop_kubelet
 
@@ -172,21 +173,6 @@ async def delete_round(admin: KubeClient, times: PodTimes, names: list[str]) -> 
     return [times.deleted[n] - asked[n] for n in names]
 
 
-async def wait_nothing_running(cri: CRIClient, timeout: float = 180) -> None:
-    """No ready sandbox and no running container: what an agent leaves once its pods are gone (the kubelet removes
-    stopped sandboxes later, in its garbage collection)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        sandboxes = await cri.runtime.list_pod_sandbox()
-        containers = await cri.runtime.list_containers()
-        if not any(s.state == api_pb2.SANDBOX_READY for s in sandboxes) and not any(
-            c.state == api_pb2.CONTAINER_RUNNING for c in containers
-        ):
-            return
-        await asyncio.sleep(0.5)
-    raise RuntimeError("containers still run after their pods were deleted")
-
-
 async def steady(pid: int, seconds: float) -> dict[str, float]:
     """The agent's CPU seconds over `seconds` and its RSS (sampled every second) while its pods just run."""
     proc = psutil.Process(pid)
@@ -248,20 +234,6 @@ async def node_registration(admin: KubeClient, node: str, spawned: Callable[[], 
         except NotFound:
             pass
         await asyncio.sleep(0.05)
-
-
-async def forget_node(admin: KubeClient, node: str) -> None:
-    """No Node and no Lease: the next agent registers from scratch."""
-    for path in (paths.lease("kube-node-lease", node), paths.node(node)):
-        with contextlib.suppress(NotFound):
-            await admin.delete(path)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            await admin.get(paths.node(node))
-        except NotFound:
-            return
-        await asyncio.sleep(0.1)
 
 
 @dataclass(frozen=True)

@@ -151,14 +151,16 @@ async def _experiment(args: argparse.Namespace) -> int:
             node=args.node,
             injection_file=args.injection_file,
             image=args.image,
+            sweep=args.sweep,
+            versus_upstream=args.versus_upstream,
         )
     )
 
 
 async def _experiment_plot(args: argparse.Namespace) -> int:
-    from nodeagent.experiment.runner import replot  # noqa: PLC0415
+    from nodeagent.experiment.runner import replot, replot_summary  # noqa: PLC0415
 
-    png, table = replot(args.run)
+    png, table = replot_summary(args.run) or replot(args.run)
     print(table)
     print(f"plot: {png}")
     return 0
@@ -424,9 +426,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --kubeconfig: the file that node's agent reads (nodeagent run --eviction-signal-injection)",
     )
     evict.add_argument("--image", default=None, help="the pods' image (sh, dd, sleep); default the testbed's busybox")
+    how = evict.add_mutually_exclusive_group()
+    how.add_argument(
+        "--sweep",
+        default=None,
+        metavar="SETTING=V1,V2,...",
+        help="one run per value of an eviction setting on one testbed (e.g. evictionHard.memory.available="
+        "current-100Mi,current-200Mi), then sweep.png/sweep.txt: first eviction and victims against the value",
+    )
+    how.add_argument(
+        "--versus-upstream",
+        action="store_true",
+        help="run it on nodeagent, then on the upstream kubelet, on one testbed (a scenario without inject), then "
+        "comparison.png/comparison.txt side by side; exit status 2 when the victims or their order differ",
+    )
     evict.set_defaults(handler=_experiment)
     replot = kinds.add_parser(
-        "plot", help="draw RUN's plot and summary again from its timeline.jsonl and scenario.yaml (no testbed)"
+        "plot",
+        help="draw RUN's plot and summary again from its timeline.jsonl and scenario.yaml (no testbed); for a sweep's "
+        "or a comparison's directory, each run's and the summary's",
     )
     replot.add_argument("run", type=Path, help="an experiment's output directory")
     replot.set_defaults(handler=_experiment_plot)

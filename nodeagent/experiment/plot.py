@@ -88,7 +88,7 @@ def place_labels(
     return [placed[i] for i in range(len(centres))]
 
 
-def _pyplot() -> Any:
+def pyplot() -> Any:
     try:
         import matplotlib  # noqa: PLC0415  (an optional dependency: only a plot needs it)
 
@@ -101,7 +101,7 @@ def _pyplot() -> Any:
 
 def require_matplotlib() -> None:
     """Fails early (before a testbed comes up) when the plot could not be drawn."""
-    _pyplot()
+    pyplot()
 
 
 def main_signal(records: Sequence[Record]) -> str | None:
@@ -177,7 +177,7 @@ def table_rows(records: Sequence[Record], resource: str | None) -> list[list[str
 
 
 def render(records: Sequence[Record], path: Path, *, title: str, duration: float | None = None) -> Path:
-    plt = _pyplot()
+    plt = pyplot()
     signal = main_signal(records)
     resource = RESOURCE_OF_SIGNAL.get(parse_signal(signal)) if signal else None  # type: ignore[arg-type]
     found = markers(records)
@@ -227,8 +227,8 @@ def render(records: Sequence[Record], path: Path, *, title: str, duration: float
         for ax in (top, bottom):
             ax.axvline(m.t, color=color, lw=1.0, ls="-" if m.what == "evicted" else ":")
 
-    _signal_panel(plt, top, records, signal, end)
-    _usage_panel(plt, bottom, records, resource)
+    signal_panel(plt, top, records, signal, end)
+    usage_panel(plt, bottom, records, resource)
     plt.setp(top.get_xticklabels(), visible=False)
     bottom.set_xlabel("seconds since the pods ran (second 0)")
     fig.suptitle(title, fontsize=11, x=LEFT, ha="left")
@@ -252,7 +252,9 @@ def _resource_word(resource: str | None) -> str:
     return {"memory": "memory used", "ephemeral-storage": "local storage used", "pids": "processes"}[resource]
 
 
-def _signal_panel(plt: Any, ax: Any, records: Sequence[Record], signal: str | None, end: float) -> None:
+def signal_panel(
+    plt: Any, ax: Any, records: Sequence[Record], signal: str | None, end: float, *, legend: bool = True
+) -> None:
     if signal is None:
         ax.text(0.5, 0.5, "no signal observed", transform=ax.transAxes, ha="center")
         return
@@ -297,13 +299,24 @@ def _signal_panel(plt: Any, ax: Any, records: Sequence[Record], signal: str | No
     if any(r["kind"] == "admission-refused" for r in records):
         handles.append(plt.Line2D([], [], color="tab:purple", lw=1.0, ls=":"))
         labels.append("pod refused at admission")
-    ax.legend(handles, labels, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    if legend:
+        ax.legend(handles, labels, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     ax.set_ylabel(f"available ({unit})")
     ax.set_title(f"the node: {signal} against the thresholds", fontsize=10, loc="left")
     ax.grid(alpha=0.3)
 
 
-def _usage_panel(plt: Any, ax: Any, records: Sequence[Record], resource: str | None) -> None:
+def usage_panel(
+    plt: Any,
+    ax: Any,
+    records: Sequence[Record],
+    resource: str | None,
+    *,
+    legend: bool = True,
+    pods: Sequence[str] = (),
+) -> None:
+    """Each pod's usage against its request; `pods` fixes the colours' order (the same pod, the same colour in two
+    panels side by side), else the pods come in the order they were first recorded."""
     usage = [r for r in records if r["kind"] == "usage" and r.get("resource") == resource]
     words, unit = RESOURCE_WORDS.get(resource or "", ("usage", ""))
     ax.set_title(f"each pod: {words} against its request", fontsize=10, loc="left")
@@ -316,7 +329,10 @@ def _usage_panel(plt: Any, ax: Any, records: Sequence[Record], resource: str | N
     largest = max([r["used"] for r in usage] + [r.get("request") or 0 for r in usage])
     if resource != "pids" and largest < MI:
         scale, unit = 1024, "KiB"  # a few KiB of logs: MiB would show only 0.0s
-    pods = list(dict.fromkeys(str(r["pod"]) for r in usage))
+    recorded = set(str(r["pod"]) for r in usage)
+    pods = [p for p in pods if p in recorded] + [
+        p for p in dict.fromkeys(str(r["pod"]) for r in usage) if p not in pods
+    ]
     priorities = {str(r["pod"]): r["priority"] for r in records if r["kind"] == "pod" and r.get("priority") is not None}
     # Priorities name the pod when they differ: upstream ranks by priority before usage.
     show_priority = len({priorities.get(p, 0) for p in pods}) > 1
@@ -339,7 +355,8 @@ def _usage_panel(plt: Any, ax: Any, records: Sequence[Record], resource: str | N
     if requested:
         handles.append(plt.Line2D([], [], color="gray", lw=1.2, ls="--"))
         labels.append("its request (dashed)")
-    ax.legend(handles, labels, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    if legend:
+        ax.legend(handles, labels, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     ax.set_ylabel(unit)
     ax.set_ylim(bottom=0)
 
@@ -351,8 +368,11 @@ __all__ = [
     "main_signal",
     "markers",
     "place_labels",
+    "pyplot",
     "render",
     "require_matplotlib",
+    "signal_panel",
     "table_rows",
     "usage_at",
+    "usage_panel",
 ]

@@ -15,6 +15,10 @@ ran was refused at admission), every two seconds the signals from /stats/summary
 agent applies it) and the events, and the agent's reclaim and eviction log lines when it runs the agent itself.
 Outputs in `--out DIR`: timeline.jsonl, timeline.csv, NAME.png, summary.txt, agent.log, the config and the
 injection file the agent had.
+
+`--sweep SETTING=V1,V2,...` (sweep.py) and `--versus-upstream` (compare.py) run several such runs one after the
+other on one testbed, each in a directory of its own below DIR, the agent started for each run and the node handed
+over between them (testbed/handover.py); then the summary beside them (summaryplot.py).
 """
 
 from __future__ import annotations
@@ -31,12 +35,12 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -46,7 +50,8 @@ from eviction.thresholds import DEFAULT_EVICTION_HARD, Threshold, ThresholdError
 from nodeagent.config.durations import parse_go_duration
 from nodeagent.config.quantity import parse_quantity
 from nodeagent.evictionmanager import pod_info
-from nodeagent.experiment import machine, plot, report, workloads
+from nodeagent.experiment import compare, machine, plot, report, summaryplot, sweep, workloads
+from nodeagent.experiment.compare import NODEAGENT, UPSTREAM
 from nodeagent.experiment.errors import ExperimentError
 from nodeagent.experiment.scenario import (
     PodPlan,
@@ -58,6 +63,7 @@ from nodeagent.experiment.scenario import (
 )
 from nodeagent.experiment.timeline import (
     RESOURCE_OF_SIGNAL,
+    Record,
     Timeline,
     observations_from_summary_json,
     pod_usage_json,
@@ -69,6 +75,9 @@ from nodeagent.kube import paths
 from nodeagent.kube.client import KubeClient
 from nodeagent.kube.errors import KubeError, NotFound
 from nodeagent.kuberuntime.qos import pod_qos
+
+if TYPE_CHECKING:
+    from nodeagent.testbed.testbed import Testbed
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +102,8 @@ class RunOptions:
     node: str | None = None
     injection_file: Path | None = None
     image: str | None = None
+    sweep: str | None = None  # SETTING=V1,V2,... (sweep.parse_sweep)
+    versus_upstream: bool = False
 
 
 @dataclass
@@ -543,9 +554,8 @@ def _stop_process(proc: subprocess.Popen[bytes]) -> None:
             proc.wait(5)
 
 
-async def _testbed_target(stack: AsyncExitStack, scenario: Scenario, out: Path, image: str | None) -> Target:
-    # Imported here: the testbed pulls in the installer and the CRI stubs, which --kubeconfig runs do not need.
-    from nodeagent.testbed import configs  # noqa: PLC0415
+async def _testbed(stack: AsyncExitStack) -> Testbed:
+    """A testbed of the run's own, in a temporary directory, down and removed when `stack` closes."""
     from nodeagent.testbed import install as installer  # noqa: PLC0415
     from nodeagent.testbed.testbed import Testbed  # noqa: PLC0415
 
@@ -559,34 +569,76 @@ async def _testbed_target(stack: AsyncExitStack, scenario: Scenario, out: Path, 
 
     stack.push_async_callback(down)
     log.info("experiment testbed coming up dir=%s", root)
-    settings = await bed.up()
+    await bed.up()
+    return bed
+
+
+def _hand_over(bed: Testbed, stack: AsyncExitStack, admin: KubeClient) -> None:
+    """Callbacks on `stack` so that the next run on `bed` (another value of a sweep, the other agent) starts as the
+    first did: pushed before the agent's stop, run after it (last in, first out): no Node, no Lease."""
+    from nodeagent.testbed.handover import forget_node  # noqa: PLC0415
+
+    stack.push_async_callback(forget_node, admin, bed.settings.node_name)
+
+
+async def _runtime_idle(bed: Testbed) -> None:
+    """After the run's namespace is gone and before its agent stops: none of its pods' containers runs."""
+    from cri.client import connect  # noqa: PLC0415
+    from nodeagent.testbed.handover import HandoverError, wait_nothing_running  # noqa: PLC0415
+
+    async with connect(f"unix://{bed.layout.containerd_socket}", timeout=30.0) as cri:
+        try:
+            await wait_nothing_running(cri, timeout=60.0)
+        except HandoverError as exc:
+            log.warning("experiment runtime not idle after the run error=%s", exc)
+
+
+async def _testbed_target(
+    stack: AsyncExitStack, bed: Testbed, scenario: Scenario, out: Path, *, image: str | None, agent: str
+) -> Target:
+    """`agent` (nodeagent, or the upstream kubelet) as `bed`'s node with the scenario's eviction settings, stopped
+    when `stack` closes; the thresholds relative to what the machine has are resolved now."""
+    from nodeagent.testbed import configs  # noqa: PLC0415
+    from nodeagent.testbed.upstreamkubelet import start_kubelet, stop_kubelet  # noqa: PLC0415
+
+    settings = bed.settings
     current = machine.current_available(root_dir=bed.layout.kubelet_root, image_dir=bed.layout.containerd / "root")
     fields, notes = resolve_eviction(scenario, current)
     for where, note in notes.items():
-        log.info("experiment threshold resolved field=%s value=%s", where, note)
+        log.info("experiment threshold resolved agent=%s field=%s value=%s", agent, where, note)
     config = yaml.safe_load(bed.layout.agent_config.read_text())
     config.update(fields)
     config_path = out / "agent-config.yaml"
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))
     injection_file = None
-    argv = [
-        sys.executable, "-m", "nodeagent", "run",
-        "--config", str(config_path),
-        "--kubeconfig", str(bed.layout.node_kubeconfig),
-        "--node-name", settings.node_name,
-        "--node-ip", settings.node_ip,
-        "--root-dir", str(bed.layout.kubelet_root),
-    ]  # fmt: skip
-    if scenario.inject:
-        injection_file = out / "injection.json"
-        _write_atomic(injection_file, json.dumps(scenario.injection(), indent=2))
-        argv += ["--eviction-signal-injection", str(injection_file)]
-    agent_log = out / "agent.log"
-    agent = _start_agent(argv, agent_log, scenario.agent_env)
-    stack.callback(_stop_process, agent)  # before the testbed goes (callbacks run last in, first out)
+    agent_log = None
     admin = KubeClient.from_kubeconfig(bed.layout.admin_kubeconfig)
     stack.push_async_callback(admin.aclose)
-    await _wait_node_ready(admin, settings.node_name, agent, agent_log)
+    _hand_over(bed, stack, admin)
+    if agent == UPSTREAM:
+        # Its eviction lines are klog's, not ours: the run reads its EvictionThresholdMet events instead.
+        kubelet = await start_kubelet(bed, out / "kubelet.log", config=config_path)
+        stack.push_async_callback(stop_kubelet, kubelet)  # removes what it left in the runtime, too
+    else:
+        argv = [
+            sys.executable, "-m", "nodeagent", "run",
+            "--config", str(config_path),
+            "--kubeconfig", str(bed.layout.node_kubeconfig),
+            "--node-name", settings.node_name,
+            "--node-ip", settings.node_ip,
+            "--root-dir", str(bed.layout.kubelet_root),
+        ]  # fmt: skip
+        if scenario.inject:
+            injection_file = out / "injection.json"
+            _write_atomic(injection_file, json.dumps(scenario.injection(), indent=2))
+            argv += ["--eviction-signal-injection", str(injection_file)]
+        agent_log = out / "agent.log"
+        process = _start_agent(argv, agent_log, scenario.agent_env)
+        stack.callback(_stop_process, process)  # before the testbed goes (callbacks run last in, first out)
+    stack.push_async_callback(_runtime_idle, bed)
+    if agent != UPSTREAM:
+        assert agent_log is not None
+        await _wait_node_ready(admin, settings.node_name, process, agent_log)
     return Target(
         admin=admin,
         node=settings.node_name,
@@ -696,19 +748,25 @@ def _title(scenario: Scenario) -> str:
     return f"eviction experiment: {scenario.name}"
 
 
-async def run_experiment(options: RunOptions) -> int:
-    scenario = load_scenario(options.scenario)
-    plot.require_matplotlib()
-    out = (options.out or Path.cwd() / f"eviction-{scenario.name}").resolve()
+def _prepare_dir(out: Path, scenario_file: Path) -> None:
+    """`out` made, with the scenario run in it as scenario.yaml (what `experiment plot` reads)."""
     out.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(options.scenario, out / "scenario.yaml")
+    if not (out / "scenario.yaml").exists() or not (out / "scenario.yaml").samefile(scenario_file):
+        shutil.copyfile(scenario_file, out / "scenario.yaml")
+
+
+OpenTarget = Callable[[AsyncExitStack, Scenario, Path], Awaitable[Target]]
+
+
+async def _run_scenario(scenario_file: Path, out: Path, open_target: OpenTarget) -> tuple[Scenario, list[Record]]:
+    """One run of the scenario in `scenario_file` on the target `open_target` makes, its outputs in `out`;
+    everything the run made is removed when it ends, also when it fails."""
+    scenario = load_scenario(scenario_file)
+    _prepare_dir(out, scenario_file)
     run_id = uuid.uuid4().hex[:6]
     timeline = Timeline(_now())
     async with AsyncExitStack() as stack:
-        if options.kubeconfig is not None:
-            target = await _cluster_target(stack, scenario, options)
-        else:
-            target = await _testbed_target(stack, scenario, out, options.image)
+        target = await open_target(stack, scenario, out)
         namespace = await _namespace(stack, target.admin, run_id)
         await _priority_classes(stack, target.admin, scenario, run_id)
         rec = Recorder(
@@ -727,9 +785,135 @@ async def run_experiment(options: RunOptions) -> int:
                 png, table = _write_outputs(rec, out)
                 print(table, flush=True)
                 print(f"timeline: {out / 'timeline.jsonl'} (and .csv); plot: {png}", flush=True)
-    outcomes = report.pod_outcomes(scenario, timeline.records)
-    checks = report.check_expectations(scenario, outcomes)
+    return scenario, timeline.records
+
+
+async def run_experiment(options: RunOptions) -> int:
+    scenario = load_scenario(options.scenario)
+    plot.require_matplotlib()
+    out = (options.out or Path.cwd() / f"eviction-{scenario.name}").resolve()
+    if options.sweep is not None:
+        return await _run_sweep(options, scenario, out)
+    if options.versus_upstream:
+        return await _run_comparison(options, scenario, out)
+    if options.kubeconfig is not None:
+
+        async def on_cluster(stack: AsyncExitStack, scenario: Scenario, _: Path) -> Target:
+            return await _cluster_target(stack, scenario, options)
+
+        scenario, records = await _run_scenario(options.scenario, out, on_cluster)
+    else:
+        async with AsyncExitStack() as stack:
+            bed = await _testbed(stack)
+            scenario, records = await _run_scenario(options.scenario, out, _on_testbed(bed, options.image, NODEAGENT))
+    checks = report.check_expectations(scenario, report.pod_outcomes(scenario, records))
     return EXPECTATIONS_FAILED if any(not c.ok for c in checks) else 0
+
+
+def _on_testbed(bed: Testbed, image: str | None, agent: str) -> OpenTarget:
+    async def open_target(stack: AsyncExitStack, scenario: Scenario, out: Path) -> Target:
+        return await _testbed_target(stack, bed, scenario, out, image=image, agent=agent)
+
+    return open_target
+
+
+def _load_doc(path: Path) -> dict[str, Any]:
+    doc = yaml.safe_load(path.read_text())
+    assert isinstance(doc, dict)  # load_scenario has checked it
+    return doc
+
+
+async def _run_sweep(options: RunOptions, scenario: Scenario, out: Path) -> int:
+    """Each value of the sweep, one run after the other on one testbed, each in a directory of its own; then the
+    summary (sweep.txt, sweep.png, sweep.json) beside them."""
+    assert options.sweep is not None
+    if options.kubeconfig is not None:
+        raise ExperimentError("--sweep runs on a testbed of its own: it sets the agent's thresholds (no --kubeconfig)")
+    spec = sweep.parse_sweep(options.sweep)
+    runs = sweep.sweep_scenarios(_load_doc(options.scenario), spec, str(options.scenario))
+    _prepare_dir(out, options.scenario)
+    done: list[tuple[str, Path]] = []
+    async with AsyncExitStack() as stack:
+        bed = await _testbed(stack)
+        for index, (value, doc) in enumerate(runs):
+            run_dir = _sweep_run_dir(out, index, value, doc)
+            print(f"sweep {spec.setting}={value} ({index + 1} of {len(runs)}): {run_dir}", flush=True)
+            await _run_scenario(run_dir / "scenario.yaml", run_dir, _on_testbed(bed, options.image, NODEAGENT))
+            done.append((value, run_dir))
+            _write_sweep(out, scenario, spec, done)  # after each run: a cut-short sweep keeps what it has
+    print(_write_sweep(out, scenario, spec, done)[1], flush=True)
+    return 0
+
+
+def _sweep_run_dir(out: Path, index: int, value: str, doc: Mapping[str, Any]) -> Path:
+    run_dir = out / sweep.run_dir_name(index, value)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "scenario.yaml").write_text(yaml.safe_dump(dict(doc), sort_keys=False))
+    return run_dir
+
+
+def _write_sweep(
+    out: Path, scenario: Scenario, spec: sweep.SweepSpec, runs: list[tuple[str, Path]]
+) -> tuple[Path, str]:
+    (out / "sweep.json").write_text(json.dumps({"setting": spec.setting, "runs": [
+        {"value": value, "dir": run_dir.name} for value, run_dir in runs]}, indent=2) + "\n")  # fmt: skip
+    rows = [sweep.sweep_row(spec, value, read_jsonl(run_dir / "timeline.jsonl")) for value, run_dir in runs]
+    table = sweep.sweep_table(scenario, spec, rows)
+    (out / "sweep.txt").write_text(table + "\n")
+    png = summaryplot.render_sweep(spec, rows, out / "sweep.png", title=f"eviction sweep: {scenario.name}",
+                                   duration=scenario.duration)  # fmt: skip
+    return png, table
+
+
+async def _run_comparison(options: RunOptions, scenario: Scenario, out: Path) -> int:
+    """The scenario on nodeagent, then on the upstream kubelet, on one testbed; then comparison.txt and
+    comparison.png beside the two runs. Exit status 2 when they did not evict the same pods in the same order."""
+    if options.kubeconfig is not None:
+        raise ExperimentError("--versus-upstream runs both agents on a testbed of its own (no --kubeconfig)")
+    compare.check_comparable(scenario)
+    from nodeagent.testbed.versions import kubelet_path  # noqa: PLC0415
+
+    if not kubelet_path().exists():
+        raise ExperimentError(f"the upstream kubelet is not built ({kubelet_path()}): nodeagent testbed install "
+                              "--with-kubelet")  # fmt: skip
+    _prepare_dir(out, options.scenario)
+    async with AsyncExitStack() as stack:
+        bed = await _testbed(stack)
+        for agent in compare.AGENTS:
+            print(f"comparison: the scenario on {agent}: {out / agent}", flush=True)
+            await _run_scenario(options.scenario, out / agent, _on_testbed(bed, options.image, agent))
+    png, table, same = _write_comparison(out, scenario)
+    print(table, flush=True)
+    print(f"plot: {png}", flush=True)
+    return 0 if same else EXPECTATIONS_FAILED
+
+
+def _write_comparison(out: Path, scenario: Scenario) -> tuple[Path, str, bool]:
+    records = {agent: read_jsonl(out / agent / "timeline.jsonl") for agent in compare.AGENTS}
+    rows = compare.comparison_rows(scenario, records)
+    table = compare.comparison_table(scenario, rows)
+    (out / "comparison.txt").write_text(table + "\n")
+    png = summaryplot.render_comparison(records, rows, out / "comparison.png",
+                                        title=f"eviction experiment: {scenario.name}, nodeagent and the upstream "
+                                        "kubelet", duration=scenario.duration)  # fmt: skip
+    return png, table, compare.agree(rows)
+
+
+def replot_summary(directory: Path) -> tuple[Path, str] | None:
+    """A sweep's or a comparison's summary drawn again from its runs (None: `directory` is neither)."""
+    if (directory / "sweep.json").exists():
+        saved = json.loads((directory / "sweep.json").read_text())
+        spec = sweep.parse_sweep(f"{saved['setting']}=" + ",".join(r["value"] for r in saved["runs"]))
+        runs = [(str(r["value"]), directory / str(r["dir"])) for r in saved["runs"]]
+        for _, run_dir in runs:
+            replot(run_dir)
+        return _write_sweep(directory, load_scenario(directory / "scenario.yaml"), spec, runs)
+    if all((directory / agent / "timeline.jsonl").exists() for agent in compare.AGENTS):
+        for agent in compare.AGENTS:
+            replot(directory / agent)
+        png, table, _ = _write_comparison(directory, load_scenario(directory / "scenario.yaml"))
+        return png, table
+    return None
 
 
 __all__ = [
@@ -739,6 +923,7 @@ __all__ = [
     "eviction_differences",
     "parse_agent_log_line",
     "replot",
+    "replot_summary",
     "run_experiment",
     "signals_of_interest",
     "thresholds_in_force",
