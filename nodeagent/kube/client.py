@@ -40,6 +40,7 @@ from nodeagent.kube.request import (
     replace_request,
     watch_request,
 )
+from nodeagent.kube.transport import ApiTransport
 from nodeagent.kube.watch import WatchDecoder, WatchEvent
 
 log = logging.getLogger(__name__)
@@ -133,12 +134,15 @@ class KubeClient:
             if credentials.token or credentials.token_file
             else None
         )
-        # With a transport given (tests), httpx ignores verify; do not build a context nobody uses. Kept: client
-        # certificate rotation loads the new pair into it (`reload_client_certificate`).
-        self.tls_context: ssl.SSLContext | None = ssl_context(credentials) if transport is None else None
+        # With a transport given (tests), do not build a context nobody uses. Kept: client certificate rotation
+        # loads the new pair into it (`reload_client_certificate`). Ours keeps idle connections 90 s and closes a
+        # TLS handshake cut short (`transport`).
+        self.tls_context: ssl.SSLContext | None = None
+        if transport is None:
+            self.tls_context = ssl_context(credentials)
+            transport = ApiTransport(self.tls_context)
         self._http = httpx.AsyncClient(
             base_url=credentials.server,
-            verify=self.tls_context if self.tls_context is not None else True,
             transport=transport,
             auth=auth,
             headers={"User-Agent": user_agent, "Accept": "application/json"},
