@@ -34,7 +34,7 @@ class Server:
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
         try:
-            while data := await reader.read(65536):
+            while await reader.read(65536):
                 self.spoke.set()
                 if self.answer:
                     writer.write(ANSWER)
@@ -61,18 +61,21 @@ async def test_a_connection_outlives_the_lease_renew_interval(monkeypatch: pytes
     offset = 0.0
     clock = types.SimpleNamespace(monotonic=lambda: time.monotonic() + offset)
     monkeypatch.setattr(httpcore._async.http11, "time", clock)  # the connection's idea of idle time only
-    async with serving(Server(answer=True)) as server:
-        async with KubeClient(ClusterCredentials(server=f"http://127.0.0.1:{server.port}")) as client:
-            await client.get("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1")
-            offset = renew + 1
-            await client.get("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1")
+    async with (
+        serving(Server(answer=True)) as server,
+        KubeClient(ClusterCredentials(server=f"http://127.0.0.1:{server.port}")) as client,
+    ):
+        await client.get("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1")
+        offset = renew + 1
+        await client.get("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1")
     assert server.connections == 1
 
 
 async def test_a_tls_handshake_cancelled_half_way_closes_its_socket() -> None:
     """A node stopping while a request connects: the socket is closed then, not left to the garbage collector."""
     async with serving(Server(answer=False)) as server:
-        client = KubeClient(ClusterCredentials(server=f"https://127.0.0.1:{server.port}", insecure_skip_tls_verify=True))
+        credentials = ClusterCredentials(server=f"https://127.0.0.1:{server.port}", insecure_skip_tls_verify=True)
+        client = KubeClient(credentials)
         request = asyncio.create_task(client.get("/api/v1/nodes/n1"))
         await asyncio.wait_for(server.spoke.wait(), 10)  # the ClientHello: the client waits in the handshake
         request.cancel()
