@@ -20,8 +20,10 @@ It owns no decisions of its own: admission is `nodeagent.admission.admit`, what 
   from the API (grace 0, UID precondition), as the kubelet does;
 - `evict_pod` (the eviction manager's killPodNow) kills a pod through its worker with the eviction's grace period;
   its status is Failed with the eviction's reason and message (and DisruptionTarget) before and after the kill;
-- housekeeping kills runtime pods carrying our labels that no source knows, forgets finished workers, and drops the
-  probes of pods that neither a source nor a worker knows (a pod still terminating keeps them);
+- a sync that raised makes its pod due again after the pod workers' back-off (10-15 s), as upstream's completeWork;
+- housekeeping kills runtime pods carrying our labels that no source knows, forgets the finished workers of pods no
+  source knows and runs their unfinished ones again (a termination that failed after the pod left is retried there),
+  and drops the probes of pods that neither a source nor a worker knows (a pod still terminating keeps them);
 - static pods (`nodeagent.staticpods`): a mirror pod is never run, a change to one syncs its static pod; a static
   pod's sync puts its mirror right and waits while an earlier pod of the same full name terminates; housekeeping
   deletes mirror pods whose static pod is gone.
@@ -34,6 +36,7 @@ import copy
 import dataclasses
 import datetime
 import logging
+import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -54,7 +57,14 @@ from nodeagent.kuberuntime.manager import RuntimeManager, SyncResult, Waiting
 from nodeagent.kuberuntime.termination_message import cap_message, pod_message_budget
 from nodeagent.podconfig import PodConfig
 from nodeagent.podconfig.storage import pod_ref as _ref
-from nodeagent.podworkers import PodStatusSource, PodWorkers, UpdatePodOptions, UpdateType, WorkState
+from nodeagent.podworkers import (
+    PodStatusSource,
+    PodWorkers,
+    UpdatePodOptions,
+    UpdateType,
+    WorkState,
+    backoff_after_error,
+)
 from nodeagent.preemption import CriticalPodAdmissionHandler
 from nodeagent.prober import ContainerProbeStatus, FailedProbes, ProbeManager
 from nodeagent.staticpods import MirrorPods, StaticPodGate, full_name, is_mirror_pod, is_static_pod
@@ -284,6 +294,7 @@ class Kubelet:
     allocation: AllocationManager | None = None
     monotonic: Callable[[], float] = time.monotonic
     wall: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC)
+    rand: Callable[[], float] = random.random  # the jitter of the back-off after a failed sync
     workers: PodWorkers = field(init=False)
     # Upstream's CriticalPodAdmissionHandler, the failure handler of the GeneralPredicates.
     preemption: CriticalPodAdmissionHandler = field(init=False)
@@ -302,6 +313,7 @@ class Kubelet:
             self,
             pod_cache=self.pod_cache,
             now=lambda: self.wall().timestamp(),
+            on_error=self._sync_failed,
             request_relist=self.request_relist,
         )
         self.preemption = CriticalPodAdmissionHandler(
@@ -400,9 +412,9 @@ class Kubelet:
 
     async def handle_pod_cleanups(self) -> None:
         known = {_uid(p) for p in self.pod_config.pod_views()}
-        for uid in self.workers.known_uids():
-            if uid not in known:
-                self.workers.forget(uid)
+        # As upstream's SyncKnownPods: finished workers of pods gone from every source are forgotten, unfinished
+        # ones run again (a termination that failed after its pod left is retried here, and only here).
+        self.workers.sync_known_pods(known)
         busy = set(self.workers.known_uids())
         if self.prober is not None:
             # A pod that left its source but is still terminating keeps its probes (readiness through the grace
@@ -891,6 +903,17 @@ class Kubelet:
                 old.cancel()
             self._wakeups[uid] = handle
         self._next_sync[uid] = self.monotonic() + delay
+
+    def _sync_failed(self, uid: str, exc: BaseException) -> None:
+        """A worker's sync raised: as upstream's completeWork, the pod is due again after the pod workers' back-off
+        (10-15 s) rather than at its next resync. A pod no source has any more is not due at all: housekeeping runs
+        its worker again (`PodWorkers.sync_known_pods`)."""
+        if self.pod_config.pod_view(uid) is None:
+            log.info("pod sync failed, housekeeping retries uid=%s error=%s", uid, type(exc).__name__)
+            return
+        delay = backoff_after_error(self.rand)
+        self._next_sync[uid] = self.monotonic() + delay
+        log.info("pod sync failed, retrying uid=%s after=%.1fs error=%s", uid, delay, type(exc).__name__)
 
     def _resync(self, uid: str) -> None:
         self._wakeups.pop(uid, None)

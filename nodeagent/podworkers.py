@@ -18,6 +18,13 @@ the runtime too has nothing of it running (no running container, no ready sandbo
 terminated sync, as upstream's UpdatePod does for a pod "terminal in the config source and in the runtime cache":
 the agent died after it stopped the pod and before the terminated sync ended (the API delete of a deleted pod).
 
+A sync that fails is tried again, as upstream's pod workers do, in two ways. The syncer is told (`on_error`) and
+schedules the pod's next sync after `backoff_after_error` (upstream's completeWork: 10 s plus up to half of it), which
+the sync tick brings to a pod its sources still have. A pod no source has any more gets no tick and no update: each
+housekeeping pass (`sync_known_pods`, upstream's SyncKnownPods) runs its worker again with its last pod until the
+worker has finished, and only then forgets it. Without that a termination that failed after its pod left the
+apiserver was never tried again, and housekeeping, which spares the pods a worker knows, left its sandbox for good.
+
 Before each of those calls the worker reads the pod's runtime status from the PLEG's cache, *newer than* the end of
 its own last sync (upstream: podCache.GetNewerThan(uid, lastSyncTime)), and waits until there is one: a worker never
 decides from a status that predates what it did itself.
@@ -28,8 +35,9 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -102,6 +110,15 @@ def grace_period(pod: Pod, override: int | None) -> int:
 
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
+
+# Upstream's back-off after a failed sync (kubelet.go backOffPeriod, pod_workers.go workerBackOffPeriodJitterFactor).
+BACKOFF_PERIOD = 10.0
+BACKOFF_JITTER_FACTOR = 0.5
+
+
+def backoff_after_error(rand: Callable[[], float] = random.random) -> float:
+    """When a failed sync is tried again: upstream's wait.Jitter(backOffPeriod, 0.5), 10 s to 15 s."""
+    return BACKOFF_PERIOD * (1.0 + BACKOFF_JITTER_FACTOR * rand())
 
 
 def runtime_terminal(status: PodStatus) -> bool:
@@ -219,10 +236,35 @@ class PodWorkers:
         return None if worker is None else worker.pod
 
     def forget(self, uid: str) -> None:
-        """Drop a terminated worker's record (housekeeping, once the pod is gone from every source)."""
+        """Drop a terminated worker's record (a deleted pod's worker that finished starts again to clean up)."""
         worker = self._workers.get(uid)
         if worker is not None and worker.finished:
             del self._workers[uid]
+
+    def sync_known_pods(self, desired: Collection[str]) -> None:
+        """Housekeeping (upstream's SyncKnownPods and removeTerminatedWorker): the worker of a pod no source has any
+        more (not in `desired`) is forgotten once it has finished; until then it is run again with its last pod,
+        since nothing else will wake it: a running one starts terminating, one whose termination failed retries."""
+        for uid, worker in list(self._workers.items()):
+            if uid in desired:
+                continue
+            if worker.finished:
+                del self._workers[uid]
+                continue
+            if worker.state is WorkState.SYNCING:
+                worker.state = WorkState.TERMINATING
+                log.info("pod orphaned while running, terminating pod=%s uid=%s", _pod_ref(worker.pod), uid)
+            if worker.pending is None:
+                # As upstream's requeueLastPodUpdate: an update already waiting will do; a running sync is not
+                # interrupted, the worker takes this one when it ends.
+                log.debug(
+                    "pod orphaned, worker run again pod=%s uid=%s state=%s",
+                    _pod_ref(worker.pod),
+                    uid,
+                    worker.state.value,
+                )
+                worker.pending = UpdatePodOptions(UpdateType.SYNC, worker.pod)
+                worker.wake.set()
 
     async def stop(self) -> None:
         tasks = [w.task for w in self._workers.values() if w.task is not None and not w.task.done()]
@@ -249,7 +291,8 @@ class PodWorkers:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                # The next sync tick or update retries; one pod's failure never stops the others.
+                # One pod's failure never stops the others. The syncer schedules the retry after the back-off
+                # (on_error); a pod no source has any more is retried by housekeeping (sync_known_pods).
                 log.exception(
                     "pod worker sync failed pod=%s uid=%s state=%s",
                     _pod_ref(worker.pod),
