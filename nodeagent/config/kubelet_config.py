@@ -141,6 +141,15 @@ class Taint:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ShutdownGracePeriodByPodPriority:
+    """One priority class of graceful node shutdown: pods of this priority (up to the next entry's) get this many
+    seconds."""
+
+    priority: int
+    shutdown_grace_period_seconds: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
 class KubeletConfiguration:
     # Container runtime (CRI).
     container_runtime_endpoint: str = DEFAULT_CONTAINER_RUNTIME_ENDPOINT
@@ -201,7 +210,10 @@ class KubeletConfiguration:
     register_node: bool = True
     register_with_taints: tuple[Taint, ...] = ()
     provider_id: str = ""
-    shutdown_grace_period: timedelta = timedelta(0)  # 0: graceful node shutdown is off
+    # Graceful node shutdown (nodeagent/nodeshutdown): off when all three are zero/empty, the default.
+    shutdown_grace_period: timedelta = timedelta(0)
+    shutdown_grace_period_critical_pods: timedelta = timedelta(0)  # the part of shutdownGracePeriod kept for them
+    shutdown_grace_period_by_pod_priority: tuple[ShutdownGracePeriodByPodPriority, ...] = ()
 
     # Images.
     serialize_image_pulls: bool = True

@@ -39,6 +39,7 @@ from nodeagent.config.kubelet_config import (
     KubeletAuthorization,
     KubeletConfiguration,
     PLEGMode,
+    ShutdownGracePeriodByPodPriority,
     Taint,
     TaintEffect,
     WebhookAuthentication,
@@ -344,6 +345,13 @@ _TAINT = _Struct(
     ],
     forbidden={"timeAdded": "must not be set; the apiserver sets it on NoExecute taints"},
 )
+_SHUTDOWN_PRIORITY = _Struct(
+    ShutdownGracePeriodByPodPriority,
+    [
+        _Field("priority", "priority", _INT32),
+        _Field("shutdownGracePeriodSeconds", "shutdown_grace_period_seconds", _INT64),
+    ],
+)
 
 _KUBELET_CONFIGURATION = _Struct(
     KubeletConfiguration,
@@ -394,6 +402,8 @@ _KUBELET_CONFIGURATION = _Struct(
         _Field("registerWithTaints", "register_with_taints", _List(_TAINT)),
         _Field("providerID", "provider_id", _STR),
         _Field("shutdownGracePeriod", "shutdown_grace_period", _DURATION),
+        _Field("shutdownGracePeriodCriticalPods", "shutdown_grace_period_critical_pods", _DURATION),
+        _Field("shutdownGracePeriodByPodPriority", "shutdown_grace_period_by_pod_priority", _List(_SHUTDOWN_PRIORITY)),
         _Field("serializeImagePulls", "serialize_image_pulls", _BOOL),
         _Field("registryPullQPS", "registry_pull_qps", _INT32),
         _Field("registryBurst", "registry_burst", _INT32, zero_is_unset=True),

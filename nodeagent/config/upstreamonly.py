@@ -12,8 +12,9 @@ a rule here:
   behind an alpha feature gate that is off); it stays a warning, as the file is valid for upstream too.
 
 The fields nodeagent does implement are in `schema` with their own codecs; `kernelMemcgNotification`,
-`mergeDefaultEvictionSettings`, `podLogsDir`, `failCgroupV1`, `maxOpenFiles`, `oomScoreAdj` and `podsPerCore` moved
-there from this table. docs/kubelet-config.md shows this table to users; a unit test checks that the two agree.
+`mergeDefaultEvictionSettings`, `podLogsDir`, `failCgroupV1`, `maxOpenFiles`, `oomScoreAdj`, `podsPerCore`,
+`shutdownGracePeriodCriticalPods` and `shutdownGracePeriodByPodPriority` moved there from this table.
+docs/kubelet-config.md shows this table to users; a unit test checks that the two agree.
 """
 
 from __future__ import annotations
@@ -191,10 +192,6 @@ UPSTREAM_ONLY_RULES: Mapping[str, Rule] = {
     "runOnce": Honoured(_is(False), "runs as a service, never once", reported=False),
     "seccompDefault": Honoured(_is(False), "leaves a container without a seccomp profile Unconfined", reported=False),
     "showHiddenMetricsForVersion": Honoured(_is(""), "shows no hidden metrics"),
-    "shutdownGracePeriodByPodPriority": Honoured(_empty, "one shutdownGracePeriod for every pod"),
-    "shutdownGracePeriodCriticalPods": Honoured(
-        _durations("0s"), "one shutdownGracePeriod for every pod, none kept for critical pods", reported="0s"
-    ),
     "singleProcessOOMKill": Honoured(
         _is(True), "does not set memory.oom.group: the kernel kills a single process, as on cgroup v1", reported=True
     ),

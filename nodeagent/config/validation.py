@@ -263,10 +263,25 @@ def _check_node(config: KubeletConfiguration, found: Findings) -> None:
             # The apiserver refuses a Node whose taints repeat a key and effect pair.
             found.problem(path, f"duplicate taint {taint.key}:{taint.effect}; taints must be unique by key and effect")
         seen.add((taint.key, taint.effect))
-    grace = config.shutdown_grace_period
-    if grace < timedelta(0) or timedelta(0) < grace < timedelta(seconds=1):
+    _check_shutdown(config, found)
+
+
+def _check_shutdown(config: KubeletConfiguration, found: Findings) -> None:
+    """As upstream's validation of graceful node shutdown: each period zero or at least a second, the critical pods'
+    part within the whole, and the by-priority list instead of the two periods, never beside them."""
+    grace, critical = config.shutdown_grace_period, config.shutdown_grace_period_critical_pods
+    for name, period in (("shutdownGracePeriod", grace), ("shutdownGracePeriodCriticalPods", critical)):
+        if period < timedelta(0) or timedelta(0) < period < timedelta(seconds=1):
+            found.problem(name, f"must be either zero or otherwise >= 1s, got {show(format_go_duration(period))}")
+    if critical > grace:
         found.problem(
-            "shutdownGracePeriod", f"must be either zero or otherwise >= 1s, got {show(format_go_duration(grace))}"
+            "shutdownGracePeriodCriticalPods",
+            f"must be <= shutdownGracePeriod ({format_go_duration(grace)}), got {show(format_go_duration(critical))}",
+        )
+    if config.shutdown_grace_period_by_pod_priority and (grace > timedelta(0) or critical > timedelta(0)):
+        found.problem(
+            "shutdownGracePeriodByPodPriority",
+            "cannot be set together with shutdownGracePeriod or shutdownGracePeriodCriticalPods",
         )
 
 

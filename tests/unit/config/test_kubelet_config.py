@@ -19,6 +19,7 @@ from nodeagent.config import (
     KubeletConfiguration,
     LoadedConfig,
     PLEGMode,
+    ShutdownGracePeriodByPodPriority,
     Taint,
     TaintEffect,
     decode_document,
@@ -100,6 +101,8 @@ UPSTREAM_DEFAULTS: dict[str, object] = {
     "register_with_taints": (),
     "provider_id": "",
     "shutdown_grace_period": timedelta(0),
+    "shutdown_grace_period_critical_pods": timedelta(0),
+    "shutdown_grace_period_by_pod_priority": (),
     "serialize_image_pulls": True,
     "registry_pull_qps": 5,
     "registry_burst": 10,
@@ -250,6 +253,16 @@ ROUND_TRIP: list[tuple[str, str, object, object]] = [
     ),
     ("providerID", "provider_id", "aws:///eu-west-1a/i-0123", "aws:///eu-west-1a/i-0123"),
     ("shutdownGracePeriod", "shutdown_grace_period", "30s", timedelta(seconds=30)),
+    ("shutdownGracePeriodCriticalPods", "shutdown_grace_period_critical_pods", "10s", timedelta(seconds=10)),
+    (
+        "shutdownGracePeriodByPodPriority",
+        "shutdown_grace_period_by_pod_priority",
+        [{"priority": 2000000000, "shutdownGracePeriodSeconds": 10}, {"priority": 0}],
+        (
+            ShutdownGracePeriodByPodPriority(priority=2000000000, shutdown_grace_period_seconds=10),
+            ShutdownGracePeriodByPodPriority(priority=0),
+        ),
+    ),
     ("serializeImagePulls", "serialize_image_pulls", False, False),
     ("registryPullQPS", "registry_pull_qps", 0, 0),  # a pointer upstream: 0 stays and means no limit
     ("registryBurst", "registry_burst", 20, 20),
@@ -320,6 +333,8 @@ def _everything_set() -> dict[str, Any]:
             _merge(doc[head], nested)
         else:
             doc[head] = nested
+    # Upstream's validation takes the by-priority list or the two periods, never both in one file.
+    del doc["shutdownGracePeriodByPodPriority"]
     return doc
 
 
@@ -339,7 +354,8 @@ def test_a_document_setting_every_field_loads_without_warnings() -> None:
     loaded = _load(_everything_set())
     assert loaded.warnings == ()
     for json_path, attr_path, _, expected in ROUND_TRIP:
-        assert _get(loaded.config, attr_path) == expected, json_path
+        if json_path in _everything_set():
+            assert _get(loaded.config, attr_path) == expected, json_path
 
 
 @pytest.mark.parametrize(("json_path", "attr_path", "raw", "expected"), ROUND_TRIP, ids=[r[0] for r in ROUND_TRIP])
@@ -614,6 +630,18 @@ def test_wrong_types_raise(fields: dict[str, Any], fragment: str) -> None:
         ({"authentication": {"webhook": {"cacheTTL": "-1s"}}}, "authentication.webhook.cacheTTL: must not be negative"),
         ({"shutdownGracePeriod": "500ms"}, 'shutdownGracePeriod: must be either zero or otherwise >= 1s, got "500ms"'),
         ({"shutdownGracePeriod": "-1s"}, 'shutdownGracePeriod: must be either zero or otherwise >= 1s, got "-1s"'),
+        (
+            {"shutdownGracePeriod": "30s", "shutdownGracePeriodCriticalPods": "500ms"},
+            'shutdownGracePeriodCriticalPods: must be either zero or otherwise >= 1s, got "500ms"',
+        ),
+        (
+            {"shutdownGracePeriod": "30s", "shutdownGracePeriodCriticalPods": "31s"},
+            'shutdownGracePeriodCriticalPods: must be <= shutdownGracePeriod (30s), got "31s"',
+        ),
+        (
+            {"shutdownGracePeriod": "30s", "shutdownGracePeriodByPodPriority": [{"priority": 0}]},
+            "shutdownGracePeriodByPodPriority: cannot be set together with shutdownGracePeriod",
+        ),
         ({"address": "localhost"}, 'address: must be an IP address, got "localhost"'),
         ({"healthzBindAddress": "1.2.3"}, 'healthzBindAddress: must be an IP address, got "1.2.3"'),
         ({"clusterDNS": ["10.96.0.10", "dns"]}, 'clusterDNS[1]: must be an IP address, got "dns"'),
@@ -726,6 +754,8 @@ def test_invalid_values_raise(fields: dict[str, Any], fragment: str) -> None:
         {"enforceNodeAllocatable": [], "cgroupsPerQOS": False},
         {"shutdownGracePeriod": "0s"},
         {"shutdownGracePeriod": "1s"},
+        {"shutdownGracePeriod": "30s", "shutdownGracePeriodCriticalPods": "30s"},
+        {"shutdownGracePeriodCriticalPods": "0s", "shutdownGracePeriodByPodPriority": [{"priority": 0}]},
         {"imageGCLowThresholdPercent": 0, "imageGCHighThresholdPercent": 100},
         {"registerWithTaints": [{"key": "k", "effect": "NoSchedule"}, {"key": "k", "effect": "NoExecute"}]},
         {"registerWithTaints": [{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]},

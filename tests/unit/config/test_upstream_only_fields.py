@@ -127,6 +127,7 @@ def test_the_docs_table_lists_every_rule() -> None:
     implemented = [
         *("kernelMemcgNotification", "mergeDefaultEvictionSettings", "podLogsDir", "failCgroupV1"),
         *("maxOpenFiles", "oomScoreAdj", "podsPerCore"),
+        *("shutdownGracePeriodCriticalPods", "shutdownGracePeriodByPodPriority"),
     ]
     expected.update(dict.fromkeys(implemented, "honoured"))
     assert rows == expected
