@@ -92,6 +92,14 @@ from nodeagent.kuberuntime.sandbox_config import DNSSettings, ResolvConf
 from nodeagent.kuberuntime.systemd_cgroups import SystemdCgroupManager, SystemdPodCgroups
 from nodeagent.kuberuntime.systemd_dbus import DBusSystemd
 from nodeagent.localserver import LocalServer, running_pods
+from nodeagent.nodeshutdown.logind import DBusLogind
+from nodeagent.nodeshutdown.manager import (
+    NODE_SHUTDOWN_MESSAGE,
+    NODE_SHUTDOWN_REASON,
+    NodeShutdownManager,
+    ShutdownInputs,
+    shutdown_periods,
+)
 from nodeagent.nodestatus import NodeFacts, gather_node_facts
 from nodeagent.nodestatus.manager import NodeStatusManager
 from nodeagent.nodestatus.node import build_node_status
@@ -541,6 +549,14 @@ async def _run(
     if host:
         await device_manager.start(running_containers(pod_cache.get_all()))
         started.push_async_callback(device_manager.stop)
+    # Graceful node shutdown (upstream's node shutdown manager), only when a period is configured: a systemd-logind
+    # delay lock, and the pods stopped by priority when logind announces a shutdown. The default makes none.
+    periods = shutdown_periods(config)
+    shutdown = (
+        NodeShutdownManager(periods, DBusLogind, clock, record_node_event=node_event, state_dir=options.root_dir)
+        if periods and host
+        else None
+    )
     node_status = None
     volume_managers: list[VolumeManager] = []
     if client is not None:
@@ -560,6 +576,7 @@ async def _run(
             volumes_in_use=lambda: volume_managers[0].volumes_in_use() if volume_managers else (),
             node_labels=options.node_labels,
             device_capacity=lambda: device_manager.get_capacity()[:2],
+            shutdown_status=shutdown.shutdown_status if shutdown is not None else lambda: None,
         )
         wait = registration_wait(config.static_pod_path)
         # Retried for ever, as upstream (an unreachable apiserver, a credential that may not register this name);
@@ -748,6 +765,7 @@ async def _run(
             None if (refused := eviction.admit(pod)) is None else (refused.reason, refused.message)
         ),
         device_admit=device_manager.admit,
+        shutdown_admit=shutdown.admit if shutdown is not None else lambda pod: None,
         node_for_admission=device_manager.sanitize_node,
         unprepare_resources=dra_manager.unprepare_resources,
     )
@@ -896,6 +914,21 @@ async def _run(
             notifiers,
         ),
     )
+    if shutdown is not None:
+        inputs = ShutdownInputs(
+            active_pods=kubelet.active_pods,
+            kill_pod=lambda pod, grace: kubelet.evict_pod(
+                pod,
+                PodEviction(NODE_SHUTDOWN_REASON, NODE_SHUTDOWN_MESSAGE, disruption_target=True, keep_succeeded=True),
+                grace,
+            ),
+            pod_killed=kubelet.pod_cleaned_up,
+            sync_node_status=node_status.sync_node_status if node_status is not None else None,
+        )
+        # As upstream's kubelet: a manager that cannot start (no system bus, no logind, a delay logind will not
+        # raise) is logged, and the agent goes on without it.
+        if await shutdown.start(inputs):
+            supervisor.start("node-shutdown-manager", shutdown.run())
     if config.healthz_port:
         local = LocalServer(
             config.healthz_bind_address,

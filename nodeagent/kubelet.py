@@ -124,10 +124,13 @@ class PodEviction:
     message: str
     disruption_target: bool = False
     condition_message: str = ""  # the DisruptionTarget condition's, when it differs from the status message
+    # A pod already Succeeded stays so (the node shutdown manager's status function); eviction makes every pod Failed.
+    keep_succeeded: bool = False
 
     def apply(self, status: dict[str, Any], now: datetime.datetime) -> dict[str, Any]:
         out = dict(status)
-        out.update(phase="Failed", reason=self.reason, message=self.message)
+        succeeded = self.keep_succeeded and out.get("phase") == "Succeeded"
+        out.update(phase="Succeeded" if succeeded else "Failed", reason=self.reason, message=self.message)
         if self.disruption_target:
             conditions = [c for c in out.get("conditions") or () if c.get("type") != DISRUPTION_TARGET]
             old = next((c for c in out.get("conditions") or () if c.get("type") == DISRUPTION_TARGET), None)
@@ -281,6 +284,9 @@ class Kubelet:
     supports_recursive_read_only: Callable[[Pod], bool] = lambda pod: False
     # Upstream's eviction admit handler, the first admit handler: None admits, else (reason, message).
     eviction_admit: Callable[[Pod], tuple[str, str] | None] = lambda pod: None
+    # Upstream's node shutdown manager's admit handler, added after the predicates: every pod refused while the node
+    # shuts down (nodeshutdown/manager.py). None admits.
+    shutdown_admit: Callable[[Pod], tuple[str, str] | None] = lambda pod: None
     # Upstream's resource allocation admit handler (the device manager's Allocate for every container), between
     # the sysctls and the predicates: None admits, else (reason, message). None: no device manager.
     device_admit: Callable[[Pod], Awaitable[tuple[str, str] | None]] | None = None
@@ -352,6 +358,8 @@ class Kubelet:
                 refused = self._admit_allocated(pod, active)
                 # As upstream, the pods preempted for a critical pod are killed within its admission, before it runs.
                 await self.preemption.evict_preempted()
+                if refused is None:
+                    refused = self.shutdown_admit(pod)
                 if refused is not None:
                     self._reject(pod, *refused)
                     continue

@@ -11,6 +11,9 @@ connection per call: the agent makes a handful of units per pod, and a connectio
 JobRemoved of the host between calls. Blocking; callers run it in a thread (asyncio.to_thread), as every cgroup
 write here.
 
+`bus_connection`, `bus_call` and `bus_property` are the connection code, shared with the node shutdown manager's
+logind bus (nodeagent/nodeshutdown/logind.py).
+
 A property is (name, (D-Bus signature, value)): jeepney's variant form, and go-systemd's Property{Name, Variant}.
 """
 
@@ -71,9 +74,60 @@ def version_number(version: str) -> int:
     return int(found.group(1)) if found else 0
 
 
-def _error(call: str, unit: str, exc: DBusErrorResponse) -> SystemdError:
+def _error(call: str, unit: str, exc: DBusErrorResponse, service: str = "systemd") -> SystemdError:
     detail = exc.data[0] if exc.data and isinstance(exc.data[0], str) else str(exc.data)
-    return SystemdError(f"systemd {call} {unit}: {exc.name}: {detail}", str(exc.name))
+    return SystemdError(f"{service} {call} {unit}: {exc.name}: {detail}", str(exc.name))
+
+
+def _service(address: DBusAddress) -> str:
+    """The short name errors give a peer: "systemd", "logind"."""
+    return {SYSTEMD.bus_name: "systemd", "org.freedesktop.login1": "logind"}.get(address.bus_name or "", "D-Bus")
+
+
+@contextlib.contextmanager
+def bus_connection(bus: str = "SYSTEM", *, enable_fds: bool = False) -> Iterator[DBusConnection]:
+    """A connection to `bus` (jeepney's "SYSTEM" or a unix:path= address), closed on leaving; SystemdError when
+    there is no bus to connect to. `enable_fds` for calls that return file descriptors (logind's Inhibit)."""
+    try:
+        conn = open_dbus_connection(bus=bus, enable_fds=enable_fds)
+    except (OSError, ValueError, KeyError) as exc:
+        raise SystemdError(f"cannot connect to systemd over D-Bus ({bus} bus): {exc}") from exc
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def bus_call(
+    conn: DBusConnection,
+    address: DBusAddress,
+    member: str,
+    signature: str,
+    body: tuple[Any, ...],
+    *,
+    subject: str = "",
+    timeout: float = JOB_TIMEOUT,
+) -> Any:
+    """One method call and its unwrapped reply; a D-Bus error or a dead connection as SystemdError."""
+    try:
+        reply = conn.send_and_get_reply(new_method_call(address, member, signature, body), timeout=timeout)
+        return unwrap_msg(reply)
+    except DBusErrorResponse as exc:
+        raise _error(member, subject, exc, _service(address)) from exc
+    except (OSError, TimeoutError) as exc:
+        raise SystemdError(f"{_service(address)} {member} {subject}: {exc}") from exc
+
+
+def bus_property(conn: DBusConnection, address: DBusAddress, name: str, *, timeout: float = JOB_TIMEOUT) -> object:
+    """The value of one property of `address`'s interface (org.freedesktop.DBus.Properties.Get)."""
+    try:
+        reply = conn.send_and_get_reply(Properties(address).get(name), timeout=timeout)
+        (variant,) = unwrap_msg(reply)
+    except DBusErrorResponse as exc:
+        raise _error("Get", name, exc, _service(address)) from exc
+    except (OSError, TimeoutError) as exc:
+        raise SystemdError(f"{_service(address)} Get {name}: {exc}") from exc
+    return variant[1]
 
 
 class DBusSystemd:
@@ -83,27 +137,11 @@ class DBusSystemd:
         self._bus = bus
         self._job_timeout = job_timeout
 
-    @contextlib.contextmanager
-    def _connection(self) -> Iterator[DBusConnection]:
-        try:
-            conn = open_dbus_connection(bus=self._bus)
-        except (OSError, ValueError, KeyError) as exc:
-            raise SystemdError(f"cannot connect to systemd over D-Bus ({self._bus} bus): {exc}") from exc
-        try:
-            yield conn
-        finally:
-            conn.close()
+    def _connection(self) -> contextlib.AbstractContextManager[DBusConnection]:
+        return bus_connection(self._bus)
 
     def _call(self, conn: DBusConnection, member: str, signature: str, body: tuple[Any, ...], unit: str) -> Any:
-        try:
-            reply = conn.send_and_get_reply(
-                new_method_call(SYSTEMD, member, signature, body), timeout=self._job_timeout
-            )
-            return unwrap_msg(reply)
-        except DBusErrorResponse as exc:
-            raise _error(member, unit, exc) from exc
-        except (OSError, TimeoutError) as exc:
-            raise SystemdError(f"systemd {member} {unit}: {exc}") from exc
+        return bus_call(conn, SYSTEMD, member, signature, body, subject=unit, timeout=self._job_timeout)
 
     def _job(self, member: str, signature: str, body: tuple[Any, ...], unit: str) -> None:
         with self._connection() as conn:
@@ -145,11 +183,9 @@ class DBusSystemd:
 
     def version(self) -> str:
         with self._connection() as conn:
-            try:
-                reply = conn.send_and_get_reply(Properties(SYSTEMD).get("Version"), timeout=self._job_timeout)
-                (variant,) = unwrap_msg(reply)
-            except DBusErrorResponse as exc:
-                raise _error("Get", "Version", exc) from exc
-            except (OSError, TimeoutError) as exc:
-                raise SystemdError(f"systemd Get Version: {exc}") from exc
-        return str(variant[1])
+            return str(bus_property(conn, SYSTEMD, "Version", timeout=self._job_timeout))
+
+    def kill_unit(self, name: str, who: str, signal: int) -> None:
+        """KillUnit(name, who, signal): systemd sends the signal to the unit's processes ("all", "main")."""
+        with self._connection() as conn:
+            self._call(conn, "KillUnit", "ssi", (name, who, signal), name)

@@ -52,8 +52,10 @@ def ready_errors(
     network_ready: bool = True,
     network_message: str = "",
     pleg_healthy_message: str | None = None,
+    shutdown_message: str | None = None,
 ) -> list[str]:
-    """The reasons the node is not ready, in the order the kubelet's runtime state lists them."""
+    """The reasons the node is not ready, in the order the kubelet's runtime state lists them, then the node
+    shutdown manager's ("node is shutting down", `shutdown_message`) as upstream's ReadyCondition appends it."""
     errors = []
     if not runtime_ready:
         errors.append(runtime_message or RUNTIME_DOWN_MESSAGE)
@@ -61,6 +63,8 @@ def ready_errors(
         errors.append(f"PLEG is not healthy: {pleg_healthy_message}")
     if not network_ready:
         errors.append(f"container runtime network not ready: {network_message}")
+    if shutdown_message is not None:
+        errors.append(shutdown_message)
     return errors
 
 
@@ -73,6 +77,7 @@ def node_conditions(
     network_ready: bool = True,
     network_message: str = "",
     pleg_healthy_message: str | None = None,
+    shutdown_message: str | None = None,
     memory_pressure: bool = False,
     disk_pressure: bool = False,
     pid_pressure: bool = False,
@@ -98,6 +103,7 @@ def node_conditions(
         network_ready=network_ready,
         network_message=network_message,
         pleg_healthy_message=pleg_healthy_message,
+        shutdown_message=shutdown_message,
     )
     wanted[READY] = (
         ("False", "KubeletNotReady", _aggregate(errors)) if errors else ("True", "KubeletReady", KUBELET_READY_MESSAGE)

@@ -132,6 +132,7 @@ class NodeStatusManager:
         volumes_in_use: Callable[[], Sequence[str]] = tuple,
         node_labels: Mapping[str, str] | None = None,
         device_capacity: Callable[[], tuple[Mapping[str, int], Mapping[str, int]]] | None = None,
+        shutdown_status: Callable[[], str | None] = lambda: None,
     ) -> None:
         self._client = client
         self._name = node_name
@@ -152,6 +153,8 @@ class NodeStatusManager:
         self._node_labels = dict(node_labels or {})
         # The device plugins' extended resources (capacity, allocatable); None without a device manager.
         self._device_capacity = device_capacity
+        # The node shutdown manager's ShutdownStatus: "node is shutting down" makes the node NotReady.
+        self._shutdown_status = shutdown_status
         self._node: Obj | None = None
         self._lease: Obj | None = None
         self._runtime_down = False  # what the last computed status said of the runtime
@@ -263,6 +266,7 @@ class NodeStatusManager:
             runtime_ready=ready,
             runtime_message=message,
             pleg_healthy_message=pleg_message,
+            shutdown_message=self._shutdown_status(),
             memory_pressure=MEMORY_PRESSURE in pressure,
             disk_pressure=DISK_PRESSURE in pressure,
             pid_pressure=PID_PRESSURE in pressure,

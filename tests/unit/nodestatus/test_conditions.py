@@ -101,6 +101,15 @@ def test_healthy_node_from_scratch() -> None:
             "KubeletNotReady",
             "[container runtime is down, container runtime network not ready: x]",
         ),
+        # The node shutdown manager's ShutdownStatus, after the runtime's errors as upstream's ReadyCondition.
+        ({"shutdown_message": "node is shutting down"}, "Ready", "False", "KubeletNotReady", "node is shutting down"),
+        (
+            {"runtime_ready": False, "shutdown_message": "node is shutting down"},
+            "Ready",
+            "False",
+            "KubeletNotReady",
+            "[container runtime is down, node is shutting down]",
+        ),
     ],
 )
 def test_reasons_and_messages(kwargs: dict[str, Any], kind: str, status: str, reason: str, message: str) -> None:

@@ -416,6 +416,31 @@ async def test_an_unhealthy_pleg_turns_the_node_not_ready_and_its_recovery_ready
     assert [r for r in events.reasons if r.startswith("NodeNot") or r == "NodeReady"] == ["NodeNotReady", "NodeReady"]
 
 
+async def test_a_node_shutting_down_is_not_ready(api: Api) -> None:
+    shutdown: dict[str, str | None] = {"status": None}
+    async with api.client() as client:
+        manager = NodeStatusManager(
+            client,
+            node_name=NAME,
+            config=CONFIG,
+            facts=FACTS,
+            runtime_health=Health(),
+            clock=FakeClock(),
+            shutdown_status=lambda: shutdown["status"],
+        )
+        await manager.register()
+        await manager.sync_node_status()
+        shutdown["status"] = "node is shutting down"
+        await manager.sync_node_status()
+    readies = [
+        {c["type"]: c for c in body["status"]["conditions"]}["Ready"] for body in api.bodies("PATCH", NODE_STATUS)
+    ]
+    assert [(r["status"], r["reason"], r["message"]) for r in readies] == [
+        ("True", "KubeletReady", "kubelet is posting ready status"),
+        ("False", "KubeletNotReady", "node is shutting down"),
+    ]
+
+
 @pytest.mark.parametrize(
     ("failures", "ok", "patches_sent"),
     [
