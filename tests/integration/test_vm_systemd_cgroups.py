@@ -9,7 +9,9 @@ Checked inside the VM, through systemd itself (`systemctl show`) and the cgroup 
   cpu.max, memory.max);
 - each container runs in containerd's cri-containerd-<id>.scope below its pod slice;
 - once the Burstable pod's manifest is gone, its slice is stopped (no longer among the loaded units; `systemctl show`
-  then synthesizes an inactive implicit slice of that name) and its cgroup removed.
+  then synthesizes an inactive implicit slice of that name) and its cgroup removed;
+- graceful node shutdown (check_graceful_shutdown): the agent's delay inhibitor lock in `systemd-inhibit --list`,
+  logind's delay raised through the drop-in, and PrepareForShutdown true/false handled.
 
 Marked `vm` and deselected by default, like test_vm_cgroup_v2.py (a VM boot of its own under QEMU's software
 emulation: minutes). Run it with `python3 -m pytest -m vm tests/integration/test_vm_systemd_cgroups.py -s`; it
@@ -145,6 +147,66 @@ def check_slices(vagrant: Vagrant, running: dict[str, dict[str, Any]]) -> None:
         assert procs, f"no process in the container scopes {scopes}"
 
 
+LOGIND_GET = "busctl get-property org.freedesktop.login1 /org/freedesktop/login1 org.freedesktop.login1.Manager"
+LOGIND_EMIT = "sudo busctl emit /org/freedesktop/login1 org.freedesktop.login1.Manager PrepareForShutdown b"
+
+
+def agent_lock(vagrant: Vagrant) -> str:
+    """The agent's delay inhibitor lock as `systemd-inhibit --list` shows it (who, why, what, mode, its PID), or
+    "" when it holds none."""
+    pid = vagrant.ssh("systemctl show -p MainPID --value nodeagent.service").strip()
+    listed = vagrant.ssh("systemd-inhibit --list --no-pager --no-legend", check=False)
+    for line in listed.splitlines():
+        fields = line.split()
+        if "kubelet" in fields and pid in fields and "Kubelet needs time to handle node shutdown" in line:
+            assert fields[-1] == "delay" and "shutdown" in fields, line
+            return line
+    return ""
+
+
+def check_graceful_shutdown(vagrant: Vagrant) -> None:
+    """Graceful node shutdown against the real logind: with shutdownGracePeriod 20s (5s of it for critical pods)
+    the agent raises logind's InhibitDelayMaxUSec (Debian's is 5 s) through its drop-in and a reload, and holds a
+    delay lock for shutdown. A PrepareForShutdown(true) sent as logind sends it (no real shutdown: the VM must
+    stay up) makes it kill the BestEffort pod (its own 2 s, under the 15 s of its group; Failed, Terminated,
+    DisruptionTarget) and let the lock go; a PrepareForShutdown(false), a cancelled shutdown, makes it take the
+    lock again."""
+    vagrant.ssh(
+        "printf 'shutdownGracePeriod: 20s\\nshutdownGracePeriodCriticalPods: 5s\\n' | "
+        "sudo tee -a /var/lib/kubelet/config.yaml >/dev/null && sudo systemctl restart nodeagent.service"
+    )
+    print(f"vm inhibitor: {wait_for('the agent holding a delay lock for shutdown', partial(agent_lock, vagrant), 600)}")
+    assert vagrant.ssh(f"{LOGIND_GET} InhibitDelayMaxUSec").split() == ["t", "20000000"]
+    assert "InhibitDelayMaxSec=20" in vagrant.ssh("cat /etc/systemd/logind.conf.d/99-kubelet.conf")
+
+    vagrant.ssh(f"{LOGIND_EMIT} true")
+    wait_for("the lock let go after the pods", lambda: not agent_lock(vagrant), 300)
+    journal = agent_journal(vagrant)
+    assert f"shutdown manager killing pod pod=default/besteffort-{NODE} grace_period=2" in journal, journal
+    stopped = wait_for(
+        "the BestEffort pod Failed",
+        lambda: next(
+            (
+                p
+                for p in pods(vagrant)
+                if p["metadata"]["name"] == f"besteffort-{NODE}" and p["status"].get("phase") == "Failed"
+            ),
+            None,
+        ),
+        300,
+    )
+    status = stopped["status"]
+    assert (status.get("reason"), status.get("message")) == (
+        "Terminated",
+        "Pod was terminated in response to imminent node shutdown.",
+    ), status
+    [target] = [c for c in status.get("conditions") or () if c["type"] == "DisruptionTarget"]
+    assert (target["status"], target["reason"]) == ("True", "TerminationByKubelet"), target
+
+    vagrant.ssh(f"{LOGIND_EMIT} false")
+    wait_for("the lock taken again after the cancellation", partial(agent_lock, vagrant), 300)
+
+
 def test_systemd_cgroup_driver_in_the_vm(tmp_path: Path, libvirt_host: tuple[LibvirtHost, Leftovers]) -> None:
     host, _ = libvirt_host
     timings: dict[str, float] = {}
@@ -186,6 +248,10 @@ def test_systemd_cgroup_driver_in_the_vm(tmp_path: Path, libvirt_host: tuple[Lib
             wait_for(f"{unit} stopped and its cgroup removed", partial(slice_gone, vagrant, unit), 300)
             timings["Burstable slice gone (after rsync)"] = time.monotonic() - t
             assert unit_show(vagrant, "kubepods-besteffort.slice").get("ActiveState") == "active"
+
+            t = time.monotonic()
+            check_graceful_shutdown(vagrant)
+            timings["graceful node shutdown checks"] = time.monotonic() - t
         except AssertionError:
             print(f"nodeagent's journal:\n{agent_journal(vagrant)}")
             raise
