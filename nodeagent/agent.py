@@ -100,6 +100,7 @@ from nodeagent.nodeshutdown.manager import (
     ShutdownInputs,
     shutdown_periods,
 )
+from nodeagent.nodeshutdown.metrics import ShutdownMetrics
 from nodeagent.nodestatus import NodeFacts, gather_node_facts
 from nodeagent.nodestatus.manager import NodeStatusManager
 from nodeagent.nodestatus.node import build_node_status
@@ -553,7 +554,14 @@ async def _run(
     # delay lock, and the pods stopped by priority when logind announces a shutdown. The default makes none.
     periods = shutdown_periods(config)
     shutdown = (
-        NodeShutdownManager(periods, DBusLogind, clock, record_node_event=node_event, state_dir=options.root_dir)
+        NodeShutdownManager(
+            periods,
+            DBusLogind,
+            clock,
+            record_node_event=node_event,
+            state_dir=options.root_dir,
+            metrics=ShutdownMetrics(metrics_registry),
+        )
         if periods and host
         else None
     )

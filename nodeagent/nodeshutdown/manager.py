@@ -22,7 +22,8 @@ nothing changes. When enabled:
   taken again (the old one released after the new is held).
 
 The state file `graceful_node_shutdown_state` (the root dir) records when the last shutdown's handling started and
-ended, as upstream's. Not done: upstream's SIGUSR1 trigger and its graceful shutdown start/end time metrics.
+ended, as upstream's, and the graceful shutdown start/end time gauges follow it (metrics.py). Not done: upstream's
+SIGUSR1 trigger.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from nodeagent.clock import Clock
 from nodeagent.config.kubelet_config import KubeletConfiguration, ShutdownGracePeriodByPodPriority
 from nodeagent.kuberuntime.systemd_dbus import SystemdError
 from nodeagent.nodeshutdown.logind import InhibitLock, LogindBus
+from nodeagent.nodeshutdown.metrics import ShutdownMetrics, timestamp
 
 log = logging.getLogger(__name__)
 
@@ -155,6 +157,7 @@ class NodeShutdownManager:
     clock: Clock
     record_node_event: Callable[[str, str, str], None] = _no_event
     state_dir: Path | None = None  # where graceful_node_shutdown_state goes; None: not written
+    metrics: ShutdownMetrics | None = None
     _shutting_down: bool = field(default=False, init=False)
     _bus: LogindBus | None = field(default=None, init=False)
     _lock: InhibitLock | None = field(default=None, init=False)
@@ -189,6 +192,7 @@ class NodeShutdownManager:
             log.error("failed to start node shutdown manager error=%s", exc)
             return False
         log.info("node shutdown manager started inhibit_delay_requested=%ds", period_requested(self.periods))
+        self._load_metrics()
         return True
 
     async def run(self) -> None:
@@ -301,11 +305,17 @@ class NodeShutdownManager:
         log.info("shutdown manager processing shutdown event")
         started = self.clock.wall()
         self._store_state(started, None)
+        if self.metrics is not None:
+            self.metrics.start_time.set(timestamp(started))
+            self.metrics.end_time.set(0)
         try:
             if self._inputs is not None:
                 await self._kill_pods(self._inputs)
         finally:
-            self._store_state(started, self.clock.wall())
+            ended = self.clock.wall()
+            self._store_state(started, ended)
+            if self.metrics is not None:
+                self.metrics.start_time.set(timestamp(ended))  # sic: upstream's deferred function sets the start gauge
             self._release()
             log.info("shutdown manager completed processing shutdown event, node will shutdown shortly")
 
@@ -335,6 +345,20 @@ class NodeShutdownManager:
                     seconds,
                     period.priority,
                 )
+
+    def _load_metrics(self) -> None:
+        """Upstream's setMetrics: the gauges from the state file a previous run left (a zero time left unset)."""
+        if self.metrics is None or self.state_dir is None:
+            return
+        path = self.state_dir / STATE_FILE
+        try:
+            state = json.loads(path.read_text()) if path.exists() else {}
+            for key, gauge in (("startTime", self.metrics.start_time), ("endTime", self.metrics.end_time)):
+                value = state.get(key)
+                if isinstance(value, str) and not value.startswith("0001-01-01"):
+                    gauge.set(timestamp(datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))))
+        except (OSError, ValueError) as exc:
+            log.error("failed to load graceful shutdown state path=%s error=%s", path, exc)
 
     def _store_state(self, start: datetime.datetime, end: datetime.datetime | None) -> None:
         """Upstream's localStorage: {"startTime", "endTime"} as RFC 3339, written whole (temp file, rename)."""

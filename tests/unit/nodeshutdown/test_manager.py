@@ -31,6 +31,7 @@ from nodeagent.nodeshutdown.manager import (
     period_requested,
     shutdown_periods,
 )
+from nodeagent.nodeshutdown.metrics import ShutdownMetrics
 from tests.unit.fakeclock import FakeClock
 
 CRITICAL = 2_000_000_000
@@ -372,3 +373,25 @@ async def test_events_come_from_the_bus_and_a_lost_bus_is_watched_again() -> Non
         with pytest.raises(asyncio.CancelledError):
             await running
     assert bus.held == set() and bus.closed
+
+
+def _gauges(metrics: ShutdownMetrics) -> tuple[float | None, float | None]:
+    return (
+        metrics.registry.get_sample_value("kubelet_graceful_shutdown_start_time_seconds"),
+        metrics.registry.get_sample_value("kubelet_graceful_shutdown_end_time_seconds"),
+    )
+
+
+async def test_the_gauges_follow_the_state_file_as_upstream_sets_them(tmp_path: Path) -> None:
+    (tmp_path / STATE_FILE).write_text('{"startTime": "2026-11-28T10:00:00Z", "endTime": "2026-11-28T10:00:20Z"}')
+    bus = FakeLogind(delay=30.0)
+    clock = FakeClock(100.0)
+    m, _ = manager(bus, TWO_GROUPS, clock, state_dir=tmp_path)
+    m.metrics = ShutdownMetrics()
+    assert await m.start(Kubelet([]).inputs())
+    assert _gauges(m.metrics) == (1795860000.0, 1795860020.0)  # read back at start (upstream's setMetrics)
+    await m.handle_event(bus, True)
+    # At the end upstream sets the start gauge to the end time (its deferred function), and the end gauge to 0.
+    assert _gauges(m.metrics) == (clock.wall().timestamp(), 0.0)
+    state = json.loads((tmp_path / STATE_FILE).read_text())
+    assert state == {"startTime": "2026-01-01T00:01:40Z", "endTime": "2026-01-01T00:01:40Z"}
