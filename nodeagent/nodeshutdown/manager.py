@@ -23,7 +23,7 @@ nothing changes. When enabled:
 
 The state file `graceful_node_shutdown_state` (the root dir) records when the last shutdown's handling started and
 ended, as upstream's, and the graceful shutdown start/end time gauges follow it (metrics.py). Not done: upstream's
-SIGUSR1 trigger.
+SIGUSR1 trigger (older releases' test hook, gone from upstream's current manager).
 """
 
 from __future__ import annotations
@@ -315,7 +315,7 @@ class NodeShutdownManager:
             ended = self.clock.wall()
             self._store_state(started, ended)
             if self.metrics is not None:
-                self.metrics.start_time.set(timestamp(ended))  # sic: upstream's deferred function sets the start gauge
+                self.metrics.end_time.set(timestamp(ended))
             self._release()
             log.info("shutdown manager completed processing shutdown event, node will shutdown shortly")
 

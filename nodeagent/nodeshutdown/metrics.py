@@ -4,8 +4,8 @@
     kubelet_graceful_shutdown_end_time_seconds    when it ended, as read back from the state file at start
 
 Set as upstream sets them: both from `graceful_node_shutdown_state` when the manager starts; at a shutdown the
-start time, the end time back to 0, and when the handling ends the start gauge (not the end one) to the end time,
-as upstream's deferred function does.
+start time and the end time back to 0, and the end time when the handling ends. (Older upstream releases set the
+start gauge there by mistake; the current manager sets the end one, as here.)
 """
 
 from __future__ import annotations
