@@ -9,7 +9,8 @@ nothing changes. When enabled:
   is an error. Then watch PrepareForShutdown and take the delay lock. (Upstream takes the lock first and subscribes
   second; here the match is in place before the lock, so a shutdown that starts in between is not missed. Nothing
   else differs.) A first start that fails is logged ("failed to start node shutdown manager") and the agent goes on
-  without the feature, as upstream's kubelet; a watch that ends later (the bus went away) starts again after 1 s.
+  without the feature, as upstream's kubelet; a watch that ends later (the bus went away) starts again after 1 s,
+  the lock held meanwhile and let go once the new connection's lock is taken.
 - PrepareForShutdown(true): the node is shutting down. A node event NodeShutdown, the node status synced at once
   (the Ready condition is False with "node is shutting down", `shutdown_status`), every new pod refused at admission
   (reason NodeShutdown, "Pod was rejected as the node is shutting down."), and the active pods killed group by
@@ -161,6 +162,7 @@ class NodeShutdownManager:
     _shutting_down: bool = field(default=False, init=False)
     _bus: LogindBus | None = field(default=None, init=False)
     _lock: InhibitLock | None = field(default=None, init=False)
+    _lock_bus: LogindBus | None = field(default=None, init=False)  # the connection the lock came from
     _inputs: ShutdownInputs | None = field(default=None, init=False)
     _status_sync: asyncio.Task[object] | None = field(default=None, init=False)
 
@@ -249,20 +251,22 @@ class NodeShutdownManager:
         """Upstream's acquireInhibitLock: the new lock first, then the old one let go."""
         lock = await asyncio.to_thread(bus.inhibit_shutdown)
         self._release()
-        self._lock = lock
+        self._lock, self._lock_bus = lock, bus
         log.info("node shutdown inhibitor lock taken fd=%d", lock)
 
     def _release(self) -> None:
-        if self._lock is None or self._bus is None:
+        if self._lock is None or self._lock_bus is None:
             return
         lock, self._lock = self._lock, None
         try:
-            self._bus.release_inhibit_lock(lock)
+            self._lock_bus.release_inhibit_lock(lock)
         except SystemdError as exc:
             log.error("failed to release the node shutdown inhibitor lock error=%s", exc)
 
     def _disconnect(self) -> None:
-        if self._bus is not None and self._lock is None:
+        """Close the connection; a lock taken stays held (its descriptor is the agent's) until the next connection's
+        lock replaces it, as upstream keeps m.inhibitLock across reconnections."""
+        if self._bus is not None:
             bus, self._bus = self._bus, None
             bus.close()
 
@@ -272,7 +276,6 @@ class NodeShutdownManager:
                 event = await asyncio.to_thread(bus.next_shutdown_event, WATCH_POLL)
             except SystemdError as exc:
                 log.error("ended watching the node for shutdown events error=%s", exc)
-                self._release()
                 return
             if event is not None:
                 await self.handle_event(bus, event)
