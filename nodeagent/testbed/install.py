@@ -101,6 +101,8 @@ BOOKWORM_PACKAGES: dict[str, str] = {
     "netcat-openbsd": "",
     # Vanilla BusyBox is built from source (with gcc and libc6-dev above; Python unpacks the .tar.bz2).
     "make": "",
+    # tests/unit/nodeshutdown/test_logind_dbus.py runs the agent's logind client against a private bus of its own.
+    "dbus-daemon": "",
 }
 TRIXIE_PACKAGES: dict[str, str] = {
     "containerd": "1.7.",
