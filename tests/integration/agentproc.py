@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -85,6 +85,18 @@ def stop_agent(agent: Agent) -> None:
         except subprocess.TimeoutExpired:
             agent.proc.kill()
             agent.proc.wait(5)
+
+
+@contextlib.contextmanager
+def module_agent(testbed: Testbed, settings: Settings, log: str, *, config: Path | None = None) -> Iterator[Agent]:
+    """A module's agent, logging to `log` in the testbed's logs; stopped and the testbed cleaned up on the way out,
+    even on failure (the body of most modules' `agent` fixture)."""
+    running = start_agent(testbed, testbed.layout.logs / log, config=config)
+    try:
+        yield running
+    finally:
+        stop_agent(running)
+        asyncio.run(clean_up(testbed, settings))
 
 
 async def eventually(check: Callable[[], Awaitable[Any]], *, timeout: float, what: str, agent: Agent) -> Any:
