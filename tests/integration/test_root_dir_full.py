@@ -101,6 +101,14 @@ async def test_a_full_root_dir_is_reported_and_recovered_from(
     agent: Agent, testbed: Testbed, settings: Settings, admin: KubeClient, root_dir: Path
 ) -> None:
     await wait_node_ready(admin, agent, settings.node_name)
+
+    async def started() -> bool:
+        # The Node is Ready from its registration on, before the agent has made the rest of its root dir (the
+        # PodResources socket's directory): a disk filled then makes the start-up fail, which upstream's kubelet
+        # does not survive either (a CI run at 866475f: ENOSPC on <root-dir>/pod-resources, 0.1 s after Ready).
+        return "agent running node=" in agent.log.read_text(errors="replace")
+
+    await eventually(started, timeout=60, what="the agent's start-up done", agent=agent)
     assert (root_dir / "device-plugins").is_dir(), "the agent does not use the loop filesystem as its root dir"
     name = f"full-{uuid.uuid4().hex[:5]}"
     container = {
