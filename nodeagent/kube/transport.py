@@ -1,11 +1,14 @@
 """The HTTP transport under `KubeClient`: how connections to the apiserver are kept and closed.
 
-Two things differ from httpx's defaults, both measured on `nodeagent fleet` (docs/fleet.md):
-- **Idle connections are kept for 90 s**, as client-go's transport keeps them (`IdleConnTimeout`). httpx keeps them
-  5 s, which is shorter than the lease's 10 s renew interval and the node status' 10 s tick: nearly every renewal
-  opened a new TCP connection and made a TLS handshake. Those are several more turns of the event loop per request,
-  and when the loop is busy (100 emulated nodes starting 300 pods) each turn waits for the whole loop: the worst
-  renewals spent 10 of their 17 s connecting.
+One thing differs from httpx's defaults, measured on `nodeagent fleet` (docs/fleet.md):
+- **Idle connections are kept 5 s (httpx's default), not client-go's 90 s, for now.** 90 s (client-go's
+  `IdleConnTimeout`) made the fleet's lease renewals reuse their connection instead of a new TCP connection and TLS
+  handshake each (p99 19-22 s -> 12 s at 100 nodes). But it broke client certificate rotation: a connection keeps
+  the certificate of its handshake, and with renewals every few seconds none was ever idle 90 s, so after a
+  certificate expired during an apiserver outage and was renewed, every request still went out on connections with
+  the expired certificate (401 Unauthorized until the test gave up; the clean-clone CI run at 866475f and a rerun).
+  Upstream's kubelet closes every connection when its client certificate rotates
+  (pkg/kubelet/certificate/transport.go); that comes first, then the 90 s.
 - **A TLS handshake cancelled half-way closes its socket.** httpcore closes the TCP stream when the handshake fails
   with an Exception, not when the task is cancelled (a BaseException): the stream is then referenced by nothing that
   the pool closes, and the garbage collector finds an open asyncio transport ("unclosed transport"). An agent that
@@ -21,8 +24,9 @@ import anyio
 import httpcore
 import httpx
 
-# client-go: utilnet.SetTransportDefaults gives the apiserver's transport IdleConnTimeout 90 s.
-KEEPALIVE_EXPIRY = 90.0
+# httpx's default. client-go keeps 90 s (utilnet.SetTransportDefaults, IdleConnTimeout), which needs the connections
+# closed at a client certificate rotation first (see the module docstring).
+KEEPALIVE_EXPIRY = 5.0
 # httpx's defaults for the rest.
 MAX_CONNECTIONS = 100
 MAX_KEEPALIVE_CONNECTIONS = 20
@@ -86,7 +90,7 @@ class _ClosingBackend(httpcore.AsyncNetworkBackend):
 
 
 class ApiTransport(httpx.AsyncHTTPTransport):
-    """httpx's transport with the pool above: 90 s keep-alive and a closing TLS start."""
+    """httpx's transport with the pool above: a closing TLS start."""
 
     def __init__(self, tls: ssl.SSLContext) -> None:
         limits = httpx.Limits(
