@@ -305,23 +305,30 @@ class PodWorkers:
                 worker.busy = False
             async with self._changed:
                 self._changed.notify_all()
-            if worker.finished:
-                await self._late_deletion(worker)
+            if worker.finished and await self._late_deletion(worker):
                 return
 
-    async def _late_deletion(self, worker: _Worker) -> None:
+    async def _late_deletion(self, worker: _Worker) -> bool:
         """A delete (deletionTimestamp) that reached the worker while it was terminating the pod, after the
         terminated sync had read the pod without it: that sync runs again with the deleted pod, so its API object is
         removed (upstream's worker always finishes with the latest pod). Without this a pod whose container ended on
-        its own and that was deleted meanwhile stayed Terminating for ever."""
+        its own and that was deleted meanwhile stayed Terminating for ever. False when that sync failed: the worker
+        is not finished and waits, like any failed sync, for the retry (on_error's back-off, or housekeeping)."""
         late, worker.pending = worker.pending, None
         if late is None or not _deleting(late.pod) or _deleting(worker.pod):
-            return
+            return True
         worker.pod = late.pod
         try:
             await self._syncer.sync_terminated_pod(worker.pod, await self._fresh_status(worker))
-        except Exception:
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
             log.exception("pod worker sync failed pod=%s uid=%s state=terminated", _pod_ref(worker.pod), worker.uid)
+            worker.finished = False
+            if self._on_error is not None:
+                self._on_error(worker.uid, exc)
+            return False
+        return True
 
     async def _fresh_status(self, worker: _Worker) -> PodStatus:
         # Upstream waits for the next relist (1 s) or, evented, the cache's periodic tick. A worker with work to do

@@ -135,12 +135,13 @@ class KubeClient:
             else None
         )
         # With a transport given (tests), do not build a context nobody uses. Kept: client certificate rotation
-        # loads the new pair into it (`reload_client_certificate`). Ours keeps idle connections 90 s and closes a
-        # TLS handshake cut short (`transport`).
+        # loads the new pair into it (`reload_client_certificate`) and closes the connections made with the old one
+        # (`close_connections`). Ours closes a TLS handshake cut short (`transport`).
         self.tls_context: ssl.SSLContext | None = None
         if transport is None:
             self.tls_context = ssl_context(credentials)
             transport = ApiTransport(self.tls_context)
+        self._transport = transport
         self._http = httpx.AsyncClient(
             base_url=credentials.server,
             transport=transport,
@@ -151,9 +152,15 @@ class KubeClient:
 
     def reload_client_certificate(self, pair: Path) -> None:
         """Present the certificate and key in `pair` (one PEM file) from the next TLS handshake on. Connections open
-        now, a watch among them, keep the identity they authenticated with: none is dropped."""
+        now keep the identity they authenticated with until `close_connections`."""
         if self.tls_context is not None:
             self.tls_context.load_cert_chain(str(pair))
+
+    async def close_connections(self) -> None:
+        """Close every connection to the apiserver, watches and requests under way included (see
+        `ApiTransport.close_connections`); a no-op with a transport given by a test."""
+        if isinstance(self._transport, ApiTransport):
+            await self._transport.close_connections()
 
     @classmethod
     def from_kubeconfig(

@@ -1,14 +1,15 @@
 """The HTTP transport under `KubeClient`: how connections to the apiserver are kept and closed.
 
-One thing differs from httpx's defaults, measured on `nodeagent fleet` (docs/fleet.md):
-- **Idle connections are kept 5 s (httpx's default), not client-go's 90 s, for now.** 90 s (client-go's
-  `IdleConnTimeout`) made the fleet's lease renewals reuse their connection instead of a new TCP connection and TLS
-  handshake each (p99 19-22 s -> 12 s at 100 nodes). But it broke client certificate rotation: a connection keeps
-  the certificate of its handshake, and with renewals every few seconds none was ever idle 90 s, so after a
-  certificate expired during an apiserver outage and was renewed, every request still went out on connections with
-  the expired certificate (401 Unauthorized until the test gave up; the clean-clone CI run at 866475f and a rerun).
-  Upstream's kubelet closes every connection when its client certificate rotates
-  (pkg/kubelet/certificate/transport.go); that comes first, then the 90 s.
+Three things differ from httpx's defaults, measured on `nodeagent fleet` (docs/fleet.md):
+- **Idle connections are kept 90 s**, as client-go's transport keeps them (`IdleConnTimeout`), not httpx's 5 s,
+  which is shorter than the 10 s lease renewal: nearly every renewal was a new TCP connection and TLS handshake,
+  several turns of a busy event loop each (fleet, 100 nodes x 3 pods: lease renewal p99 19-22 s with 5 s, 12 s
+  with 90 s).
+- **Every connection can be closed at once** (`close_connections`), as upstream's kubelet closes them all when its
+  client certificate rotates (pkg/kubelet/certificate/transport.go): a connection keeps the certificate of its
+  handshake, and with a request every few seconds a kept one is never idle long enough to go. Without that, a
+  certificate that expired during an apiserver outage and was renewed went on being presented: 401 Unauthorized
+  until the test gave up (the clean-clone CI runs at 866475f with 90 s, and at 556e353 even with 5 s).
 - **A TLS handshake cancelled half-way closes its socket.** httpcore closes the TCP stream when the handshake fails
   with an Exception, not when the task is cancelled (a BaseException): the stream is then referenced by nothing that
   the pool closes, and the garbage collector finds an open asyncio transport ("unclosed transport"). An agent that
@@ -24,9 +25,8 @@ import anyio
 import httpcore
 import httpx
 
-# httpx's default. client-go keeps 90 s (utilnet.SetTransportDefaults, IdleConnTimeout), which needs the connections
-# closed at a client certificate rotation first (see the module docstring).
-KEEPALIVE_EXPIRY = 5.0
+# client-go's IdleConnTimeout (utilnet.SetTransportDefaults); safe only because a rotation closes every connection.
+KEEPALIVE_EXPIRY = 90.0
 # httpx's defaults for the rest.
 MAX_CONNECTIONS = 100
 MAX_KEEPALIVE_CONNECTIONS = 20
@@ -90,7 +90,8 @@ class _ClosingBackend(httpcore.AsyncNetworkBackend):
 
 
 class ApiTransport(httpx.AsyncHTTPTransport):
-    """httpx's transport with the pool above: a closing TLS start."""
+    """httpx's transport with the pool above: 90 s keep-alive, a closing TLS start, and every connection closed on
+    demand."""
 
     def __init__(self, tls: ssl.SSLContext) -> None:
         limits = httpx.Limits(
@@ -99,14 +100,27 @@ class ApiTransport(httpx.AsyncHTTPTransport):
             keepalive_expiry=KEEPALIVE_EXPIRY,
         )
         super().__init__(verify=tls, limits=limits)
+        self._tls = tls
+        self._limits = limits
         # httpx takes no network backend, so its pool is rebuilt with the same settings and ours (httpcore's public
         # constructor); tests/unit/kube/test_transport.py fails if httpx stops using `_pool`.
-        self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=tls,
-            max_connections=limits.max_connections,
-            max_keepalive_connections=limits.max_keepalive_connections,
-            keepalive_expiry=limits.keepalive_expiry,
+        self._pool = self._new_pool()
+
+    def _new_pool(self) -> httpcore.AsyncConnectionPool:
+        return httpcore.AsyncConnectionPool(
+            ssl_context=self._tls,
+            max_connections=self._limits.max_connections,
+            max_keepalive_connections=self._limits.max_keepalive_connections,
+            keepalive_expiry=self._limits.keepalive_expiry,
             http1=True,
             http2=False,
             network_backend=_ClosingBackend(),
         )
+
+    async def close_connections(self) -> None:
+        """Close every connection, idle or in use (a watch, a request waiting for its answer), as upstream's kubelet
+        does when its client certificate rotates (pkg/kubelet/certificate/transport.go): each connection keeps the
+        certificate of its handshake. Requests from now on go to a new pool and handshake again; one cut short
+        fails as if the connection had dropped, and its caller retries as it would then."""
+        old, self._pool = self._pool, self._new_pool()
+        await old.aclose()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import signal
 import uuid
 from collections.abc import Iterator
@@ -120,7 +121,11 @@ async def test_a_failed_termination_of_a_pod_gone_from_the_apiserver_is_retried(
             return failures() >= 1
 
         await eventually(first_failure, timeout=30, what="the termination failed (DEADLINE_EXCEEDED)", agent=agent)
-        assert "DEADLINE_EXCEEDED" in agent.log.read_text(errors="replace").split(failed, 1)[1][:10000]
+        # A runtime stop call failed. Which code depends on the side whose deadline ends first: our client's
+        # (DEADLINE_EXCEEDED), or containerd's own context around its call to the stopped shim, which comes back as
+        # UNKNOWN (UnknownCRIError in the clean-clone CI run at 556e353).
+        after = agent.log.read_text(errors="replace").split(failed, 1)[1][:10000]
+        assert re.search(r"RuntimeService/Stop(Container|PodSandbox): (DEADLINE_EXCEEDED|UNKNOWN)", after), after
         seen = failures()
         with contextlib.suppress(NotFound):
             await admin.delete(paths.pod(NS, name), grace_period_seconds=0)  # force-deleted: it leaves the config

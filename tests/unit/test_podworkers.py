@@ -346,3 +346,44 @@ async def test_a_delete_that_arrives_while_the_pod_terminates_on_its_own_is_not_
     assert seen == [False, True]
     assert workers.state("a") is WorkState.TERMINATED
     await workers.stop()
+
+
+async def test_a_late_delete_whose_sync_failed_is_retried() -> None:
+    """The late delete's terminated sync fails (the apiserver answered 401 in the CI run at 556e353): the worker is
+    not finished, the failure goes to on_error (the kubelet's back-off), and the next update runs the terminated sync
+    again with the deleted pod, as upstream retries a pod's last sync."""
+    syncer = RecordingSyncer()
+    syncer.finish_after.add("a")
+    failed: list[str] = []
+    workers = new_workers(syncer, on_error=lambda uid, exc: failed.append(uid))
+    seen: list[bool] = []
+    terminated = syncer.sync_terminated_pod
+    failures = [RuntimeError("401 Unauthorized")]
+
+    async def record(p: Pod, status: PodStatus) -> None:
+        seen.append("deletionTimestamp" in p["metadata"])
+        if seen[-1] and failures:
+            raise failures.pop()
+        await terminated(p, status)
+
+    syncer.sync_terminated_pod = record  # type: ignore[method-assign,assignment]
+    syncer.gate = asyncio.Event()
+    workers.update_pod(UpdatePodOptions(UpdateType.CREATE, pod("a")))
+    await asyncio.sleep(0)
+    syncer.gate.set()
+    syncer.gate = asyncio.Event()  # the terminating sync is now held open
+    for _ in range(5):
+        await asyncio.sleep(0)
+    workers.update_pod(UpdatePodOptions(UpdateType.UPDATE, pod("a", deleted=True)))
+    syncer.gate.set()
+    await settle(workers)
+    assert (seen, failed) == ([False, True], ["a"])
+    assert workers.could_have_running_containers("a") is False
+
+    workers.update_pod(UpdatePodOptions(UpdateType.SYNC, pod("a", deleted=True)))  # the kubelet's retry
+    await settle(workers)
+    assert seen == [False, True, True]
+    workers.update_pod(UpdatePodOptions(UpdateType.SYNC, pod("a", deleted=True)))  # finished now: nothing runs
+    await settle(workers)
+    assert seen == [False, True, True]
+    await workers.stop()

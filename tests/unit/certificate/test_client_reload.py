@@ -1,5 +1,6 @@
-"""KubeClient.reload_client_certificate against a real TLS server on loopback that requires client certificates:
-a connection open before the reload keeps its identity (nothing is dropped), a new one presents the new pair."""
+"""KubeClient.reload_client_certificate and close_connections against a real TLS server on loopback that requires
+client certificates: as upstream's kubelet at a rotation, every connection made with the old pair is closed, the idle
+one and the one waiting for its answer (a watch), and the next request handshakes with the new pair."""
 
 from __future__ import annotations
 
@@ -8,17 +9,19 @@ import datetime
 import ssl
 from pathlib import Path
 
+import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from nodeagent.kube.client import KubeClient
+from nodeagent.kube.errors import ApiUnavailable
 from nodeagent.kube.kubeconfig import ClusterCredentials
 from tests.unit.certificate.certs import ca, client_pair, server_pair
 
 AUTHORITY = ca()
 
 
-async def test_reload_reaches_new_connections_only(tmp_path: Path) -> None:
+async def test_a_rotation_closes_every_connection_of_the_old_pair(tmp_path: Path) -> None:
     ca_pem = AUTHORITY[1].public_bytes(serialization.Encoding.PEM)
     server_cert, server_key = server_pair(AUTHORITY, "127.0.0.1")
     (tmp_path / "server.pem").write_bytes(server_cert + server_key)
@@ -27,7 +30,7 @@ async def test_reload_reaches_new_connections_only(tmp_path: Path) -> None:
     server_tls.verify_mode = ssl.CERT_REQUIRED
     seen: list[tuple[int, int]] = []  # (connection number, client certificate serial) per request
     connections = 0
-    release, second_arrived = asyncio.Event(), asyncio.Event()
+    release, first_arrived = asyncio.Event(), asyncio.Event()
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         nonlocal connections
@@ -38,9 +41,9 @@ async def test_reload_reaches_new_connections_only(tmp_path: Path) -> None:
         try:
             while await reader.readuntil(b"\r\n\r\n"):
                 seen.append((number, serial))
-                if len(seen) == 2:
-                    second_arrived.set()
-                    await release.wait()  # hold the second request: a concurrent one needs a new connection
+                if len(seen) == 1:
+                    first_arrived.set()
+                    await release.wait()  # the first request waits for its answer, as a watch does
                 writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
@@ -63,15 +66,16 @@ async def test_reload_reaches_new_connections_only(tmp_path: Path) -> None:
     )
     try:
         async with KubeClient(credentials) as client:
-            await client.get("/api/v1/namespaces/default")
-            assert seen == [(1, first_serial)]
+            held = asyncio.create_task(client.get("/api/v1/namespaces/default"))  # connection 1, in use
+            await asyncio.wait_for(first_arrived.wait(), 10)
+            await client.get("/api/v1/namespaces/default")  # connection 2, then idle and kept
             client.reload_client_certificate(tmp_path / "pair.pem")
-            held = asyncio.create_task(client.get("/api/v1/namespaces/default"))  # reuses connection 1
-            await asyncio.wait_for(second_arrived.wait(), 10)
-            await client.get("/api/v1/namespaces/default")  # connection 1 is busy: a new handshake
-            release.set()
-            await held
+            await client.close_connections()
+            with pytest.raises(ApiUnavailable):
+                await asyncio.wait_for(held, 10)  # cut: its caller retries, as after a dropped connection
+            await client.get("/api/v1/namespaces/default")  # not on connection 2: a new handshake
     finally:
+        release.set()
         server.close()
         await server.wait_closed()
-    assert seen == [(1, first_serial), (1, first_serial), (2, second_serial)]
+    assert seen == [(1, first_serial), (2, first_serial), (3, second_serial)]

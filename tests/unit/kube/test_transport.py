@@ -6,13 +6,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import time
+import types
 import warnings
 from collections.abc import AsyncIterator
 
+import httpcore
 import pytest
 
 from nodeagent.kube.client import KubeClient
 from nodeagent.kube.kubeconfig import ClusterCredentials
+from nodeagent.nodestatus.manager import LEASE_RENEW_FRACTION
 
 ANSWER = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
 
@@ -49,6 +53,23 @@ async def serving(server: Server) -> AsyncIterator[Server]:
     finally:
         listener.close()
         await listener.wait_closed()
+
+
+async def test_a_connection_outlives_the_lease_renew_interval(monkeypatch: pytest.MonkeyPatch) -> None:
+    """httpx drops an idle connection after 5 s, so every 10 s renewal made a new connection and TLS handshake; kept
+    90 s, the renewal reuses it."""
+    renew = 40 * LEASE_RENEW_FRACTION
+    offset = 0.0
+    clock = types.SimpleNamespace(monotonic=lambda: time.monotonic() + offset)
+    monkeypatch.setattr(httpcore._async.http11, "time", clock)  # the connection's idea of idle time only
+    async with (
+        serving(Server(answer=True)) as server,
+        KubeClient(ClusterCredentials(server=f"http://127.0.0.1:{server.port}")) as client,
+    ):
+        await client.get("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1")
+        offset = renew + 1
+        await client.get("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1")
+    assert server.connections == 1
 
 
 async def test_a_tls_handshake_cancelled_half_way_closes_its_socket() -> None:
