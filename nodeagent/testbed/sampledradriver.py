@@ -12,7 +12,8 @@ does, small enough to read, run on the host beside an agent as a user would run 
   /dev/null, a real character device) and a read-only mount of a file holding the claim's name at
   `/run/nodeagent-dra/<device>`; it answers the CDI device IDs `<driver>/device=<claim uid>-<device>`.
 - NodeUnprepareResources: removes the claim's spec and files. Both calls are appended to `--record` (JSON lines:
-  method, claim namespace/name/uid), which tests read.
+  method, claim namespace/name/uid, `at` and `took_s`: when the call came and the driver's own time for the claim),
+  which tests and benchmarks/devices.py read.
 
 Run it as `python3 -m nodeagent.testbed.sampledradriver --root-dir ... --cdi-dir ... --kubeconfig ... --node-name ...`;
 SIGTERM stops it and removes its sockets (the ResourceSlice stays, as with upstream's drivers: the kubelet wipes it
@@ -31,6 +32,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -117,9 +119,18 @@ class Driver(api_pb2_grpc.DRAPluginServicer, reg_grpc.RegistrationServicer):
         self.cdi_dir = Path(args.cdi_dir)
         self.state = Path(args.root_dir) / "plugins" / args.driver / "claims"
 
-    def _record(self, method: str, claim: api_pb2.Claim) -> None:
+    def _record(self, method: str, claim: api_pb2.Claim, started: float) -> None:
+        """One line per claim and call, once it is answered: `at` (wall clock) and `took_s` time the driver's own
+        work for the claim (from the request's arrival to its answer, the gRPC transport not included)."""
         if self.args.record:
-            line = {"method": method, "namespace": claim.namespace, "name": claim.name, "uid": claim.uid}
+            line = {
+                "method": method,
+                "namespace": claim.namespace,
+                "name": claim.name,
+                "uid": claim.uid,
+                "at": round(started, 6),
+                "took_s": round(time.time() - started, 6),
+            }
             with open(self.args.record, "a", encoding="utf-8") as out:
                 out.write(json.dumps(line) + "\n")
 
@@ -142,7 +153,6 @@ class Driver(api_pb2_grpc.DRAPluginServicer, reg_grpc.RegistrationServicer):
     # --- DRAPlugin -----------------------------------------------------------------------------------------------
 
     async def _prepare(self, claim: api_pb2.Claim) -> api_pb2.NodePrepareResourceResponse:
-        self._record("NodePrepareResources", claim)
         try:
             obj = await self.client.get(
                 paths.api_path(
@@ -182,7 +192,9 @@ class Driver(api_pb2_grpc.DRAPluginServicer, reg_grpc.RegistrationServicer):
     ) -> api_pb2.NodePrepareResourcesResponse:
         response = api_pb2.NodePrepareResourcesResponse()
         for claim in request.claims:
+            started = time.time()
             response.claims[claim.uid].CopyFrom(await self._prepare(claim))
+            self._record("NodePrepareResources", claim, started)
             log.info("prepared claim=%s/%s uid=%s", claim.namespace, claim.name, claim.uid)
         return response
 
@@ -191,10 +203,11 @@ class Driver(api_pb2_grpc.DRAPluginServicer, reg_grpc.RegistrationServicer):
     ) -> api_pb2.NodeUnprepareResourcesResponse:
         response = api_pb2.NodeUnprepareResourcesResponse()
         for claim in request.claims:
-            self._record("NodeUnprepareResources", claim)
+            started = time.time()
             with contextlib.suppress(FileNotFoundError):
                 self._spec_path(claim.uid).unlink()
             shutil.rmtree(self.state / claim.uid, ignore_errors=True)
+            self._record("NodeUnprepareResources", claim, started)
             response.claims[claim.uid].CopyFrom(api_pb2.NodeUnprepareResourceResponse())
             log.info("unprepared claim=%s/%s uid=%s", claim.namespace, claim.name, claim.uid)
         return response
