@@ -5,7 +5,9 @@ The plugin serves `example.com/resource` with two devices (Dev-1, Dev-2); its Al
 the host and answers with a mount of it at the same path in the container. Its registration socket is upstream's
 constant `/var/lib/kubelet/device-plugins/kubelet.sock`, so `start` runs it in a mount namespace of its own in which
 that directory is the agent's `<root-dir>/device-plugins` (bind-mounted over a private tmpfs on /var/lib/kubelet):
-the host's /var/lib/kubelet is neither used nor changed, and the plugin's /tmp is the host's.
+the host's /var/lib/kubelet is neither used nor changed, and the plugin's /tmp is the host's. The upstream kubelet
+(nodeagent/testbed/upstreamkubelet.py) serves that constant path itself, whatever its --root-dir: `start_in` runs the
+plugin there directly (tests/differential/devices.py).
 """
 
 from __future__ import annotations
@@ -59,18 +61,25 @@ def build_sample_device_plugin(progress: Progress) -> Path:
 
 
 def start(binary: Path, root_dir: Path, log: Path) -> subprocess.Popen[bytes]:
-    """Runs the plugin for the agent of `root_dir`; stop it with SIGTERM (it then removes its socket)."""
-    plugin_dir = root_dir / "device-plugins"
+    """Runs the plugin for the agent of `root_dir` (nodeagent: `<root-dir>/device-plugins`); stop it with SIGTERM (it
+    then removes its socket)."""
+    return start_in(binary, root_dir / "device-plugins", log)
+
+
+def start_in(binary: Path, plugin_dir: Path, log: Path) -> subprocess.Popen[bytes]:
+    """Runs the plugin against the registration socket in `plugin_dir`. UPSTREAM_PLUGIN_DIR itself is used as it is:
+    the upstream kubelet's device manager listens there whatever its --root-dir (the constant
+    `pluginapi.KubeletSocket`); any other directory through a mount namespace of the plugin's own."""
     plugin_dir.mkdir(parents=True, exist_ok=True)
-    script = (
-        "set -e; mount --make-rprivate /; mount -t tmpfs tmpfs /var/lib/kubelet 2>/dev/null "
-        "|| { mkdir -p /var/lib/kubelet && mount -t tmpfs tmpfs /var/lib/kubelet; }; "
-        f'mkdir -p {UPSTREAM_PLUGIN_DIR}; mount --bind "$1" {UPSTREAM_PLUGIN_DIR}; shift; exec "$@"'
-    )
-    with log.open("ab") as out:
-        return subprocess.Popen(
-            ["unshare", "--mount", "sh", "-c", script, "sh", str(plugin_dir), str(binary), "--alsologtostderr"],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "PLUGIN_SOCK_DIR": UPSTREAM_PLUGIN_DIR},
+    env = {**os.environ, "PLUGIN_SOCK_DIR": UPSTREAM_PLUGIN_DIR}
+    if plugin_dir == Path(UPSTREAM_PLUGIN_DIR):
+        argv = [str(binary), "--alsologtostderr"]
+    else:
+        script = (
+            "set -e; mount --make-rprivate /; mount -t tmpfs tmpfs /var/lib/kubelet 2>/dev/null "
+            "|| { mkdir -p /var/lib/kubelet && mount -t tmpfs tmpfs /var/lib/kubelet; }; "
+            f'mkdir -p {UPSTREAM_PLUGIN_DIR}; mount --bind "$1" {UPSTREAM_PLUGIN_DIR}; shift; exec "$@"'
         )
+        argv = ["unshare", "--mount", "sh", "-c", script, "sh", str(plugin_dir), str(binary), "--alsologtostderr"]
+    with log.open("ab") as out:
+        return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 Obj = dict[str, Any]
@@ -30,11 +30,13 @@ _TOKEN_VOLUME = re.compile(r"\bkube-api-access-[a-z0-9]{5}\b")
 
 @dataclass(frozen=True)
 class Context:
-    """The names of one run, replaced by placeholders: the namespace, and pod UIDs by pod name."""
+    """The names of one run, replaced by placeholders: the namespace, pod UIDs by pod name, and names generated for
+    the run (a ResourceClaim made from a template: `<pod>-<claim>-<random>`) by what they stand for."""
 
     namespace: str
     uids: dict[str, str]
     node: str = ""
+    names: dict[str, str] = field(default_factory=dict)
 
 
 def scrub(text: str, ctx: Context) -> str:
@@ -43,6 +45,8 @@ def scrub(text: str, ctx: Context) -> str:
     text = _TOKEN_VOLUME.sub("kube-api-access-<rand>", text)
     for name, uid in ctx.uids.items():
         text = text.replace(uid, f"<uid:{name}>")
+    for generated, placeholder in ctx.names.items():
+        text = text.replace(generated, f"<{placeholder}>")
     text = _UUID.sub("<uid>", text)
     text = _HEX64.sub("<hex>", text)
     if ctx.namespace:

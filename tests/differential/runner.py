@@ -25,11 +25,12 @@ from cri.v1 import api_pb2
 from nodeagent.kube import paths
 from nodeagent.kube.client import KubeClient
 from nodeagent.kube.errors import AlreadyExists, ApiError, NotFound
-from nodeagent.testbed import configs, registry
+from nodeagent.testbed import configs, registry, sampledeviceplugin
 from nodeagent.testbed import images as testbed_images
 from nodeagent.testbed.testbed import Testbed
 from nodeagent.testbed.versions import busybox_path, cache_root
 from tests.differential import agents
+from tests.differential import devices as scenario_devices
 from tests.differential.compare import Comparison, Recording, compare
 from tests.differential.normalise import Context, event_line, pod_state
 from tests.differential.recorder import Recorder
@@ -122,17 +123,31 @@ async def _make_namespace(admin: KubeClient, namespace: str) -> None:
     raise RuntimeError(f"namespace {namespace}: no default service account after 30s")
 
 
+# Cluster-scoped kinds: the scenario's name as written, removed at the scenario's end.
+CLUSTER_KINDS = {
+    "RuntimeClass": ("runtimeclasses", "node.k8s.io/v1"),
+    "DeviceClass": ("deviceclasses", "resource.k8s.io/v1"),
+}
+NAMESPACED_KINDS = {
+    "ConfigMap": ("configmaps", "v1"),
+    "Secret": ("secrets", "v1"),
+    "Service": ("services", "v1"),
+    "ResourceClaimTemplate": ("resourceclaimtemplates", "resource.k8s.io/v1"),
+}
+
+
 def _object_path(obj: Obj, namespace: str) -> str:
-    if obj["kind"] == "RuntimeClass":  # cluster-scoped: the scenario's name as written, removed with the namespace
-        return paths.api_path("runtimeclasses", group="node.k8s.io")
-    plural = {"ConfigMap": "configmaps", "Secret": "secrets", "Service": "services"}[obj["kind"]]
-    return paths.api_path(plural, namespace=namespace)
+    kind = obj["kind"]
+    plural, api_version = CLUSTER_KINDS[kind] if kind in CLUSTER_KINDS else NAMESPACED_KINDS[kind]
+    group, _, version = api_version.rpartition("/")
+    return paths.api_path(plural, group=group, version=version, namespace=None if kind in CLUSTER_KINDS else namespace)
 
 
 def _body(obj: Obj, namespace: str) -> Obj:
-    if obj["kind"] == "RuntimeClass":
-        return {"apiVersion": "node.k8s.io/v1", **obj}
-    return {"apiVersion": "v1", **obj, "metadata": {**obj["metadata"], "namespace": namespace}}
+    kind = obj["kind"]
+    if kind in CLUSTER_KINDS:
+        return {"apiVersion": CLUSTER_KINDS[kind][1], **obj}
+    return {"apiVersion": NAMESPACED_KINDS[kind][1], **obj, "metadata": {**obj["metadata"], "namespace": namespace}}
 
 
 async def _container_pid(cri: CRIClient, container_id: str) -> int:
@@ -142,15 +157,31 @@ async def _container_pid(cri: CRIClient, container_id: str) -> int:
 
 
 class Player:
-    def __init__(self, testbed: Testbed, admin: KubeClient, cri: CRIClient, agent: str) -> None:
+    def __init__(
+        self, testbed: Testbed, admin: KubeClient, cri: CRIClient, agent: str, log_dir: Path | None = None
+    ) -> None:
         self.testbed = testbed
         self.admin = admin
         self.cri = cri
         self.agent = agent
         self.images = images(testbed)
         self.roots = roots(testbed)
+        self.log_dir = log_dir or testbed.layout.logs
+
+    def _root_dir(self) -> Path:
+        """The agent's --root-dir, where a scenario's device plugin and DRA driver register."""
+        return Path(self.roots.agents[1] if self.agent.startswith("kubelet") else self.roots.agents[0])
+
+    async def _name_claims(self, namespace: str, ctx: Context) -> None:
+        """The ResourceClaims made from the pods' templates, by `claim:<pod>/<claim>`: their names carry a random
+        suffix, and the DRA driver puts them into the container's environment."""
+        for pod in (await self.admin.list(paths.pods(namespace)))["items"]:
+            for claim in (pod.get("status") or {}).get("resourceClaimStatuses") or ():
+                if claim.get("resourceClaimName"):
+                    ctx.names[str(claim["resourceClaimName"])] = f"claim:{pod['metadata']['name']}/{claim['name']}"
 
     async def _record_runtime(self, namespace: str, ctx: Context, recording: Recording) -> None:
+        await self._name_claims(namespace, ctx)
         merge(recording.runtime, await snapshot(self.cri, namespace, ctx, self.roots))
 
     async def play(self, scenario: Scenario) -> Played:
@@ -162,7 +193,20 @@ class Player:
         await _make_namespace(self.admin, namespace)
         recorder = Recorder(self.admin, namespace)
         cut = 0
+        label = self.agent.replace("#", "-")
+        devices = scenario_devices.Devices()
         try:
+            if scenario.devices:
+                kubelet = self.agent.startswith("kubelet")
+                devices = await scenario_devices.start(
+                    scenario.devices,
+                    self.testbed,
+                    self.admin,
+                    self._root_dir(),
+                    self.log_dir,
+                    label,
+                    plugin_dir=Path(sampledeviceplugin.UPSTREAM_PLUGIN_DIR) if kubelet else None,
+                )
             for obj in scenario.objects:
                 body = _body(substitute(obj, self.images), namespace)
                 with contextlib.suppress(AlreadyExists):  # a RuntimeClass left by an interrupted run
@@ -190,7 +234,10 @@ class Player:
         finally:
             await recorder.stop()
             played.raw = recorder.history[:cut]
-            await self._clean(namespace, scenario)
+            try:
+                await self._clean(namespace, scenario)
+            finally:
+                await asyncio.to_thread(devices.stop)
         for name, version in played.raw:
             if version is not None:
                 recording.states.setdefault(name, []).append(pod_state(version, ctx))
@@ -251,7 +298,7 @@ class Player:
         with contextlib.suppress(NotFound):
             await self.admin.delete(paths.namespace(namespace))
         for obj in scenario.objects:
-            if obj["kind"] == "RuntimeClass":
+            if obj["kind"] in CLUSTER_KINDS:
                 with contextlib.suppress(NotFound):
                     await self.admin.delete(f"{_object_path(obj, namespace)}/{obj['metadata']['name']}")
 
@@ -293,7 +340,7 @@ async def run(
             started = time.monotonic()
             agent = await agents.start(name, testbed, log_dir, label.replace("#", "-"))
             progress(f"agent {label} up in {time.monotonic() - started:.1f}s (log {agent.log})")
-            player = Player(testbed, admin, cri, label)
+            player = Player(testbed, admin, cri, label, log_dir)
             recordings[label] = {}
             try:
                 for scenario in scenarios:

@@ -18,7 +18,9 @@ Obj = dict[str, Any]
 SCENARIO_DIR = Path(__file__).parent / "scenarios"
 GLOBAL_KNOWN = Path(__file__).parent / "known_differences.yaml"
 
-OBJECT_KINDS = ("ConfigMap", "Secret", "Service", "RuntimeClass")
+OBJECT_KINDS = ("ConfigMap", "Secret", "Service", "RuntimeClass", "DeviceClass", "ResourceClaimTemplate")
+# What a scenario may run beside each agent (tests/differential/devices.py).
+DEVICE_KINDS = ("device-plugin", "dra-driver")
 ACTIONS = ("create", "wait", "sleep", "kill", "exec", "delete")
 WAIT_KEYS = {
     "pod", "timeout", "phase", "condition", "status", "container", "state", "reason", "restartCount", "ready",
@@ -55,6 +57,7 @@ class Scenario:
     known: tuple[KnownDifference, ...] = ()
     timeout: float = 30.0
     tags: tuple[str, ...] = field(default=())
+    devices: tuple[str, ...] = field(default=())
 
     def pod(self, name: str) -> Obj:
         for pod in self.pods:
@@ -133,6 +136,10 @@ def parse(raw: Obj, name: str) -> Scenario:
     for obj in raw.get("objects") or ():
         if obj.get("kind") not in OBJECT_KINDS:
             raise ScenarioError(f"{where}: objects may be {', '.join(OBJECT_KINDS)}, not {obj.get('kind')!r}")
+    devices = tuple(raw.get("devices") or ())
+    unknown_devices = set(devices) - set(DEVICE_KINDS)
+    if unknown_devices:
+        raise ScenarioError(f"{where}: devices may be {', '.join(DEVICE_KINDS)}, not {sorted(unknown_devices)}")
     return Scenario(
         name=name,
         description=str(raw.get("description", "")).strip(),
@@ -142,6 +149,7 @@ def parse(raw: Obj, name: str) -> Scenario:
         known=_known(raw.get("known_differences"), where),
         timeout=float(raw.get("timeout", 30)),
         tags=tuple(raw.get("tags") or ()),
+        devices=devices,
     )
 
 

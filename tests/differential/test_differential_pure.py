@@ -182,11 +182,37 @@ def test_compare_reports_the_kept_reasons() -> None:
             },
             "reason",
         ),
+        (
+            {"pods": [{"metadata": {"name": "p"}, "spec": {}}], "actions": [{"create": "p"}], "devices": ["gpu"]},
+            "devices may be device-plugin, dra-driver",
+        ),
+        (
+            {
+                "pods": [{"metadata": {"name": "p"}, "spec": {}}],
+                "actions": [{"create": "p"}],
+                "objects": [{"kind": "ResourceClaim", "metadata": {"name": "c"}}],
+            },
+            "objects may be",
+        ),
     ],
 )
 def test_parse_refuses(raw: dict[str, Any], message: str) -> None:
     with pytest.raises(ScenarioError, match=message):
         parse(raw, "s")
+
+
+def test_scrub_names_a_generated_claim_by_what_it_stands_for() -> None:
+    ctx = Context(namespace="d-na-x-abcde", uids={}, names={"p-accel-x7k2q": "claim:p/accel"})
+    assert (
+        scrub("fetch ResourceClaim p-accel-x7k2q: forbidden", ctx) == "fetch ResourceClaim <claim:p/accel>: forbidden"
+    )
+
+
+def test_the_device_scenarios_name_what_they_run() -> None:
+    plugin, dra = load_all(only=("spec-device-plugin", "spec-dra-claim"))
+    assert plugin.devices == ("device-plugin",)
+    assert dra.devices == ("dra-driver",)
+    assert [o["kind"] for o in dra.objects] == ["DeviceClass", "ResourceClaimTemplate"]
 
 
 def test_the_corpus_loads_and_is_large_enough() -> None:
