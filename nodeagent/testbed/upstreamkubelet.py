@@ -323,11 +323,24 @@ async def stop_kubelet(proc: KubeletProcess) -> None:
     await asyncio.to_thread(hostnet.unmount_under, proc.root_dir)
     await asyncio.to_thread(_unmount_self_bind, proc.root_dir)
     await asyncio.to_thread(_empty_dir, proc.root_dir)
+    await asyncio.to_thread(_remove_device_plugin_files, DEVICE_PLUGIN_DIR)
     if proc.cgroup_root.strip("/"):
         # Its QoS cgroups (kubepods, burstable, besteffort) carry limits and shares it set: nodeagent, next, makes
         # its own under the same root and must not inherit them.
         await asyncio.to_thread(remove_cgroup_tree, proc.cgroup_root)
     logger.info("upstream kubelet stopped pid=%d pod_log_dirs=%d links=%d", proc.pid, len(log_dirs), removed_links)
+
+
+# Upstream's device manager serves its registration socket and writes its checkpoint here whatever --root-dir says
+# (pluginapi.KubeletSocket, a constant).
+DEVICE_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
+DEVICE_PLUGIN_FILES = ("kubelet.sock", "kubelet_internal_checkpoint")
+
+
+def _remove_device_plugin_files(directory: Path) -> None:
+    """The kubelet's own files in the fixed device-plugin directory; a plugin's socket there is its owner's."""
+    for name in DEVICE_PLUGIN_FILES:
+        (directory / name).unlink(missing_ok=True)
 
 
 async def _remove_runtime_objects(layout: Layout, pod_logs_dir: Path) -> list[Path]:

@@ -175,3 +175,11 @@ def test_kubelet_config_keeps_the_testbeds_cluster_dns(tmp_path: Path) -> None:
     agent = yaml.safe_load(configs.agent_config(Layout(tmp_path), settings))
     config = kubelet_config(agent, root=ROOT)
     assert (config["clusterDNS"], config["clusterDomain"]) == (["198.19.0.10"], "cluster.local")
+
+
+def test_the_kubelets_device_plugin_files_go_and_a_plugins_socket_stays(tmp_path: Path) -> None:
+    for name in ("kubelet.sock", "kubelet_internal_checkpoint", "example.sock"):
+        (tmp_path / name).write_text("")
+    upstreamkubelet._remove_device_plugin_files(tmp_path)
+    upstreamkubelet._remove_device_plugin_files(tmp_path)  # idempotent: nothing left to remove
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["example.sock"]
