@@ -1,6 +1,6 @@
 """The `nodeagent` command line: `up` (the embedded default), `run`, `pods`, `conformance`,
-`testbed install|up|down`, `vm install|box|network|check` (the Vagrant VM, nodeagent/vm) and `cluster up|down` (a
-kubeadm cluster of nodeagent nodes, nodeagent/cluster)."""
+`testbed install|up|down`, `vm install|box|network|check` (the Vagrant VM, nodeagent/vm), `cluster up|down` (a
+kubeadm cluster of nodeagent nodes, nodeagent/cluster) and `kind install|check` (Docker for kind, nodeagent/kind)."""
 
 from __future__ import annotations
 
@@ -26,6 +26,8 @@ from nodeagent.conformance.run import DEFAULT_FOCUS, DEFAULT_PROCS, DEFAULT_TIME
 from nodeagent.experiment.errors import ExperimentError
 from nodeagent.fleet import command as fleet_command
 from nodeagent.fleet.plan import FleetError
+from nodeagent.kind import command as kind_command
+from nodeagent.kind.errors import KindError
 from nodeagent.localserver import LocalServerUnreachable, fetch_pods, format_pods
 from nodeagent.testbed import install as installer
 from nodeagent.testbed.layout import Layout
@@ -451,6 +453,7 @@ def build_parser() -> argparse.ArgumentParser:
     vm_command.add_parser(sub)
     cluster_command.add_parser(sub)
     fleet_command.add_parser(sub)
+    kind_command.add_parser(sub)
     return parser
 
 
@@ -472,6 +475,7 @@ def main(argv: list[str] | None = None) -> int:
         ClusterError,
         NodeError,
         FleetError,
+        KindError,
     ) as exc:
         print(_error_text(exc), file=sys.stderr)
         return 1
