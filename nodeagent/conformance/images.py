@@ -19,6 +19,11 @@ nautilus: testbed/certifiedimages.py) are pushed too, each when its parts are on
 install --with-certified`); without them the image stays lacking in images.txt and the log says why. So is agnhost
 with the DNS tools the DNS specs run in it (dig, getent), over the testbed's agnhost:2.56. Nothing is built for them
 by a plain install, so a [NodeConformance] run on a machine without their parts costs nothing more.
+
+One image the suite uses is in none of `--list-images`' lines: the DRA specs' proxy pods run
+sig-storage/hostpathplugin:v1.7.3 (their manifest names it; manifest.go does not). It is added to the list
+(`MANIFEST_ONLY`), and the testbed's stand-in (testbed/hostpathplugin.py: the proxy mode alone, on busybox) is pushed
+under that tag only; the CSI hostpath specs' v1.16.1 would need the real CSI driver and stays lacking.
 """
 
 from __future__ import annotations
@@ -37,8 +42,9 @@ from cri.client import connect
 from cri.errors import CRIError
 from nodeagent.conformance import repolist
 from nodeagent.conformance.errors import ConformanceError
-from nodeagent.testbed import certifiedimages, images, nginximage, registry
+from nodeagent.testbed import certifiedimages, hostpathplugin, images, nginximage, registry
 from nodeagent.testbed.images import ImageBuildError
+from nodeagent.testbed.install import Progress
 from nodeagent.testbed.versions import (
     NONROOT_USER,
     agnhost_path,
@@ -59,6 +65,12 @@ ALIASES: dict[str, str] = {
     "e2e-test-images/nonroot": "nonroot",
     "e2e-test-images/nginx": "nginx",
 }
+# The same for one tag of a repository only: the stand-in does not serve the repository's other tags.
+TAGGED_ALIASES: dict[tuple[str, str], str] = {
+    (hostpathplugin.REPOSITORY, hostpathplugin.TAG): "hostpathplugin-proxy",
+}
+# Images the suite's manifests name that `--list-images` does not print (upstream names, localised like its lines).
+MANIFEST_ONLY: tuple[str, ...] = (hostpathplugin.UPSTREAM_IMAGE,)
 
 
 @dataclass(frozen=True)
@@ -100,9 +112,8 @@ def list_images(e2e_test: Path, repo_list: Path, registry_addr: str) -> list[Ima
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-20:])
         raise ConformanceError(f"e2e.test --list-images failed (exit {proc.returncode}):\n{tail}")
-    return parse_image_list(
-        "\n".join(repolist.localise(line.strip(), registry_addr) for line in proc.stdout.splitlines())
-    )
+    lines = [*proc.stdout.splitlines(), *MANIFEST_ONLY]
+    return parse_image_list("\n".join(repolist.localise(line.strip(), registry_addr) for line in lines))
 
 
 @dataclass(frozen=True)
@@ -140,9 +151,14 @@ def coverage_lines(cover: Coverage) -> list[str]:
 
 def alias_targets(needed: Sequence[ImageRef], registry_addr: str) -> list[tuple[ImageRef, str]]:
     """The manifest images a testbed image stands in for, each with the testbed image's builder name."""
-    return [
-        (ref, ALIASES[ref.repository]) for ref in needed if ref.registry == registry_addr and ref.repository in ALIASES
-    ]
+    targets = []
+    for ref in needed:
+        if ref.registry != registry_addr:
+            continue
+        source = ALIASES.get(ref.repository) or TAGGED_ALIASES.get((ref.repository, ref.tag))
+        if source is not None:
+            targets.append((ref, source))
+    return targets
 
 
 async def registry_inventory(registry_addr: str) -> set[tuple[str, str]]:
@@ -164,7 +180,8 @@ async def registry_inventory(registry_addr: str) -> set[tuple[str, str]]:
 
 
 async def push_aliases(registry_addr: str, needed: Sequence[ImageRef]) -> list[ImageRef]:
-    """Push the testbed's e2e busybox, pause, agnhost, nonewprivs, nonroot and nginx under the suite's names, then
+    """Push the testbed's e2e busybox, pause, agnhost, nonewprivs, nonroot, nginx and the DRA proxy image (built
+    here, seconds, the first time) under the suite's names, then
     the certified suite's own images whose parts are here (`push_certified`: its agnhost with the DNS tools goes over
     the plain one); the refs pushed. A testbed's registry holds the last four already (`testbed up` pushes them);
     another cluster's (`--registry`, `--cluster`) gets them here."""
@@ -176,6 +193,9 @@ async def push_aliases(registry_addr: str, needed: Sequence[ImageRef]) -> list[I
         "nonewprivs": lambda: images.build_nonewprivs_image(cache / "nonewprivs", nonewprivs_path(), busybox_path()),
         "nonroot": lambda: images.build_nonroot_image(cache / "nonroot", busybox_path(), user=NONROOT_USER),
         "nginx": lambda: nginximage.build_nginx_image(cache / "nginx", nginx_root(), busybox_path()),
+        "hostpathplugin-proxy": lambda: hostpathplugin.build_image(
+            cache / "hostpathplugin-proxy", hostpathplugin.build_binary(Progress(log.info)), busybox_path()
+        ),
     }
     pushed = []
     for ref, source in alias_targets(needed, registry_addr):

@@ -91,13 +91,19 @@ def agent_cgroup_root(settings: Settings) -> str:
     return f"/nodeagent-{settings.bridge}"
 
 
+# containerd's default second CDI spec directory (after /etc/cdi), the hostPath test/e2e/testing-manifests/dra uses.
+HOST_CDI_SPEC_DIR = "/var/run/cdi"
+
+
 def containerd_config(layout: Layout, settings: Settings) -> str:
     """containerd 1.7 (config version 2): own root, state and sockets, cgroupfs, CNI and registry from the testbed.
     Two runtime handlers, both runc: `runc` (the default) and `ALT_RUNTIME_HANDLER` for RuntimeClass.
 
     `restrict_oom_score_adj` is required on these machines: lowering oom_score_adj is refused even for root, and
     without it every sandbox fails. CDI is on (`enable_cdi`, off by default in 1.7) with the testbed's own spec
-    directory, so that the CDI device names a DRA driver returns (and a device plugin's CDI devices) are injected.
+    directory, so that the CDI device names a DRA driver returns (and a device plugin's CDI devices) are injected,
+    and containerd's default `HOST_CDI_SPEC_DIR`: upstream's e2e DRA specs write their test driver's specs there
+    through a proxy pod's hostPath, whatever the node (`nodeagent conformance --preset devices`).
     """
     cri = 'plugins."io.containerd.grpc.v1.cri"'
     c = layout.containerd
@@ -130,7 +136,7 @@ disabled_plugins = [
   stream_server_address = "127.0.0.1"
   stream_server_port = "{settings.stream_port}"
   enable_cdi = true
-  cdi_spec_dirs = ["{layout.cdi_spec_dir}"]
+  cdi_spec_dirs = ["{layout.cdi_spec_dir}", "{HOST_CDI_SPEC_DIR}"]
 
 [{cri}.containerd]
   snapshotter = "overlayfs"

@@ -537,6 +537,7 @@ class Testbed:
         lay.containerd.mkdir(parents=True, exist_ok=True)
         lay.containerd_config.write_text(configs.containerd_config(lay, settings))
         lay.cdi_spec_dir.mkdir(parents=True, exist_ok=True)
+        Path(configs.HOST_CDI_SPEC_DIR).mkdir(parents=True, exist_ok=True)  # containerd's default; empty is fine
         hosts = lay.registry_hosts / settings.registry
         hosts.mkdir(parents=True, exist_ok=True)
         (hosts / "hosts.toml").write_text(configs.registry_hosts_toml(settings))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
@@ -138,4 +139,27 @@ def test_push_aliases_pushes_agnhost_before_the_certified_variant_over_it(monkey
         "push e2e-test-images/agnhost:2.56 agnhost-layout",
         "push pause:3.10.1 pause-layout",
         "certified",
+    ]
+
+
+def test_the_dra_proxy_image_is_aliased_under_the_dra_manifest_tag_only() -> None:
+    """The DRA specs' proxy pods run sig-storage/hostpathplugin:v1.7.3; the stand-in has only the proxy mode, so the
+    CSI hostpath specs' v1.16.1 (the real CSI driver) is not pushed over."""
+    needed = [
+        ImageRef(REG, "sig-storage/hostpathplugin", "v1.7.3"),
+        ImageRef(REG, "sig-storage/hostpathplugin", "v1.16.1"),
+        ImageRef("elsewhere:5000", "sig-storage/hostpathplugin", "v1.7.3"),
+    ]
+    assert alias_targets(needed, REG) == [(needed[0], "hostpathplugin-proxy")]
+
+
+def test_the_dra_proxy_image_is_added_to_the_suite_list(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """`--list-images` does not print the DRA manifest's image: list_images adds it, localised."""
+    fake = tmp_path / "e2e.test"
+    fake.write_text("#!/bin/sh\necho registry.k8s.io/sig-storage/hostpathplugin:v1.16.1\n")
+    fake.chmod(0o755)
+    refs = images.list_images(fake, tmp_path / "repo-list.yaml", REG)
+    assert [str(r) for r in refs] == [
+        f"{REG}/sig-storage/hostpathplugin:v1.16.1",
+        f"{REG}/sig-storage/hostpathplugin:v1.7.3",
     ]

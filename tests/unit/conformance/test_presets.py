@@ -71,6 +71,39 @@ def test_label_filter_leaves_out_what_the_default_run_has() -> None:
     assert NODE.label_filter == "!NodeConformance || Serial || Slow || /^Feature:/"
 
 
+DEVICES = presets.DEVICES
+
+
+@pytest.mark.parametrize(
+    ("spec", "selected"),
+    [
+        ("[sig-node] [DRA] kubelet [Feature:DynamicResourceAllocation] registers plugin", True),
+        (
+            "[sig-node] [DRA] kubelet [Feature:DynamicResourceAllocation] on single node supports init containers",
+            True,
+        ),
+        ("[sig-node] [DRA] control plane [ConformanceCandidate] supports init containers", False),  # no kubelet
+        (
+            "[sig-node] [DRA] [FeatureGate:DRAExtendedResource] [Alpha] [Feature:OffByDefault] must run a pod with "
+            "extended resource with one container one resource",
+            False,
+        ),
+    ],
+)
+def test_devices_selects_the_dra_specs_that_need_a_kubelet(spec: str, selected: bool) -> None:
+    assert bool(re.search(DEVICES.focus, spec)) is selected
+    assert (DEVICES.group_of(spec) == "DRA kubelet") is selected
+
+
+def test_devices_leaves_out_alpha_gates_and_flaky_specs() -> None:
+    # Alpha gates are off by default in 1.34 (the control plane would need them); beta ones are on and stay in.
+    assert DEVICES.label_filter == "Feature:DynamicResourceAllocation && !Alpha && !Feature:OffByDefault"
+    flaky = "[sig-node] [DRA] kubelet [Feature:DynamicResourceAllocation] on single node supports x [Serial] [Flaky]"
+    assert re.search(DEVICES.skip, flaky)
+    assert not re.search(DEVICES.skip, "[sig-node] [DRA] kubelet [Feature:DynamicResourceAllocation] y [Slow]")
+    assert build_parser().parse_args(["conformance", "--preset", "devices"]).preset == "devices"
+
+
 def _result(name: str, outcome: Outcome, node_type: str = "It") -> SpecResult:
     return SpecResult(name=name, node_type=node_type, state=outcome.value, outcome=outcome, seconds=1.0, message="")
 

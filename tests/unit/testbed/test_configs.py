@@ -48,7 +48,7 @@ def test_containerd_config_is_private_to_the_testbed(tmp_path: Path) -> None:
     assert cri["cni"]["bin_dir"] == str(layout.cni_bin_dir)
     # CDI for DRA drivers' (and device plugins') devices, from the testbed's own spec directory only.
     assert cri["enable_cdi"] is True
-    assert cri["cdi_spec_dirs"] == [str(layout.cdi_spec_dir)]
+    assert cri["cdi_spec_dirs"] == [str(layout.cdi_spec_dir), "/var/run/cdi"]
     assert layout.cdi_spec_dir.is_relative_to(tmp_path)
     assert cri["containerd"]["runtimes"]["runc"]["options"]["SystemdCgroup"] is False
     # A second real handler for RuntimeClass, runc under upstream's e2e name; the default stays runc.
