@@ -69,7 +69,17 @@ async def conformance(options: HarnessOptions, progress: Progress | None = None)
         if options.kubeconfig is not None:
             kubeconfig, registry_addr, kubelet_root = options.kubeconfig.resolve(), options.registry, None
         else:
-            bed = Testbed(root / "testbed")
+            preset = options.preset
+            bed = Testbed(root / "testbed", runtime_config=(preset.runtime_config or None) if preset else None)
+            if (
+                preset is not None
+                and preset.max_kubelet_root
+                and len(str(bed.layout.kubelet_root)) > (limit := preset.max_kubelet_root)
+            ):
+                progress.step(
+                    f"warning: the kubelet root {bed.layout.kubelet_root} is longer than {limit} characters: some "
+                    f"{preset.name} specs cannot create their sockets under it (use a short --dir, e.g. /tmp/dra)"
+                )
             progress.step(f"testbed: up in {bed.layout.root} (nodeagent the only node)")
             started = time.monotonic()
             settings = await bed.up()

@@ -32,6 +32,11 @@ class Preset:
     groups: tuple[Group, ...]
     skip: str
     label_filter: str
+    # The testbed's apiserver --runtime-config for this selection (empty: the defaults).
+    runtime_config: str = ""
+    # The longest kubelet root dir whose sockets the selection's specs can create (unix socket paths are at most
+    # 107 bytes); 0: no limit.
+    max_kubelet_root: int = 0
 
     @property
     def focus(self) -> str:
@@ -82,13 +87,18 @@ NODE_FEATURES = Preset(
 # DRAPartitionableDevices, DRAConsumableCapacity) need the control plane's gates and are out. e2e.test's only
 # sample-device-plugin specs are DRAExtendedResource ones (alpha, off by default), so none of them is selected:
 # the device-plugin specs upstream has are in test/e2e_node, not in e2e.test.
+# The testbed serves what upstream's DRA cluster serves (test/e2e/dra/kind.yaml): resource.k8s.io v1beta1 and
+# v1beta2 besides v1 (v1alpha3 too there; no selected spec uses it). The rolling-update specs' registration socket is
+# <root>/plugins_registry/<driver>-<pod UID>-reg.sock: with the driver "dra-NNNN.k8s.io" (15), 18 + 15 + 46 = 79
+# bytes besides the root, so the root can have 28.
+DRA_RUNTIME_CONFIG = "resource.k8s.io/v1beta1=true,resource.k8s.io/v1beta2=true"
 DEVICES = Preset(
     name="devices",
-    groups=(
-        Group("DRA kubelet", r"\[DRA\] kubelet \[Feature:DynamicResourceAllocation\]"),
-    ),
+    groups=(Group("DRA kubelet", r"\[DRA\] kubelet \[Feature:DynamicResourceAllocation\]"),),
     skip=r"\[Disruptive\]|\[Flaky\]",
     label_filter="Feature:DynamicResourceAllocation && !Alpha && !Feature:OffByDefault",
+    runtime_config=DRA_RUNTIME_CONFIG,
+    max_kubelet_root=28,
 )
 
 PRESETS: dict[str, Preset] = {NODE_FEATURES.name: NODE_FEATURES, DEVICES.name: DEVICES}

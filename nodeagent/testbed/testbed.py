@@ -285,13 +285,18 @@ class Testbed:
 
     __test__ = False  # not a pytest test class, despite the name
 
-    def __init__(self, root: Path, *, cluster_signing_duration: str | None = None) -> None:
+    def __init__(
+        self, root: Path, *, cluster_signing_duration: str | None = None, runtime_config: str | None = None
+    ) -> None:
         self.layout = Layout(root.resolve())
         self._apiserver_argv: list[str] = []  # remembered by stop_apiserver for start_apiserver
         # The controller-manager's --cluster-signing-duration (e.g. "150s"): every certificate its csrsigning
         # controller issues gets it, so only a testbed of its own sets it (certificate rotation tests); None keeps
         # the default (a year).
         self.cluster_signing_duration = cluster_signing_duration
+        # The apiserver's --runtime-config (e.g. "resource.k8s.io/v1beta1=true"): API versions off by default that a
+        # run needs served (upstream's DRA specs: test/e2e/dra/kind.yaml); None serves the defaults.
+        self.runtime_config = runtime_config
 
     @property
     def settings(self) -> Settings:
@@ -650,6 +655,7 @@ class Testbed:
                 "--enable-aggregator-routing=true",
                 "--allow-privileged=true",
                 "--profiling=false",
+                *([f"--runtime-config={rc}"] if (rc := self.runtime_config) else []),
                 "--v=1",
             ],
         )

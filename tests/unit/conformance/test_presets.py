@@ -104,6 +104,21 @@ def test_devices_leaves_out_alpha_gates_and_flaky_specs() -> None:
     assert build_parser().parse_args(["conformance", "--preset", "devices"]).preset == "devices"
 
 
+def test_devices_brings_the_testbed_up_as_upstreams_dra_cluster() -> None:
+    """test/e2e/dra/kind.yaml serves resource.k8s.io v1beta1 and v1beta2: the `with v1beta1 API` and `with v1beta2
+    API` specs create claims through them ("the server could not find the requested resource" without)."""
+    assert DEVICES.runtime_config == "resource.k8s.io/v1beta1=true,resource.k8s.io/v1beta2=true"
+    assert NODE.runtime_config == "" and NODE.max_kubelet_root == 0
+
+
+def test_devices_kubelet_root_limit_fits_the_rolling_update_socket() -> None:
+    """The registration socket of a rolling-update driver, under the longest root the preset allows, fits a unix
+    socket path (107 bytes); one character more does not (the 2026-11-29 run's root had 30: 113 bytes)."""
+    root = "/" + "r" * (DEVICES.max_kubelet_root - 1)
+    socket = f"{root}/plugins_registry/dra-3576.k8s.io-1c262e32-97aa-4158-9050-9f68eb2b6f91-reg.sock"
+    assert len(socket) == 107
+
+
 def _result(name: str, outcome: Outcome, node_type: str = "It") -> SpecResult:
     return SpecResult(name=name, node_type=node_type, state=outcome.value, outcome=outcome, seconds=1.0, message="")
 
