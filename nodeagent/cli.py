@@ -173,8 +173,17 @@ async def _conformance(args: argparse.Namespace) -> int:
         return await _certified(args)
     names = subset.SUBSETS[args.subset] if args.subset else ()
     preset = presets.PRESETS[args.preset] if args.preset else None
-    given_focus = args.focus if args.focus is not None else DEFAULT_FOCUS
-    focus = subset.focus(names) if names else preset.focus if preset is not None else given_focus
+    # A given --focus, --skip or --label-filter replaces the preset's (e.g. to run again some specs of a preset on
+    # the testbed it asks for).
+    focus = (
+        subset.focus(names)
+        if names
+        else args.focus
+        if args.focus is not None
+        else preset.focus
+        if preset is not None
+        else DEFAULT_FOCUS
+    )
     default = preset.skip if preset is not None else default_skip(slow=args.slow)
     label_filter = args.label_filter if args.label_filter is not None else preset.label_filter if preset else ""
     return await conformance(
@@ -320,8 +329,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--preset",
         choices=sorted(presets.PRESETS),
         default=None,
-        help="a named selection instead of --focus, with its own skip and label filter, counted per group "
-        "(node-features: the node specs the default run leaves out)",
+        help="a named selection with its own focus, skip, label filter and testbed settings, counted per group; "
+        "--focus, --skip, --label-filter given with it replace its own (node-features: the node specs the default "
+        "run leaves out; devices: upstream's DRA specs that need a kubelet and a driver)",
     )
     selection.add_argument(
         "--certified",

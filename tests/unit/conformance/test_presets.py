@@ -163,6 +163,7 @@ def test_cli_preset_and_label_filter() -> None:
         (["--preset", "node-features"], NODE.focus, NODE.skip, NODE.label_filter),
         (["--preset", "node-features", "--label-filter", "Serial"], NODE.focus, NODE.skip, "Serial"),
         (["--preset", "node-features", "--skip", "x"], NODE.focus, "x", NODE.label_filter),
+        (["--preset", "node-features", "--focus", "Probing"], "Probing", NODE.skip, NODE.label_filter),
         (["--label-filter", "Slow"], r"\[NodeConformance\]", None, "Slow"),
     ],
 )
