@@ -11,6 +11,10 @@ The parsing and the arithmetic are pure functions over the files' text; `CgroupF
   and `pgmajfault` (v1 counts the cgroup's own, as cAdvisor reads them); the limit (v1 `memory.limit_in_bytes`, v2
   `memory.max`), None when above 2^62 or "max" (upstream isMemoryUnlimited).
 
+- PSI (v2 only): cpu.pressure, memory.pressure and io.pressure, "some"/"full" lines of avg10/avg60/avg300 and total
+  (microseconds), as cAdvisor reads them for KubeletPSI; None where the file is absent (v1, or a kernel without
+  PSI). cpu.pressure has a "full" line since Linux 5.13; before that, full is zeros, as cAdvisor leaves it.
+
 The working set, the v2 root's usage and the unlimited rule are eviction's (eviction.cgroup), so that the Summary API
 and the eviction manager compute the node's working set one way.
 """
@@ -26,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eviction.cgroup import limit_or_unlimited, usage_v2, working_set
+from nodeagent.stats.types import PSIData, PSIStats
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
@@ -54,6 +59,9 @@ class CgroupSample:
     cpu_usage_ns: int | None
     memory: MemorySample | None
     start_time: datetime.datetime | None
+    cpu_psi: PSIStats | None = None
+    memory_psi: PSIStats | None = None
+    io_psi: PSIStats | None = None
 
 
 def parse_flat_keyed(text: str) -> dict[str, int]:
@@ -64,6 +72,29 @@ def parse_flat_keyed(text: str) -> dict[str, int]:
         if len(parts) == 2 and parts[1].isdigit():
             out[parts[0]] = int(parts[1])
     return out
+
+
+def parse_pressure(text: str) -> PSIStats | None:
+    """A *.pressure file ("some avg10=0.12 avg60=0.05 avg300=0.01 total=12345" and a "full" line); None when no
+    line parses. A missing line stays zeros."""
+    lines: dict[str, PSIData] = {}
+    for line in text.splitlines():
+        kind, *fields = line.split()
+        if kind not in ("some", "full"):
+            continue
+        values = dict(f.split("=", 1) for f in fields if "=" in f)
+        try:
+            lines[kind] = PSIData(
+                total=int(values["total"]),
+                avg10=float(values["avg10"]),
+                avg60=float(values["avg60"]),
+                avg300=float(values["avg300"]),
+            )
+        except (KeyError, ValueError):
+            continue
+    if not lines:
+        return None
+    return PSIStats(full=lines.get("full", PSIData()), some=lines.get("some", PSIData()))
 
 
 def parse_limit(text: str) -> int | None:
@@ -161,15 +192,27 @@ class CgroupFS:
         limit (the root cgroup's is the machine's memory, as cAdvisor's raw handler makes it)."""
         if not self.exists(path):
             return None
-        if self.unified:
-            cpu_stat = _read(os.path.join(self._dir("cpu", path), "cpu.stat"))
-            cpu = cpu_v2(parse_flat_keyed(cpu_stat)) if cpu_stat is not None else None
-            memory = self._memory_v2(path, memory_limit)
-        else:
+        if not self.unified:
             usage = _read(os.path.join(self._dir("cpuacct", path), "cpuacct.usage"))
             cpu = int(usage) if usage is not None and usage.strip().isdigit() else None
             memory = self._memory_v1(path, memory_limit)
-        return CgroupSample(path=path, time=now, cpu_usage_ns=cpu, memory=memory, start_time=self.start_time(path))
+            return CgroupSample(path, now, cpu, memory, self.start_time(path))
+        directory = self._dir("cpu", path)
+        cpu_stat = _read(os.path.join(directory, "cpu.stat"))
+        cpu = cpu_v2(parse_flat_keyed(cpu_stat)) if cpu_stat is not None else None
+        memory = self._memory_v2(path, memory_limit)
+        cpu_psi, memory_psi, io_psi = (self.pressure(path, r) for r in ("cpu", "memory", "io"))
+        return CgroupSample(path, now, cpu, memory, self.start_time(path), cpu_psi, memory_psi, io_psi)
+
+    def pressure(self, path: str, resource: str) -> PSIStats | None:
+        """The cgroup's <resource>.pressure (v2), None when it has none."""
+        if not self.unified:
+            return None
+        try:
+            text = _read(os.path.join(self._dir(resource, path), f"{resource}.pressure"))
+        except OSError:  # EOPNOTSUPP: a kernel booted with psi=0 keeps the files and refuses reads
+            return None
+        return parse_pressure(text) if text is not None else None
 
     def _memory_v1(self, path: str, memory_limit: int | None) -> MemorySample | None:
         directory = self._dir("memory", path)

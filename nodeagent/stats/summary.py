@@ -9,6 +9,7 @@ lists its default interface when the runtime lists none.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -21,11 +22,13 @@ from nodeagent.stats.types import (
     CPUStats,
     FsStats,
     InterfaceStats,
+    IOStats,
     MemoryStats,
     NetworkStats,
     PodReference,
     PodStats,
     ProcessStats,
+    PSIStats,
     PVCReference,
     RlimitStats,
     VolumeStats,
@@ -148,8 +151,13 @@ def make_container_stats(
     rootfs_info: FsInfo | None = None,
     logs: FsStats | None = None,
     cpu_and_memory_only: bool = False,
+    psi: tuple[PSIStats | None, PSIStats | None] = (None, None),
 ) -> ContainerStats:
+    """`psi`, the cpu and memory PSI of the container's own cgroup (v2): upstream takes a container's cpu and memory
+    from cAdvisor when it has them, their PSI with them."""
     cpu, memory = container_cpu_memory(stats, nano_cores=nano_cores, now=now)
+    cpu = dataclasses.replace(cpu, psi=psi[0])
+    memory = dataclasses.replace(memory, psi=psi[1])
     name = stats.attributes.metadata.name or container.metadata.name
     start = from_ns(container.created_at)
     if cpu_and_memory_only:
@@ -325,6 +333,7 @@ class PodMeasures:
     memory: MemoryStats | None = None
     network: NetworkStats | None = None
     process: ProcessStats | None = None
+    io: IOStats | None = None
 
 
 def measures_from_cgroup(
@@ -339,7 +348,7 @@ def measures_from_cgroup(
     cpu, memory = cgroup_cpu_memory(sample, nano_cores)
     network = network_stats(node_interfaces_of(interfaces), sample.time) if interfaces is not None else None
     process = ProcessStats(process_count=process_count) if process_count is not None else None
-    return PodMeasures(cpu=cpu, memory=memory, network=network, process=process)
+    return PodMeasures(cpu=cpu, memory=memory, network=network, process=process, io=cgroup_io(sample))
 
 
 def measures_from_sandbox_stats(stats: api_pb2.PodSandboxStats, nano_cores: int | None) -> PodMeasures:
@@ -382,6 +391,7 @@ def make_pod_stats(
         containers=tuple(containers),
         cpu=cpu,
         memory=memory,
+        io=measures.io,
         network=measures.network,
         volume_stats=ephemeral + persistent,
         ephemeral_storage=ephemeral_storage(
@@ -400,10 +410,11 @@ def cgroup_cpu_memory(sample: CgroupSample, nano_cores: int | None) -> tuple[CPU
         time=sample.time,
         usage_nano_cores=nano_cores if nano_cores is not None else 0,
         usage_core_nano_seconds=sample.cpu_usage_ns if sample.cpu_usage_ns is not None else 0,
+        psi=sample.cpu_psi,
     )
     m = sample.memory
     if m is None:
-        return cpu, MemoryStats(time=sample.time, working_set_bytes=0)
+        return cpu, MemoryStats(time=sample.time, working_set_bytes=0, psi=sample.memory_psi)
     memory = MemoryStats(
         time=sample.time,
         available_bytes=m.available_bytes,
@@ -412,8 +423,16 @@ def cgroup_cpu_memory(sample: CgroupSample, nano_cores: int | None) -> tuple[CPU
         rss_bytes=m.rss_bytes,
         page_faults=m.page_faults if m.page_faults is not None else 0,
         major_page_faults=m.major_page_faults if m.major_page_faults is not None else 0,
+        psi=sample.memory_psi,
     )
     return cpu, memory
+
+
+def cgroup_io(sample: CgroupSample) -> IOStats | None:
+    """The cgroup's io with its PSI (upstream cadvisorInfoToIOStats); None without an io.pressure (v1)."""
+    if sample.io_psi is None:
+        return None
+    return IOStats(time=sample.time, psi=sample.io_psi)
 
 
 def system_container(

@@ -2,8 +2,10 @@
 
 The dataclasses keep Python names; `summary_json` writes upstream's field names in upstream's order (Go marshals a
 struct's fields in declaration order), leaves out what upstream marks omitempty when it is unset, and writes times as
-metav1.Time does (RFC 3339 in UTC, whole seconds; null for no time). Not carried: PSI and `io` (KubeletPSI), the
-accelerators and user-defined metrics (cAdvisor only).
+metav1.Time does (RFC 3339 in UTC, whole seconds; null for no time). PSI (KubeletPSI, beta and on by default in
+v1.34): `psi` in cpu and memory, and `io` with its `psi`, where the cgroup has *.pressure files (cgroup v2; upstream
+writes zeros on v1, where cAdvisor has none: nodeagent leaves them out there). Not carried: the accelerators and
+user-defined metrics (cAdvisor only).
 """
 
 from __future__ import annotations
@@ -20,10 +22,33 @@ SYSTEM_CONTAINER_PODS = "pods"
 
 
 @dataclass(frozen=True, slots=True)
+class PSIData:
+    """One line of a *.pressure file: total stall time (microseconds) and the 10/60/300 s averages (percent)."""
+
+    total: int = 0
+    avg10: float = 0.0
+    avg60: float = 0.0
+    avg300: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class PSIStats:
+    full: PSIData = PSIData()
+    some: PSIData = PSIData()
+
+
+@dataclass(frozen=True, slots=True)
+class IOStats:
+    time: datetime.datetime
+    psi: PSIStats | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class CPUStats:
     time: datetime.datetime
     usage_nano_cores: int | None = None
     usage_core_nano_seconds: int | None = None
+    psi: PSIStats | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +60,7 @@ class MemoryStats:
     rss_bytes: int | None = None
     page_faults: int | None = None
     major_page_faults: int | None = None
+    psi: PSIStats | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +103,7 @@ class ContainerStats:
     start_time: datetime.datetime | None
     cpu: CPUStats | None = None
     memory: MemoryStats | None = None
+    io: IOStats | None = None
     rootfs: FsStats | None = None
     logs: FsStats | None = None
     swap: SwapStats | None = None
@@ -115,6 +142,7 @@ class PodStats:
     containers: tuple[ContainerStats, ...] = ()
     cpu: CPUStats | None = None
     memory: MemoryStats | None = None
+    io: IOStats | None = None
     network: NetworkStats | None = None
     volume_stats: tuple[VolumeStats, ...] = ()
     ephemeral_storage: FsStats | None = None
@@ -142,6 +170,7 @@ class NodeStats:
     system_containers: tuple[ContainerStats, ...] = ()
     cpu: CPUStats | None = None
     memory: MemoryStats | None = None
+    io: IOStats | None = None
     network: NetworkStats | None = None
     fs: FsStats | None = None
     runtime: RuntimeStats | None = None
@@ -172,12 +201,36 @@ def _put(out: dict[str, Any], key: str, value: Any) -> None:
     out[key] = value
 
 
+def _go_float(value: float) -> float | int:
+    """As Go writes a float64: a whole number without ".0"."""
+    return int(value) if value.is_integer() else value
+
+
+def _psi_data_json(d: PSIData) -> dict[str, Any]:
+    return {"total": d.total, "avg10": _go_float(d.avg10), "avg60": _go_float(d.avg60), "avg300": _go_float(d.avg300)}
+
+
+def psi_json(s: PSIStats | None) -> dict[str, Any] | None:
+    if s is None:
+        return None
+    return {"full": _psi_data_json(s.full), "some": _psi_data_json(s.some)}
+
+
+def io_json(s: IOStats | None) -> dict[str, Any] | None:
+    if s is None:
+        return None
+    out: dict[str, Any] = {"time": go_time(s.time)}
+    _put(out, "psi", psi_json(s.psi))
+    return out
+
+
 def cpu_json(s: CPUStats | None) -> dict[str, Any] | None:
     if s is None:
         return None
     out: dict[str, Any] = {"time": go_time(s.time)}
     _put(out, "usageNanoCores", s.usage_nano_cores)
     _put(out, "usageCoreNanoSeconds", s.usage_core_nano_seconds)
+    _put(out, "psi", psi_json(s.psi))
     return out
 
 
@@ -191,6 +244,7 @@ def memory_json(s: MemoryStats | None) -> dict[str, Any] | None:
     _put(out, "rssBytes", s.rss_bytes)
     _put(out, "pageFaults", s.page_faults)
     _put(out, "majorPageFaults", s.major_page_faults)
+    _put(out, "psi", psi_json(s.psi))
     return out
 
 
@@ -240,6 +294,7 @@ def container_json(s: ContainerStats) -> dict[str, Any]:
     out: dict[str, Any] = {"name": s.name, "startTime": go_time(s.start_time)}
     _put(out, "cpu", cpu_json(s.cpu))
     _put(out, "memory", memory_json(s.memory))
+    _put(out, "io", io_json(s.io))
     _put(out, "rootfs", fs_json(s.rootfs))
     _put(out, "logs", fs_json(s.logs))
     _put(out, "swap", swap_json(s.swap))
@@ -265,6 +320,7 @@ def pod_json(s: PodStats) -> dict[str, Any]:
     }
     _put(out, "cpu", cpu_json(s.cpu))
     _put(out, "memory", memory_json(s.memory))
+    _put(out, "io", io_json(s.io))
     _put(out, "network", network_json(s.network))
     _put(out, "volume", [volume_json(v) for v in s.volume_stats])
     _put(out, "ephemeral-storage", fs_json(s.ephemeral_storage))
@@ -282,6 +338,7 @@ def node_json(s: NodeStats) -> dict[str, Any]:
     out["startTime"] = go_time(s.start_time)
     _put(out, "cpu", cpu_json(s.cpu))
     _put(out, "memory", memory_json(s.memory))
+    _put(out, "io", io_json(s.io))
     _put(out, "network", network_json(s.network))
     _put(out, "fs", fs_json(s.fs))
     if s.runtime is not None:
