@@ -1,5 +1,6 @@
 """The systemd cgroup driver on a real systemd + cgroup v2 host (issue 31): the Vagrant VM provisioned with
-`cgroupDriver: systemd` and containerd's `SystemdCgroup = true` runs a Burstable and a BestEffort static pod.
+`cgroupDriver: systemd` and containerd's `SystemdCgroup = true` runs a Guaranteed, a Burstable and a BestEffort
+static pod, with its agent joined to the session testbed's apiserver (an ssh tunnel, tests/integration/vmstats.py).
 
 Checked inside the VM, through systemd itself (`systemctl show`) and the cgroup files:
 - kubepods.slice, kubepods-burstable.slice and kubepods-besteffort.slice, and each pod's
@@ -11,15 +12,23 @@ Checked inside the VM, through systemd itself (`systemctl show`) and the cgroup 
 - once the Burstable pod's manifest is gone, its slice is stopped (no longer among the loaded units; `systemctl show`
   then synthesizes an inactive implicit slice of that name) and its cgroup removed;
 - graceful node shutdown (check_graceful_shutdown): the agent's delay inhibitor lock in `systemd-inhibit --list`,
-  logind's delay raised through the drop-in, and PrepareForShutdown true/false handled.
+  logind's delay raised through the drop-in, and PrepareForShutdown true/false handled;
+- /stats/summary from the read-only port against the cgroup files read around it (vmstats.check_summary): pods,
+  containers, cpu, memory, network, process count, the node's memory, PSI (cpu, memory, io) at each level;
+- a real memory eviction (check_memory_eviction): evictionHard memory.available 300 MiB below the VM's figure after
+  boot, a dd hog from the apiserver evicted with upstream's status and message, MemoryPressure on the Node, the
+  small pod and the static pods left running, the v2 PSI notifiers armed (and which woke the manager, printed).
 
 Marked `vm` and deselected by default, like test_vm_cgroup_v2.py (a VM boot of its own under QEMU's software
-emulation: minutes). Run it with `python3 -m pytest -m vm tests/integration/test_vm_systemd_cgroups.py -s`; it
-prints its timings and `systemd-cgls` of kubepods.slice.
+emulation: 8 minutes with the box cached, plus the testbed's start). Run it with
+`python3 -m pytest -m vm tests/integration/test_vm_systemd_cgroups.py -s`; it prints its timings, `systemd-cgls` of
+kubepods.slice, the summary's node and the eviction's figures.
 """
 
 from __future__ import annotations
 
+import base64
+import json
 import subprocess
 import time
 from functools import partial
@@ -29,30 +38,64 @@ from typing import Any
 import pytest
 
 from nodeagent.kuberuntime.systemd_cgroup_names import to_systemd
+from nodeagent.testbed.testbed import Testbed
 from nodeagent.vm.host import Leftovers, LibvirtHost
-from tests.integration.test_vm_cgroup_v2 import BURSTABLE, manifest, read_files
+from tests.integration.test_vm_cgroup_v2 import BURSTABLE, GUARANTEED, manifest, read_files
 from tests.integration.test_vm_vagrant import NODE, Vagrant, booted_vm, libvirt_host, pods, running_pod, wait_for
+from tests.integration.vmstats import (
+    MIB,
+    READ_ONLY_PORT,
+    ApiTunnel,
+    api_pod,
+    available_now,
+    check_summary,
+    evicted_status,
+    free_and_available,
+    get_json,
+    kubectl,
+    node_ready,
+    pressure_condition,
+    read_summary,
+    vm_kubeconfig,
+    wait,
+)
 
 pytestmark = [pytest.mark.vm, pytest.mark.timeout(3000)]
 
 __all__ = ["libvirt_host"]  # the fixture, shared
 
-PROPERTIES = ("LoadState", "ActiveState", "Description", "Wants", "ControlGroup", "MemoryMax", "CPUWeight")
+PROPERTIES = (
+    "LoadState",
+    "ActiveState",
+    "Description",
+    "Wants",
+    "ControlGroup",
+    "MemoryMax",
+    "CPUWeight",
+    "CPUQuotaPerSecUSec",
+)
 
-# name -> (resources, QoS tier, unit properties, cgroup files). Burstable: requests cpu 50m (51 shares, weight 2),
-# memory limit 64Mi; BestEffort: weight 1, no limit (systemd's "infinity"). Neither declares a cpu limit, so no
-# CPUQuota (cpu.max stays "max 100000").
+# name -> (resources, QoS tier, unit properties, cgroup files). Guaranteed: cpu 100m (102 shares, weight 4; quota
+# 10000 of 100000 us, systemd's CPUQuota 10%, shown as 100ms per second), memory 32Mi; Burstable: requests cpu 50m
+# (51 shares, weight 2), memory limit 64Mi; BestEffort: weight 1, no limit (systemd's "infinity"). Without a cpu
+# limit, no CPUQuota (cpu.max stays "max 100000").
 PODS: dict[str, tuple[str, str, dict[str, str], dict[str, str]]] = {
+    "guaranteed": (
+        GUARANTEED,
+        "",
+        {"MemoryMax": "33554432", "CPUWeight": "4", "CPUQuotaPerSecUSec": "100ms"},
+        {"cpu.weight": "4", "cpu.max": "10000 100000", "memory.max": "33554432"},
+    ),
     "burstable": (
         BURSTABLE,
         "burstable",
-        {"MemoryMax": "67108864", "CPUWeight": "2"},
+        {"MemoryMax": "67108864", "CPUWeight": "2", "CPUQuotaPerSecUSec": "infinity"},
         {"cpu.weight": "2", "cpu.max": "max 100000", "memory.max": "67108864"},
     ),
     "besteffort": (
         "",
         "besteffort",
-        {"MemoryMax": "infinity", "CPUWeight": "1"},
+        {"MemoryMax": "infinity", "CPUWeight": "1", "CPUQuotaPerSecUSec": "infinity"},
         {"cpu.weight": "1", "cpu.max": "max 100000", "memory.max": "max"},
     ),
 }
@@ -103,7 +146,7 @@ def slice_gone(vagrant: Vagrant, unit: str) -> bool:
 
 
 def agent_journal(vagrant: Vagrant) -> str:
-    return vagrant.ssh("sudo journalctl -u nodeagent --no-pager -n 80", check=False)
+    return vagrant.ssh("sudo journalctl -u nodeagent --no-pager -n 400", check=False)
 
 
 def check_slices(vagrant: Vagrant, running: dict[str, dict[str, Any]]) -> None:
@@ -125,14 +168,16 @@ def check_slices(vagrant: Vagrant, running: dict[str, dict[str, Any]]) -> None:
         pod = running[name]
         assert pod["status"]["qosClass"].lower() == name, pod["status"].get("qosClass")
         uid = pod["metadata"]["uid"]
-        cgroup = to_systemd(f"/kubepods/{tier}/pod{uid}")
+        # Guaranteed pods sit in kubepods.slice itself: kubepods-pod<uid>.slice.
+        cgroup = to_systemd(f"/kubepods/{tier}/pod{uid}" if tier else f"/kubepods/pod{uid}")
         unit = cgroup.rsplit("/", 1)[-1]
-        assert unit == f"kubepods-{tier}-pod{uid.replace('-', '_')}.slice"
+        parent = f"kubepods-{tier}" if tier else "kubepods"
+        assert unit == f"{parent}-pod{uid.replace('-', '_')}.slice"
         shown = unit_show(vagrant, unit)
         print(f"vm systemd {name} {unit}: {shown}")
         assert shown.get("ActiveState") == "active", shown
         assert shown.get("Description") == f"libcontainer container {unit}", shown
-        assert shown.get("Wants") == f"kubepods-{tier}.slice", shown
+        assert shown.get("Wants") == f"{parent}.slice", shown
         assert shown.get("ControlGroup") == cgroup, shown
         assert {k: shown.get(k) for k in properties} == properties, shown
         directory = f"/sys/fs/cgroup{cgroup}"
@@ -207,8 +252,85 @@ def check_graceful_shutdown(vagrant: Vagrant) -> None:
     wait_for("the lock taken again after the cancellation", partial(agent_lock, vagrant), 300)
 
 
-def test_systemd_cgroup_driver_in_the_vm(tmp_path: Path, libvirt_host: tuple[LibvirtHost, Leftovers]) -> None:
+def join_testbed(vagrant: SshVagrant, testbed: Testbed, threshold: int, directory: Path) -> None:
+    """The agent restarted with the read-only port (the summary), the memory notifier, evictionHard
+    memory.available at `threshold` bytes, and the testbed's apiserver (through the tunnel) as its cluster."""
+    kubeconfig = base64.b64encode(vm_kubeconfig(testbed.layout.pki, directory).encode()).decode()
+    config = (
+        f"readOnlyPort: {READ_ONLY_PORT}\\nkernelMemcgNotification: true\\n"
+        f"evictionHard:\\n  memory.available: {threshold // MIB}Mi\\n"
+    )
+    dropin = (
+        "[Service]\\nExecStart=\\nExecStart=/opt/nodeagent/bin/nodeagent run --kubeconfig "
+        "/etc/kubernetes/node.kubeconfig --config /var/lib/kubelet/config.yaml\\n"
+    )
+    vagrant.ssh(
+        f"echo {kubeconfig} | base64 -d | sudo tee /etc/kubernetes/node.kubeconfig >/dev/null && "
+        f"printf '{config}' | sudo tee -a /var/lib/kubelet/config.yaml >/dev/null && "
+        "sudo mkdir -p /etc/systemd/system/nodeagent.service.d && "
+        f"printf '{dropin}' | sudo tee /etc/systemd/system/nodeagent.service.d/10-cluster.conf >/dev/null && "
+        "sudo systemctl daemon-reload && sudo systemctl restart nodeagent.service"
+    )
+
+
+def check_memory_eviction(vagrant: SshVagrant, admin: Path, threshold: int, timings: dict[str, float]) -> None:
+    """A hog (dd holding a 640 MiB buffer, blocked on a pipe nobody reads) and a small pod from the apiserver:
+    memory.available falls below evictionHard, the hog is evicted with upstream's status, the Node gets
+    MemoryPressure, the small pod and the static pods stay."""
+    # The hog outgrows the free memory by 128 MiB (at least 640 MiB, at most what leaves 160 MiB available), so the
+    # kernel must reclaim page cache for it: memory stalls the PSI trigger may see.
+    free, available = free_and_available(vagrant)
+    size = min(max(640 * MIB, free + 128 * MIB), available - 160 * MIB)
+    print(f"vm eviction: MemFree {free // MIB} MiB, memory.available {available // MIB} MiB, hog {size // MIB} MiB")
+    assert available - size < threshold, (available, size, threshold)
+    t = time.monotonic()
+    hog = api_pod(
+        "hog",
+        f"dd if=/dev/zero bs={size} count=1 | sleep 100000",
+        "    resources:\n      requests: {memory: 16Mi}\n      limits: {cpu: 200m}",
+    )
+    small = api_pod("small", "exec sleep 100000", "    resources:\n      requests: {memory: 32Mi}")
+    kubectl(admin, "apply", "-f", "-", stdin=small + "---\n" + hog)
+    evicted = wait(
+        "the hog evicted",
+        lambda: evicted_status(admin, "hog"),
+        900,
+    )
+    timings["hog created to Evicted"] = time.monotonic() - t
+    print(f"vm eviction hog status: {json.dumps(evicted)}")
+    assert evicted["phase"] == "Failed", evicted
+    message = evicted["message"]
+    assert message.startswith("The node was low on resource: memory. Threshold quantity: "), message
+    assert f"{threshold // MIB}Mi, available: " in message, message
+    assert "Container main was using " in message and "request is 16Mi" in message, message
+    [target] = [c for c in evicted.get("conditions") or () if c["type"] == "DisruptionTarget"]
+    assert (target["status"], target["reason"]) == ("True", "TerminationByKubelet"), target
+    # The node status manager posts the condition at its next update (10 s).
+    pressure = wait("MemoryPressure True on the Node", lambda: pressure_condition(admin), 300)
+    assert pressure["reason"] == "KubeletHasInsufficientMemory", pressure
+    small_status = get_json(admin, "pod", "small")["status"]
+    assert small_status.get("phase") == "Running", small_status
+    for name in ("guaranteed", "besteffort"):
+        assert running_pod(vagrant, f"{name}-{NODE}"), f"{name} no longer Running after the eviction"
+    journal = vagrant.ssh("sudo journalctl -u nodeagent --no-pager | grep -i 'eviction\\|notif'", check=False)
+    print(f"vm eviction journal:\n{journal}")
+    assert "eviction manager evicting pod pod=default/hog" in journal, journal
+    assert "eviction manager evicting pod pod=default/small" not in journal, journal
+    assert (
+        "created memory pressure notifier notifier=hard memory eviction threshold path=/proc/pressure/memory" in journal
+    )
+    # Which woke the manager: the PSI trigger (a "memory notification" naming the stall) or its 10 s tick.
+    fired = [line for line in journal.splitlines() if "eviction manager memory notification" in line]
+    print(f"vm eviction: {'PSI notifier fired: ' + fired[0] if fired else 'no notification: found by the 10 s tick'}")
+    for line in fired:
+        assert "memory pressure stall under the hard" in line, line
+
+
+def test_systemd_cgroup_driver_in_the_vm(
+    tmp_path: Path, libvirt_host: tuple[LibvirtHost, Leftovers], testbed: Testbed
+) -> None:
     host, _ = libvirt_host
+    admin = testbed.layout.admin_kubeconfig
     timings: dict[str, float] = {}
     with booted_vm(tmp_path, host, timings, {"NODEAGENT_VM_CGROUP_DRIVER": "systemd"}) as (booted, work, _):
         vagrant = SshVagrant(booted, tmp_path / "ssh_config")
@@ -217,12 +339,25 @@ def test_systemd_cgroup_driver_in_the_vm(tmp_path: Path, libvirt_host: tuple[Lib
         assert "cgroupDriver: systemd" in vagrant.ssh("cat /var/lib/kubelet/config.yaml")
         assert "SystemdCgroup = true" in vagrant.ssh("cat /etc/containerd/config.toml")
 
-        t = time.monotonic()
-        for name, (resources, _, _, _) in PODS.items():
-            (work / "manifests" / f"{name}.yaml").write_text(manifest(name, resources))
-        vagrant.run("rsync")
-        running: dict[str, dict[str, Any]] = {}
+        # evictionHard a margin below memory.available now: the pods to come use tens of MiB, the hog 640 MiB.
+        available = available_now(vagrant)
+        print(f"vm memory.available before the pods: {available // MIB} MiB")
+        assert available >= 800 * MIB, available
+        threshold = available - 300 * MIB
+        tunnel = ApiTunnel(
+            tmp_path / "ssh_config", testbed.settings.node_ip, testbed.settings.apiserver_port, tmp_path / "tunnel.log"
+        )
         try:
+            t = time.monotonic()
+            join_testbed(vagrant, testbed, threshold, tmp_path)
+            wait("the VM's Node Ready", lambda: node_ready(admin), 600)
+            timings["agent joined the testbed (Node Ready)"] = time.monotonic() - t
+
+            t = time.monotonic()
+            for name, (resources, _, _, _) in PODS.items():
+                (work / "manifests" / f"{name}.yaml").write_text(manifest(name, resources))
+            vagrant.run("rsync")
+            running: dict[str, dict[str, Any]] = {}
             for name in PODS:
                 running[name] = wait_for(f"{name} Running", partial(running_pod, vagrant, f"{name}-{NODE}"), 900)
                 timings[f"{name} Running (after rsync)"] = time.monotonic() - t
@@ -230,6 +365,15 @@ def test_systemd_cgroup_driver_in_the_vm(tmp_path: Path, libvirt_host: tuple[Lib
             check_slices(vagrant, running)
             timings["slice checks"] = time.monotonic() - t
             print(vagrant.ssh("systemd-cgls --no-pager -u kubepods.slice", check=False))
+
+            # /stats/summary against the cgroup files read around it (the first read primes the cpu rates).
+            t = time.monotonic()
+            read_summary(vagrant, running)
+            reading = read_summary(vagrant, running)
+            (tmp_path / "summary.json").write_text(json.dumps(reading, indent=1))
+            print(f"vm summary node: {json.dumps(reading['summary']['node'])[:3000]}")
+            check_summary(reading, running)
+            timings["summary checks"] = time.monotonic() - t
 
             # The Burstable pod goes: its slice is stopped (systemd forgets a stopped transient unit) and its
             # cgroup is gone; the BestEffort pod's stays.
@@ -249,9 +393,13 @@ def test_systemd_cgroup_driver_in_the_vm(tmp_path: Path, libvirt_host: tuple[Lib
             timings["Burstable slice gone (after rsync)"] = time.monotonic() - t
             assert unit_show(vagrant, "kubepods-besteffort.slice").get("ActiveState") == "active"
 
+            check_memory_eviction(vagrant, admin, threshold, timings)
+
             t = time.monotonic()
             check_graceful_shutdown(vagrant)
             timings["graceful node shutdown checks"] = time.monotonic() - t
         except AssertionError:
             print(f"nodeagent's journal:\n{agent_journal(vagrant)}")
             raise
+        finally:
+            tunnel.close()
