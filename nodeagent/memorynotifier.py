@@ -20,9 +20,11 @@ polling. The kernel calls go through `Kernel` (the fd layer): `LinuxKernel` make
 What was run for real: v1 on this project's machines (cgroup v1 hybrid; the root memory cgroup and the kubepods
 cgroup; unit tests arm a real threshold and see a real crossing, the integration test and benchmarks/eviction.py see
 a real hog evicted), and v2 in the Vagrant VM (tests/integration/test_vm_systemd_cgroups.py: both PSI triggers
-armed, /proc/pressure/memory and kubepods.slice/memory.pressure, and a real hog evicted). Not seen for real: a PSI
-trigger firing. In the VM the threshold was crossed with free memory left, so nothing stalled and the 10 s tick
-found it; the firing is covered by unit tests through a fake `Kernel`.
+armed, /proc/pressure/memory and kubepods.slice/memory.pressure, a real hog evicted, and a pod thrashing its page
+cache under a 24Mi limit making the triggers fire). The VM found that the first version dropped every real
+notification: after the loop's wake-up it polled the epoll again to confirm, but a PSI event is one-shot, consumed by
+the loop's own readiness check of the nested epoll, so the confirmation never saw it (0 of 11 wake-ups in a probe);
+now the wake-up is the event (`PriorityWaiter.drain`).
 
 Switch: the KubeletConfiguration's `kernelMemcgNotification` (read by agent.py), off by default as upstream: the
 manager then polls only; benchmarks/eviction.py compares the two.
@@ -72,8 +74,10 @@ class PriorityWaiter(Protocol):
 
     def fileno(self) -> int: ...
 
-    def ready(self) -> bool:
-        """Whether the watched fd had POLLPRI (consumes the readiness)."""
+    def drain(self) -> None:
+        """Clears the waiter's readiness once the loop has seen it readable. The wake-up itself is the event: a
+        PSI trigger's event is one-shot (the kernel clears it on the poll that reports it), and the loop's readiness
+        check of the nested epoll is that poll, so asking the fd again finds nothing."""
         ...
 
     def close(self) -> None: ...
@@ -109,8 +113,8 @@ class EpollPriorityWaiter:
     def fileno(self) -> int:
         return self._epoll.fileno()
 
-    def ready(self) -> bool:
-        return bool(self._epoll.poll(0))
+    def drain(self) -> None:
+        self._epoll.poll(0)  # the PSI fd answers 0 now: the epoll drops it from its ready list
 
     def close(self) -> None:
         self._epoll.close()
@@ -242,8 +246,9 @@ class PressureNotifier:
             return
 
         def readable() -> None:
-            if waiter.ready():
-                on_event()
+            # Not `if <poll the fd again>`: the event was consumed when the loop's epoll polled ours (see drain).
+            waiter.drain()
+            on_event()
 
         self._loop = asyncio.get_running_loop()
         self._loop.add_reader(waiter.fileno(), readable)
