@@ -111,13 +111,22 @@ class SshVagrant(Vagrant):
         self.config = config
 
     def ssh(self, command: str, check: bool = True) -> str:
-        proc = subprocess.run(
-            ["ssh", "-F", str(self.config), "default", command],
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=300,
-        )
+        """The command's stdout. A poll (`check=False`) that gets no answer in 300 s reads as an empty answer, to be
+        asked again: under host load a call once hung 300 s while the pods started (run of 2026-11-29 09:05)."""
+        try:
+            proc = subprocess.run(
+                ["ssh", "-F", str(self.config), "default", command],
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=300,
+            )
+        except subprocess.TimeoutExpired:
+            with self.log.open("a") as f:
+                f.write(f"$ ssh {command} -> timed out after 300 s\n")
+            if check:
+                raise AssertionError(f"ssh {command!r} timed out after 300 s") from None
+            return ""
         with self.log.open("a") as f:
             f.write(f"$ ssh {command} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}\n")
         if check and proc.returncode != 0:
@@ -326,6 +335,45 @@ def check_memory_eviction(vagrant: SshVagrant, admin: Path, threshold: int, timi
         assert "memory pressure stall under the hard" in line, line
 
 
+def notifications(vagrant: SshVagrant) -> list[str]:
+    journal = vagrant.ssh("sudo journalctl -u nodeagent --no-pager | grep 'memory notification'", check=False)
+    return journal.splitlines()
+
+
+def check_psi_notifier(vagrant: SshVagrant, admin: Path, timings: dict[str, float]) -> None:
+    """A PSI trigger firing for real: a pod limited to 24Mi rewrites a 48 MiB file in a loop, so its page cache
+    is reclaimed in its own cgroup all the time (memcg direct reclaim, waiting on writeback: memory stalls, which
+    PSI counts in the pod's cgroup and every ancestor, kubepods.slice and the root). The agent's trigger ("some"
+    100 ms within 1 s) must wake the eviction manager ("memory notification ... memory pressure stall"), the
+    summary must show the stall in the pod's memory PSI, and no threshold is met, so nothing is evicted."""
+    before = len(notifications(vagrant))
+    t = time.monotonic()
+    staller = api_pod(
+        "staller",
+        "while true; do dd if=/dev/zero of=/tmp/f bs=1048576 count=48 2>/dev/null; done",
+        "    resources:\n      requests: {memory: 24Mi}\n      limits: {memory: 24Mi}",
+    )
+    kubectl(admin, "apply", "-f", "-", stdin=staller)
+    try:
+        fired = wait("a PSI notification", lambda: notifications(vagrant)[before:], 300)
+        timings["staller created to PSI notification"] = time.monotonic() - t
+        print(f"vm psi notifications: {fired}")
+        assert all("memory pressure stall under the hard" in line for line in fired), fired
+        uid = get_json(admin, "pod", "staller")["metadata"]["uid"]
+        summary = json.loads(
+            vagrant.ssh(
+                f"python3 -c \"import urllib.request as u; print(u.urlopen('http://127.0.0.1:{READ_ONLY_PORT}"
+                "/stats/summary').read().decode())\""
+            )
+        )
+        [stats] = [p for p in summary["pods"] if p["podRef"]["uid"] == uid]
+        print(f"vm psi staller memory psi: {stats['memory'].get('psi')}")
+        assert stats["memory"]["psi"]["some"]["total"] > 0, stats["memory"]
+        assert get_json(admin, "pod", "staller")["status"].get("reason") != "Evicted"
+    finally:
+        kubectl(admin, "delete", "pod", "staller", "--wait=false")
+
+
 def test_systemd_cgroup_driver_in_the_vm(
     tmp_path: Path, libvirt_host: tuple[LibvirtHost, Leftovers], testbed: Testbed
 ) -> None:
@@ -394,6 +442,7 @@ def test_systemd_cgroup_driver_in_the_vm(
             assert unit_show(vagrant, "kubepods-besteffort.slice").get("ActiveState") == "active"
 
             check_memory_eviction(vagrant, admin, threshold, timings)
+            check_psi_notifier(vagrant, admin, timings)
 
             t = time.monotonic()
             check_graceful_shutdown(vagrant)
