@@ -76,6 +76,11 @@ def e2e_test_path() -> Path:
     return e2e_dir() / "e2e.test"
 
 
+def e2e_node_test_path() -> Path:
+    """The node e2e suite (`k8s.io/kubernetes/test/e2e_node`), built beside e2e.test from the same release."""
+    return e2e_dir() / "e2e_node.test"
+
+
 def ginkgo_path() -> Path:
     return e2e_dir() / "ginkgo"
 
