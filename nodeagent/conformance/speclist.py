@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,8 @@ from nodeagent.conformance.errors import ConformanceError
 from nodeagent.conformance.subset import escape
 
 CERTIFIED_FOCUS = r"\[Conformance\]"
+# The suite's own flags after `--`: e2e.test needs a provider; e2e_node.test has no such flag and refuses it.
+E2E_SUITE_ARGS: tuple[str, ...] = ("--provider=skeleton",)
 # The kernel caps one argument at 128 KiB (MAX_ARG_STRLEN); a shard's focus stays well below it.
 MAX_FOCUS = 100_000
 
@@ -84,7 +86,9 @@ def exact_focus(description: str, names: Iterable[str]) -> str:
     return focus
 
 
-def dry_run_argv(suite: Suite, *, focus: str, label_filter: str, report: Path) -> list[str]:
+def dry_run_argv(
+    suite: Suite, *, focus: str, label_filter: str, report: Path, suite_args: Sequence[str] = E2E_SUITE_ARGS
+) -> list[str]:
     return [
         str(suite.ginkgo),
         "--dry-run",
@@ -95,15 +99,17 @@ def dry_run_argv(suite: Suite, *, focus: str, label_filter: str, report: Path) -
         f"--json-report={report}",
         str(suite.e2e_test),
         "--",
-        "--provider=skeleton",
+        *suite_args,
     ]
 
 
-async def list_specs(suite: Suite, *, focus: str, label_filter: str, work_dir: Path) -> SpecList:
+async def list_specs(
+    suite: Suite, *, focus: str, label_filter: str, work_dir: Path, suite_args: Sequence[str] = E2E_SUITE_ARGS
+) -> SpecList:
     """The specs that `focus` and `label_filter` select, by a dry run of the suite (no cluster involved)."""
     report = work_dir / "dry-run.json"
     await asyncio.to_thread(work_dir.mkdir, parents=True, exist_ok=True)
-    argv = dry_run_argv(suite, focus=focus, label_filter=label_filter, report=report)
+    argv = dry_run_argv(suite, focus=focus, label_filter=label_filter, report=report, suite_args=suite_args)
     proc = await asyncio.create_subprocess_exec(
         *argv,
         cwd=work_dir,
