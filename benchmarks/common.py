@@ -1,8 +1,9 @@
-"""What every benchmark shares: the percentile they quote, the one-container pod they start, and a run on a testbed
-of its own."""
+"""What every benchmark shares: the percentile they quote, the one-container pod they start, a run on a testbed of
+its own, and the watch that follows a benchmark's pods."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import shutil
 import tempfile
@@ -10,6 +11,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from nodeagent.kube import paths
+from nodeagent.kube.client import KubeClient
+from nodeagent.kube.errors import Gone, KubeError
 from nodeagent.testbed.testbed import Testbed
 
 NS = "default"
@@ -56,3 +60,26 @@ async def on_a_testbed(
     if directory is None:
         shutil.rmtree(root, ignore_errors=True)
     return result
+
+
+async def watch_pods(
+    admin: KubeClient, record: Callable[[str, dict[str, Any]], Awaitable[None]], label_selector: str
+) -> None:
+    """Every event of the benchmark's pods (`label_selector` in NS) to `record(type, pod)` for the whole run, the
+    listed ones as ADDED; a watch that ends or expires is resumed or relisted."""
+    rv = ""
+    while True:
+        if not rv:
+            listed = await admin.list(paths.pods(NS), label_selector=label_selector)
+            rv = listed["metadata"]["resourceVersion"]
+            for item in listed["items"]:
+                await record("ADDED", item)
+        try:
+            async for event in admin.watch(paths.pods(NS), resource_version=rv, label_selector=label_selector):
+                rv = event.resource_version or rv
+                if event.type != "BOOKMARK":
+                    await record(event.type, event.object)
+        except Gone:
+            rv = ""
+        except KubeError:
+            await asyncio.sleep(0.2)

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import NS, percentile, pod_body
+from benchmarks.common import NS, percentile, pod_body, watch_pods
 from benchmarks.versus import PodTimes
 from cri.client import CRIClient
 from cri.client import connect as cri_connect
@@ -144,26 +144,6 @@ class CallLog:
             f.seek(offset)
             data = f.read() if until is None else f.read(max(0, until - offset))
         return csistack.parse_calls(data.decode(errors="replace"))
-
-
-async def watch_pods(admin: KubeClient, times: PodTimes) -> None:
-    """The benchmark's pods for the whole run; a watch that ends or expires is resumed or relisted."""
-    rv = ""
-    while True:
-        if not rv:
-            listed = await admin.list(paths.pods(NS), label_selector=LABEL)
-            rv = listed["metadata"]["resourceVersion"]
-            for item in listed["items"]:
-                await times.record("ADDED", item)
-        try:
-            async for event in admin.watch(paths.pods(NS), resource_version=rv, label_selector=LABEL):
-                rv = event.resource_version or rv
-                if event.type != "BOOKMARK":
-                    await times.record(event.type, event.object)
-        except Gone:
-            rv = ""
-        except KubeError:
-            await asyncio.sleep(0.2)
 
 
 async def watch_attachments(admin: KubeClient, attached: dict[str, float]) -> None:
@@ -333,7 +313,7 @@ async def measure_driver(
     times = PodTimes()
     result = DriverResult()
     watchers = [
-        asyncio.create_task(watch_pods(admin, times)),
+        asyncio.create_task(watch_pods(admin, times.record, LABEL)),
         asyncio.create_task(watch_attachments(admin, result.attached)),
     ]
     node = bed.settings.node_name

@@ -32,7 +32,6 @@ import asyncio
 import contextlib
 import json
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -44,18 +43,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import NS, percentile, pod_body
+from benchmarks.common import NS, percentile, pod_body, watch_pods
 from cri.client import CRIClient
 from cri.client import connect as cri_connect
 from cri.v1 import api_pb2
 from nodeagent.kube import paths
 from nodeagent.kube.client import KubeClient
-from nodeagent.kube.errors import Gone, KubeError, NotFound
+from nodeagent.kube.errors import NotFound
 from nodeagent.testbed import configs
 from nodeagent.testbed import sampledeviceplugin as plugin
 from nodeagent.testbed import sampledradriver as driver
 from nodeagent.testbed.handover import wait_nothing_running
 from nodeagent.testbed.install import Progress
+from nodeagent.testbed.processes import stop_children
 from nodeagent.testbed.testbed import Testbed
 
 BENCH = "devices"
@@ -225,26 +225,6 @@ class Times:
                 raise RuntimeError(f"{what}: not seen in {timeout:.0f}s") from None
 
 
-async def watch_pods(admin: KubeClient, times: Times) -> None:
-    """The benchmark's pods for the whole run; a watch that ends or expires is resumed or relisted."""
-    rv = ""
-    while True:
-        if not rv:
-            listed = await admin.list(paths.pods(NS), label_selector=LABEL)
-            rv = listed["metadata"]["resourceVersion"]
-            for item in listed["items"]:
-                await times.record("ADDED", item)
-        try:
-            async for event in admin.watch(paths.pods(NS), resource_version=rv, label_selector=LABEL):
-                rv = event.resource_version or rv
-                if event.type != "BOOKMARK":
-                    await times.record(event.type, event.object)
-        except Gone:
-            rv = ""
-        except KubeError:
-            await asyncio.sleep(0.2)
-
-
 async def wait_until(check: Callable[[], Awaitable[bool]], *, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not await check():
@@ -383,19 +363,8 @@ async def set_up_devices(
     return started
 
 
-def stop(processes: Sequence[subprocess.Popen[bytes]]) -> None:
-    for proc in processes:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
-
-
 def stop_and_remove(processes: Sequence[subprocess.Popen[bytes]]) -> None:
-    stop(processes)
+    stop_children(processes)
     for device in plugin.DEVICES:  # the files the plugin's Allocate made on the host
         Path("/tmp", device).unlink(missing_ok=True)
 
@@ -426,7 +395,7 @@ async def run(bed: Testbed, count: int) -> Obj:
         cri_connect(f"unix://{bed.layout.containerd_socket}", timeout=120) as cri,
     ):
         await cri.image.pull_image(api_pb2.ImageSpec(image=configs.busybox_image(bed.settings)))
-        watcher = asyncio.create_task(watch_pods(admin, times), name="watch")
+        watcher = asyncio.create_task(watch_pods(admin, times.record, LABEL), name="watch")
         started: list[subprocess.Popen[bytes]] = []
         try:
             started = await set_up_devices(bed, admin, agent.log_path, record)

@@ -47,12 +47,12 @@ from typing import Any
 
 import psutil
 
-from benchmarks.common import NS, on_a_testbed, percentile, pod_body
+from benchmarks.common import NS, on_a_testbed, percentile, pod_body, watch_pods
 from cri.client import CRIClient, connect
 from cri.v1 import api_pb2
 from nodeagent.kube import paths
 from nodeagent.kube.client import KubeClient
-from nodeagent.kube.errors import Gone, KubeError, NotFound
+from nodeagent.kube.errors import NotFound
 from nodeagent.testbed import configs, processes
 from nodeagent.testbed.handover import forget_node, wait_nothing_running
 from nodeagent.testbed.testbed import Testbed
@@ -126,26 +126,6 @@ class PodTimes:
                 await asyncio.wait_for(self.changed.wait_for(done), timeout)
             except TimeoutError:
                 raise RuntimeError(f"{what}: not seen in {timeout:.0f}s") from None
-
-
-async def watch_pods(admin: KubeClient, times: PodTimes) -> None:
-    """Follow the benchmark's pods for the whole run; a watch that ends or expires is resumed or relisted."""
-    rv = ""
-    while True:
-        if not rv:
-            listed = await admin.list(paths.pods(NS), label_selector=LABEL)
-            rv = listed["metadata"]["resourceVersion"]
-            for item in listed["items"]:
-                await times.record("ADDED", item)
-        try:
-            async for event in admin.watch(paths.pods(NS), resource_version=rv, label_selector=LABEL):
-                rv = event.resource_version or rv
-                if event.type != "BOOKMARK":
-                    await times.record(event.type, event.object)
-        except Gone:
-            rv = ""
-        except KubeError:
-            await asyncio.sleep(0.2)
 
 
 async def start_round(admin: KubeClient, times: PodTimes, bodies: list[dict[str, Any]]) -> list[float]:
@@ -376,7 +356,7 @@ async def run(bed: Testbed, options: Options) -> dict[str, Any]:
     ):
         await cri.image.pull_image(api_pb2.ImageSpec(image=image))  # present for both: no pull is measured
         times = PodTimes()
-        watcher = asyncio.create_task(watch_pods(admin, times))
+        watcher = asyncio.create_task(watch_pods(admin, times.record, LABEL))
         try:
             for agent in options.agents:
                 per[agent] = await measure(bed, admin, cri, times, agent=agent, options=options)

@@ -125,6 +125,19 @@ def stop(proc: Process, *, pid_dir: Path, grace: float = 10.0) -> None:
     log.info("testbed component stopped name=%s pid=%d", proc.name, proc.pid)
 
 
+def stop_children(children: Sequence[subprocess.Popen[bytes]], *, grace: float = 10.0) -> None:
+    """Our own child processes (a sample plugin or driver beside an agent): SIGTERM, wait up to `grace` each, then
+    SIGKILL; each is reaped."""
+    for child in children:
+        if child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+            try:
+                child.wait(grace)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait(5)
+
+
 def _signal(pid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, sig)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import signal
 import subprocess
 import time
 from collections.abc import Awaitable, Callable
@@ -29,6 +28,7 @@ from nodeagent.kube.errors import NotFound
 from nodeagent.testbed import sampledeviceplugin as plugin
 from nodeagent.testbed import sampledradriver as driver
 from nodeagent.testbed.install import Progress
+from nodeagent.testbed.processes import stop_children
 from nodeagent.testbed.testbed import Testbed
 from tests.differential.scenario import DEVICE_KINDS
 
@@ -44,14 +44,7 @@ class Devices:
     started: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     def stop(self) -> None:
-        for proc in self.started:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(5)
+        stop_children(self.started)
         self.started.clear()
         for device in plugin.DEVICES:  # the files the sample plugin's Allocate made on the host
             Path("/tmp", device).unlink(missing_ok=True)

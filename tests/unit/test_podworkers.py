@@ -319,6 +319,21 @@ async def test_termination_reads_a_fresh_status_before_each_step() -> None:
     await workers.stop()
 
 
+async def delete_while_terminating(workers: PodWorkers, syncer: RecordingSyncer) -> None:
+    """Pod "a" finishes on its own (sync_pod says so; `syncer.finish_after` holds it) and its delete arrives while
+    the terminating sync is held open."""
+    syncer.gate = asyncio.Event()
+    workers.update_pod(UpdatePodOptions(UpdateType.CREATE, pod("a")))
+    await asyncio.sleep(0)
+    syncer.gate.set()
+    syncer.gate = asyncio.Event()  # the terminating sync is now held open
+    for _ in range(5):
+        await asyncio.sleep(0)
+    workers.update_pod(UpdatePodOptions(UpdateType.UPDATE, pod("a", deleted=True)))
+    syncer.gate.set()
+    await settle(workers)
+
+
 async def test_a_delete_that_arrives_while_the_pod_terminates_on_its_own_is_not_lost() -> None:
     """The pod finished by itself (sync_pod said so) and was deleted while the worker was killing what was left:
     the terminated sync runs again with the deleted pod, so the agent removes the API object."""
@@ -333,16 +348,7 @@ async def test_a_delete_that_arrives_while_the_pod_terminates_on_its_own_is_not_
         await terminated(p, status)
 
     syncer.sync_terminated_pod = record  # type: ignore[method-assign,assignment]
-    syncer.gate = asyncio.Event()
-    workers.update_pod(UpdatePodOptions(UpdateType.CREATE, pod("a")))
-    await asyncio.sleep(0)
-    syncer.gate.set()
-    syncer.gate = asyncio.Event()  # the terminating sync is now held open
-    for _ in range(5):
-        await asyncio.sleep(0)
-    workers.update_pod(UpdatePodOptions(UpdateType.UPDATE, pod("a", deleted=True)))
-    syncer.gate.set()
-    await settle(workers)
+    await delete_while_terminating(workers, syncer)
     assert seen == [False, True]
     assert workers.state("a") is WorkState.TERMINATED
     await workers.stop()
@@ -367,16 +373,7 @@ async def test_a_late_delete_whose_sync_failed_is_retried() -> None:
         await terminated(p, status)
 
     syncer.sync_terminated_pod = record  # type: ignore[method-assign,assignment]
-    syncer.gate = asyncio.Event()
-    workers.update_pod(UpdatePodOptions(UpdateType.CREATE, pod("a")))
-    await asyncio.sleep(0)
-    syncer.gate.set()
-    syncer.gate = asyncio.Event()  # the terminating sync is now held open
-    for _ in range(5):
-        await asyncio.sleep(0)
-    workers.update_pod(UpdatePodOptions(UpdateType.UPDATE, pod("a", deleted=True)))
-    syncer.gate.set()
-    await settle(workers)
+    await delete_while_terminating(workers, syncer)
     assert (seen, failed) == ([False, True], ["a"])
     assert workers.could_have_running_containers("a") is False
 

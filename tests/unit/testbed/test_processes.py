@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import time
 from pathlib import Path
 
@@ -41,3 +42,15 @@ def test_component_failed_carries_log_tail(tmp_path: Path) -> None:
     processes.stop(proc, pid_dir=tmp_path / "pids")
     error = processes.ComponentFailed("crasher", "exited during start-up", proc.log_path)
     assert "boom-marker" in str(error)
+
+
+def test_stop_children_terms_then_kills_and_reaps() -> None:
+    polite = subprocess.Popen(["sleep", "60"])
+    stubborn = subprocess.Popen(["sh", "-c", "trap '' TERM; while :; do sleep 0.1; done"])
+    time.sleep(0.3)  # the trap is set
+    done = subprocess.Popen(["true"])
+    done.wait()
+    processes.stop_children([polite, stubborn, done], grace=0.5)
+    assert polite.returncode == -15  # SIGTERM was enough
+    assert stubborn.returncode == -9  # killed after the grace
+    assert done.returncode == 0  # already ended: left as it was
