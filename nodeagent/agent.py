@@ -567,6 +567,14 @@ async def _run(
     )
     node_status = None
     volume_managers: list[VolumeManager] = []
+    # CSI drivers (and DRA drivers' kubelet plugins, whose handler is added below) register through
+    # <rootDir>/plugins_registry (upstream's plugin manager); its registry is what the kubernetes.io/csi volume
+    # plugin dials. Its CSINode is made from now on, beside the registration, as upstream's CSI plugin Init: until
+    # it exists the node is NotReady, "CSINode is not yet initialized", the Node it creates included. Without an
+    # apiserver there is no CSINode to write, so no registration.
+    plugin_manager = PluginManager(str(options.root_dir), client, node_name) if client is not None and host else None
+    if plugin_manager is not None:
+        supervisor.start("csinode-init", plugin_manager.ensure_csinode(), finite=True)
     if client is not None:
         node_status = NodeStatusManager(
             client,
@@ -585,6 +593,7 @@ async def _run(
             node_labels=options.node_labels,
             device_capacity=lambda: device_manager.get_capacity()[:2],
             shutdown_status=shutdown.shutdown_status if shutdown is not None else lambda: None,
+            storage_status=plugin_manager.storage.error if plugin_manager is not None else lambda: None,
         )
         wait = registration_wait(config.static_pod_path)
         # Retried for ever, as upstream (an unreachable apiserver, a credential that may not register this name);
@@ -611,8 +620,6 @@ async def _run(
     # The pods' RuntimeClasses, by list and watch; without an apiserver every pod gets the default handler (as
     # upstream, which has no RuntimeClass manager then), logged for a pod that names one.
     runtime_classes = RuntimeClassManager() if client is not None else None
-    # CSI drivers register through <rootDir>/plugins_registry (upstream's plugin manager); its registry is what the
-    # kubernetes.io/csi volume plugin dials. Without an apiserver there is no CSINode to write, so no registration.
     # DRA (upstream's DRA manager in the container manager): drivers' kubelet plugins register through the same
     # watcher (type DRAPlugin); their claim cache is checkpointed in the root dir. Without an apiserver no claim can
     # be read, so a pod with claims waits with FailedPrepareDynamicResources.
@@ -629,11 +636,8 @@ async def _run(
         )
     except DRAError as exc:
         raise AgentError(str(exc)) from exc
-    plugin_manager = (
-        PluginManager(str(options.root_dir), client, node_name, handlers={DRA_PLUGIN: dra_manager.plugins})
-        if client is not None and host
-        else None
-    )
+    if plugin_manager is not None:
+        plugin_manager.add_handler(DRA_PLUGIN, dra_manager.plugins)
     volumes = new_volume_manager(
         str(options.root_dir),
         client=client,

@@ -16,14 +16,19 @@ class Supervisor:
         self._tasks: list[asyncio.Task[None]] = []
         self.failed = asyncio.Event()
 
-    def start(self, name: str, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
-        task = asyncio.create_task(self._guard(name, coro), name=name)
+    def start(self, name: str, coro: Coroutine[Any, Any, None], *, finite: bool = False) -> asyncio.Task[None]:
+        """A task that runs until stopped; one that ends is a failure, unless `finite` (a job done once, such as
+        making the node's CSINode), whose end is only logged. A failure of either sets `failed`."""
+        task = asyncio.create_task(self._guard(name, coro, finite), name=name)
         self._tasks.append(task)
         return task
 
-    async def _guard(self, name: str, coro: Coroutine[Any, Any, None]) -> None:
+    async def _guard(self, name: str, coro: Coroutine[Any, Any, None], finite: bool) -> None:
         try:
             await coro
+            if finite:
+                log.info("background task done task=%s", name)
+                return
             log.error("background task ended unexpectedly task=%s", name)
         except asyncio.CancelledError:
             raise

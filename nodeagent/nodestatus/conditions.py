@@ -52,10 +52,12 @@ def ready_errors(
     network_ready: bool = True,
     network_message: str = "",
     pleg_healthy_message: str | None = None,
+    storage_message: str | None = None,
     shutdown_message: str | None = None,
 ) -> list[str]:
-    """The reasons the node is not ready, in the order the kubelet's runtime state lists them, then the node
-    shutdown manager's ("node is shutting down", `shutdown_message`) as upstream's ReadyCondition appends it."""
+    """The reasons the node is not ready, in the order upstream's ReadyCondition lists them: the runtime's, the
+    network's, the storage's (`storage_message`: "CSINode is not yet initialized" until the CSI plugin's Init has
+    made the node's CSINode), then the node shutdown manager's ("node is shutting down", `shutdown_message`)."""
     errors = []
     if not runtime_ready:
         errors.append(runtime_message or RUNTIME_DOWN_MESSAGE)
@@ -63,6 +65,8 @@ def ready_errors(
         errors.append(f"PLEG is not healthy: {pleg_healthy_message}")
     if not network_ready:
         errors.append(f"container runtime network not ready: {network_message}")
+    if storage_message is not None:
+        errors.append(storage_message)
     if shutdown_message is not None:
         errors.append(shutdown_message)
     return errors
@@ -77,6 +81,7 @@ def node_conditions(
     network_ready: bool = True,
     network_message: str = "",
     pleg_healthy_message: str | None = None,
+    storage_message: str | None = None,
     shutdown_message: str | None = None,
     memory_pressure: bool = False,
     disk_pressure: bool = False,
@@ -86,7 +91,7 @@ def node_conditions(
 
     `runtime_message` is the full error when the runtime is not ready (default "container runtime is down");
     `network_message` follows "container runtime network not ready: "; `pleg_healthy_message` (None when healthy)
-    follows "PLEG is not healthy: ".
+    follows "PLEG is not healthy: "; `storage_message` (None when ready) is the storage state's error.
     """
     stamp = format_time(now)
     wanted: dict[str, tuple[str, str, str]] = {}
@@ -103,6 +108,7 @@ def node_conditions(
         network_ready=network_ready,
         network_message=network_message,
         pleg_healthy_message=pleg_healthy_message,
+        storage_message=storage_message,
         shutdown_message=shutdown_message,
     )
     wanted[READY] = (

@@ -2,7 +2,10 @@
 the DRA manager's DRAPlugin handler, passed in).
 
 At start, as upstream's CSI plugin Init: wait for the apiserver and make sure this node's CSINode exists (with no
-drivers), retried until it works; the watcher starts right away, so drivers register meanwhile.
+drivers), retried until it works (`ensure_csinode`, started before the node registers, as upstream starts it from
+NewMainKubelet). Until the CSINode exists the storage state says "CSINode is not yet initialized", which keeps the
+node NotReady (upstream's SetKubeletError from initializeCSINode): the Node the agent creates says it too. The
+watcher (`run`) starts once the node is registered; drivers register meanwhile.
 """
 
 from __future__ import annotations
@@ -24,6 +27,21 @@ log = logging.getLogger(__name__)
 
 PLUGINS_REGISTRY_DIR = "plugins_registry"
 CSINODE_RETRY = 1.0  # upstream's waitForAPIServerForever polls every second
+CSINODE_NOT_INITIALIZED = "CSINode is not yet initialized"
+
+
+class StorageState:
+    """The storage part of the node's readiness (upstream's runtimeState storage error): an error until the
+    node's CSINode is made, then none."""
+
+    def __init__(self) -> None:
+        self._error: str | None = CSINODE_NOT_INITIALIZED
+
+    def error(self) -> str | None:
+        return self._error
+
+    def initialized(self) -> None:
+        self._error = None
 
 
 def plugins_registry_dir(root_dir: str) -> str:
@@ -41,18 +59,24 @@ class PluginManager:
         get_info: NodeInfoGetter = node_get_info,
         handlers: Mapping[str, PluginHandler] | None = None,
     ) -> None:
+        self.storage = StorageState()
         self.registry = registry or CSIDriverRegistry()
         self.node_info = NodeInfoManager(client, node_name)
         self.watcher = PluginWatcher(plugins_registry_dir(root_dir))
         self.watcher.add_handler(CSI_PLUGIN, CSIRegistrationHandler(self.registry, self.node_info, get_info))
         # Other plugin types (DRAPlugin: the DRA manager's plugin store) share the watcher, as upstream.
         for plugin_type, handler in (handlers or {}).items():
-            self.watcher.add_handler(plugin_type, handler)
+            self.add_handler(plugin_type, handler)
+
+    def add_handler(self, plugin_type: str, handler: PluginHandler) -> None:
+        """Another plugin type's handler; before `run`."""
+        self.watcher.add_handler(plugin_type, handler)
 
     async def ensure_csinode(self) -> None:
         while True:
             try:
                 await self.node_info.initialize_csinode()
+                self.storage.initialized()
                 log.info("CSINode ready")
                 return
             except (NodeInfoError, KubeError) as exc:
@@ -60,8 +84,6 @@ class PluginManager:
             await asyncio.sleep(CSINODE_RETRY)
 
     async def run(self) -> None:
-        """Runs until cancelled."""
+        """The watcher, until cancelled."""
         log.info("Starting Kubelet Plugin Manager path=%s", self.watcher.path)
-        async with asyncio.TaskGroup() as group:
-            group.create_task(self.ensure_csinode(), name="csinode-init")
-            group.create_task(self.watcher.run(), name="plugin-watcher")
+        await self.watcher.run()

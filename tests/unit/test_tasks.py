@@ -1,8 +1,10 @@
-"""Supervisor: a failing or ending task is logged and flags failure; stop cancels every task in reverse order."""
+"""Supervisor: a failing or ending task is logged and flags failure (a finite task may end); stop cancels every
+task in reverse order."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import pytest
 
@@ -29,3 +31,24 @@ async def test_failure_sets_the_flag_and_stop_cancels_in_reverse_order(caplog: p
     assert "background task failed task=broken" in caplog.text
     await sup.stop()
     assert stopped == ["second", "first"]
+
+
+async def test_a_finite_task_may_end_but_not_fail(caplog: pytest.LogCaptureFixture) -> None:
+    async def done() -> None:
+        return None
+
+    async def broken() -> None:
+        raise RuntimeError("boom")
+
+    caplog.set_level(logging.INFO, logger="nodeagent.tasks")
+    sup = Supervisor()
+    await sup.start("once", done(), finite=True)
+    assert not sup.failed.is_set()
+    assert "background task done task=once" in caplog.text
+    await sup.start("ended", done())
+    assert sup.failed.is_set()
+    assert "background task ended unexpectedly task=ended" in caplog.text
+    sup.failed.clear()
+    await sup.start("broken-once", broken(), finite=True)
+    assert sup.failed.is_set()
+    await sup.stop()

@@ -101,6 +101,19 @@ def test_healthy_node_from_scratch() -> None:
             "KubeletNotReady",
             "[container runtime is down, container runtime network not ready: x]",
         ),
+        # The storage state's error (no CSINode yet), after the network's and before the shutdown manager's.
+        (
+            {
+                "network_ready": False,
+                "network_message": "x",
+                "storage_message": "CSINode is not yet initialized",
+                "shutdown_message": "node is shutting down",
+            },
+            "Ready",
+            "False",
+            "KubeletNotReady",
+            "[container runtime network not ready: x, CSINode is not yet initialized, node is shutting down]",
+        ),
         # The node shutdown manager's ShutdownStatus, after the runtime's errors as upstream's ReadyCondition.
         ({"shutdown_message": "node is shutting down"}, "Ready", "False", "KubeletNotReady", "node is shutting down"),
         (

@@ -534,6 +534,61 @@ async def test_while_the_runtime_is_down_its_return_is_reported_within_a_second(
                 await task
 
 
+async def test_a_node_whose_csinode_is_not_made_registers_not_ready_and_turns_ready_within_100ms(api: Api) -> None:
+    """As upstream: the Node is created NotReady, "CSINode is not yet initialized", and its Ready status is posted
+    within 100 ms of the CSINode being made (fastStatusUpdateOnce), not at the next 10 s tick; the loop then keeps
+    its period."""
+    clock, events = FakeClock(), Events()
+    storage: dict[str, str | None] = {"error": "CSINode is not yet initialized"}
+    looked = 0
+
+    def storage_status() -> str | None:
+        nonlocal looked
+        looked += 1
+        return storage["error"]
+
+    async with api.client() as client:
+        manager = NodeStatusManager(
+            client,
+            node_name=NAME,
+            config=CONFIG,
+            facts=FACTS,
+            runtime_health=Health(),
+            clock=clock,
+            record_event=events,
+            storage_status=storage_status,
+        )
+        await manager.register()
+        created = {c["type"]: c for c in api.bodies("POST", paths.nodes())[0]["status"]["conditions"]}["Ready"]
+        assert (created["status"], created["reason"], created["message"]) == (
+            "False",
+            "KubeletNotReady",
+            "CSINode is not yet initialized",
+        )
+        task = asyncio.create_task(manager.run())
+        try:
+            await _settle(lambda: manager.status_patches == 1)  # the first tick: still NotReady
+            for _ in range(3):
+                await clock.advance(0.1)
+            assert manager.status_patches == 1
+            storage["error"] = None
+            await clock.advance(0.1)
+            await _settle(lambda: manager.status_patches == 2)
+            assert clock.t == pytest.approx(0.4)
+            ready = {c["type"]: c for c in api.bodies("PATCH", NODE_STATUS)[-1]["status"]["conditions"]}["Ready"]
+            assert (ready["status"], ready["reason"]) == ("True", "KubeletReady")
+            assert "NodeReady" in events.reasons
+            # Back to the plain period: the storage state is not looked at between ticks any more.
+            seen = looked
+            for _ in range(9):
+                await clock.advance(1)
+            assert looked == seen
+        finally:
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+
 # The Lease.
 
 
