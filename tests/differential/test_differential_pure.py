@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tests.differential.compare import Recording, compare, distinct, render
+from tests.differential.compare import COALESCED, Recording, compare, distinct, render
 from tests.differential.normalise import Context, event_line, pod_state, scrub
 from tests.differential.scenario import KnownDifference, ScenarioError, load_all, parse
 from tests.differential.waits import satisfied
@@ -159,6 +159,35 @@ def test_compare_reports_the_kept_reasons() -> None:
     known = (KnownDifference(reason="why", path="u"), KnownDifference(reason="unused", path="zzz"))
     result = compare("s", _rec("a", [{"u": "0"}], []), _rec("b", [{}], []), known)
     assert result.kept == ("why",)
+
+
+S_PENDING: dict[str, str] = {"phase": '"Pending"'}
+S_CREATING: dict[str, str] = {
+    "phase": '"Pending"',
+    "containerStatuses[main].state.waiting.reason": '"ContainerCreating"',
+}
+S_RUNNING: dict[str, str] = {"phase": '"Running"', "containerStatuses[main].state.running.startedAt": "<time>"}
+S_PULL_FAILED: dict[str, str] = {"phase": '"Pending"', "containerStatuses[main].state.waiting.reason": '"ErrImagePull"'}
+
+
+@pytest.mark.parametrize(
+    ("left", "right", "same"),
+    [
+        # One side's status write coalesced the ContainerCreating state with the running one: timing.
+        ([S_PENDING, S_CREATING, S_RUNNING], [S_PENDING, S_RUNNING], True),
+        ([S_PENDING, S_RUNNING], [S_PENDING, S_CREATING, S_RUNNING], True),
+        # Any other skipped state is a difference, and so is a ContainerCreating state in place of another.
+        ([S_PENDING, S_PULL_FAILED, S_RUNNING], [S_PENDING, S_RUNNING], False),
+        ([S_PENDING, S_CREATING, S_RUNNING], [S_PENDING, S_PULL_FAILED, S_RUNNING], False),
+        ([S_PENDING, S_CREATING, S_RUNNING], [S_PENDING, S_CREATING], False),
+    ],
+)
+def test_a_skipped_container_creating_state_is_timing(
+    left: list[dict[str, str]], right: list[dict[str, str]], same: bool
+) -> None:
+    result = compare("s", _rec("a", left, []), _rec("b", right, []), ())
+    assert result.same is same, result.diff
+    assert (COALESCED in result.kept) is (same and left != right)
 
 
 @pytest.mark.parametrize(
