@@ -57,6 +57,7 @@ from nodeagent.config.durations import parse_go_duration
 from nodeagent.config.quantity import parse_quantity
 from nodeagent.evictionmetrics import EvictionMetrics
 from nodeagent.kuberuntime.qos import pod_qos
+from nodeagent.memoryevents import memory_events_notifiers
 from nodeagent.memorynotifier import NotifierError, ThresholdNotifier, memory_notifiers
 from nodeagent.podconfig.storage import pod_ref as _pod_ref
 from nodeagent.staticpods import is_mirror_pod, is_static_pod
@@ -103,14 +104,14 @@ def eviction_config(config: KubeletConfiguration) -> EvictionConfig:
 
 def configured_notifiers(config: KubeletConfiguration, *, mount: Path = CGROUP_ROOT) -> list[ThresholdNotifier]:
     """The memory threshold notifiers `run` is given: none unless kernelMemcgNotification is true (upstream's default
-    is false, and so is ours: the manager then polls every 10 s only)."""
+    is false, and so is ours: the manager then polls every 10 s only). On cgroup v2, the PSI triggers and, beyond
+    upstream, the pods cgroup's memory.events."""
     if not config.kernel_memcg_notification:
         return []
-    return memory_notifiers(
-        eviction_config(config).thresholds,
-        cgroup_root=config.cgroup_root,
-        cgroup_driver=config.cgroup_driver.value,
-        mount=mount,
+    thresholds = eviction_config(config).thresholds
+    root, driver = config.cgroup_root, config.cgroup_driver.value
+    return memory_notifiers(thresholds, cgroup_root=root, cgroup_driver=driver, mount=mount) + (
+        memory_events_notifiers(thresholds, cgroup_root=root, cgroup_driver=driver, mount=mount)
     )
 
 

@@ -12,7 +12,9 @@ threshold_notifier_linux.go, kernelMemcgNotification).
 - cgroup v2 (`PressureNotifier`): the kernel has no usage threshold there (upstream disables its notifier). A PSI
   trigger on memory.pressure (/proc/pressure/memory for the root, <kubepods>/memory.pressure for allocatable) wakes
   the manager when tasks stall on memory; the cycle then compares the thresholds. PSI signals POLLPRI, which the
-  event loop's selector does not watch, so an epoll of our own watches it and the loop watches the epoll.
+  event loop's selector does not watch, so an epoll of our own watches it and the loop watches the epoll. Beside
+  them, beyond upstream, the pods cgroup's memory.events wakes the manager when its high/max/oom/oom_kill counters
+  grow (nodeagent.memoryevents; evictionmanager.configured_notifiers adds it).
 
 Each notifier's fd is watched by the running event loop (`add_reader`), so a notification costs no thread and no
 polling. The kernel calls go through `Kernel` (the fd layer): `LinuxKernel` makes them, tests may pass a fake.
