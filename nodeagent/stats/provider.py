@@ -40,7 +40,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import psutil
 
@@ -132,6 +132,17 @@ class _RuntimeView:
     order: list[str]  # sandbox IDs with a running container, oldest first: the pods to list
 
 
+class ContainerPressure(NamedTuple):
+    """A container cgroup's cpu.pressure, memory.pressure and io.pressure (None where absent: v1, no PSI)."""
+
+    cpu: PSIStats | None
+    memory: PSIStats | None
+    io: PSIStats | None
+
+
+NO_PRESSURE = ContainerPressure(None, None, None)
+
+
 @dataclass(frozen=True, slots=True)
 class _PodCgroup:
     path: str
@@ -139,8 +150,8 @@ class _PodCgroup:
     pause: CgroupSample | None
     interfaces: list[host.InterfaceCounters] | None
     process_count: int
-    # by container ID: the cpu and memory PSI of the container's cgroup (v2 only)
-    psi: dict[str, tuple[PSIStats | None, PSIStats | None]] = field(default_factory=dict)
+    # by container ID: the PSI of the container's cgroup (v2 only)
+    psi: dict[str, ContainerPressure] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,7 +315,7 @@ class StatsProvider:
         if self._cgroupfs.unified:
             for cid in container_ids:
                 path = self._container_cgroup(sample.path, cid)
-                psi[cid] = (self._cgroupfs.pressure(path, "cpu"), self._cgroupfs.pressure(path, "memory"))
+                psi[cid] = ContainerPressure(*(self._cgroupfs.pressure(path, r) for r in ("cpu", "memory", "io")))
         if not full:  # CPU and memory are the pod cgroup's alone
             view.pods[sandbox.id] = _PodCgroup(sample.path, sample, None, None, 0, psi)
             return
@@ -521,7 +532,7 @@ class StatsProvider:
                     rootfs_info=view.fs_by_path.get(s.writable_layer.fs_id.mountpoint),
                     logs=logs,
                     cpu_and_memory_only=not full,
-                    psi=cgroup.psi.get(s.attributes.id, (None, None)) if cgroup is not None else (None, None),
+                    psi=(cgroup.psi.get(s.attributes.id, NO_PRESSURE) if cgroup is not None else NO_PRESSURE)[:2],
                 )
             )
         measures = None
@@ -650,8 +661,10 @@ class StatsProvider:
         device = view.devices.get(layer.fs_id.mountpoint, "")
         fs = ((device, layer.used_bytes.value),) if device and layer.HasField("used_bytes") else ()
         has_cpu, has_memory = stats.HasField("cpu"), stats.HasField("memory")
+        pressure = cgroup.psi.get(container.id, NO_PRESSURE)
         return CadvisorContainer(
-            id=posixpath.join(cgroup.path, container.id),
+            # cAdvisor's id is the container's cgroup: the runtime's scope under the systemd driver
+            id=self._container_cgroup(cgroup.path, container.id),
             name=container.id,
             image=container.image.user_specified_image or container.image.image,
             pod=sandbox.metadata.name,
@@ -662,4 +675,7 @@ class StatsProvider:
             cpu_usage_ns=stats.cpu.usage_core_nano_seconds.value if has_cpu else None,
             working_set_bytes=stats.memory.working_set_bytes.value if has_memory else None,
             fs=fs,
+            cpu_psi=pressure.cpu,
+            memory_psi=pressure.memory,
+            io_psi=pressure.io,
         )
