@@ -17,7 +17,11 @@ Checked inside the VM, through systemd itself (`systemctl show`) and the cgroup 
   containers, cpu, memory, network, process count, the node's memory, PSI (cpu, memory, io) at each level;
 - a real memory eviction (check_memory_eviction): evictionHard memory.available 300 MiB below the VM's figure after
   boot, a dd hog from the apiserver evicted with upstream's status and message, MemoryPressure on the Node, the
-  small pod and the static pods left running, the v2 PSI notifiers armed (and which woke the manager, printed).
+  small pod and the static pods left running, the v2 PSI notifiers and the memory.events notifier armed (and which
+  woke the manager, printed);
+- the v2 notifiers firing for real (check_psi_notifier): a pod reclaiming at its 24Mi limit wakes the manager through
+  a PSI trigger and through kubepods.slice's memory.events (`max` grew), and /metrics/cadvisor carries the six PSI
+  counters (check_cadvisor_psi), the pod's container's memory "waiting" above zero.
 
 Marked `vm` and deselected by default, like test_vm_cgroup_v2.py (a VM boot of its own under QEMU's software
 emulation: 8 minutes with the box cached, plus the testbed's start). Run it with
@@ -328,11 +332,26 @@ def check_memory_eviction(vagrant: SshVagrant, admin: Path, threshold: int, timi
     assert (
         "created memory pressure notifier notifier=hard memory eviction threshold path=/proc/pressure/memory" in journal
     )
-    # Which woke the manager: the PSI trigger (a "memory notification" naming the stall) or its 10 s tick.
+    assert (
+        "created memory events notifier notifier=memory.events of the pods cgroup "
+        "path=/sys/fs/cgroup/kubepods.slice/memory.events" in journal
+    ), journal
+    assert "armed memory events notifier path=/sys/fs/cgroup/kubepods.slice/memory.events" in journal, journal
+    # Which woke the manager: a notifier (a "memory notification" naming the PSI stall or the memory.events
+    # counters that moved) or its 10 s tick.
     fired = [line for line in journal.splitlines() if "eviction manager memory notification" in line]
-    print(f"vm eviction: {'PSI notifier fired: ' + fired[0] if fired else 'no notification: found by the 10 s tick'}")
+    print(f"vm eviction: {'a notifier fired: ' + fired[0] if fired else 'no notification: found by the 10 s tick'}")
     for line in fired:
-        assert "memory pressure stall under the hard" in line, line
+        assert is_notification(line), line
+
+
+PSI_STALL = "memory pressure stall under the hard"
+MEMORY_EVENTS = "memory.events of the pods cgroup moved: "
+
+
+def is_notification(line: str) -> bool:
+    """A wake-up from one of the v2 notifiers: a PSI trigger or the pods cgroup's memory.events."""
+    return PSI_STALL in line or MEMORY_EVENTS in line
 
 
 def notifications(vagrant: SshVagrant) -> list[str]:
@@ -345,7 +364,11 @@ def check_psi_notifier(vagrant: SshVagrant, admin: Path, timings: dict[str, floa
     is reclaimed in its own cgroup all the time (memcg direct reclaim, waiting on writeback: memory stalls, which
     PSI counts in the pod's cgroup and every ancestor, kubepods.slice and the root). The agent's trigger ("some"
     100 ms within 1 s) must wake the eviction manager ("memory notification ... memory pressure stall"), the
-    summary must show the stall in the pod's memory PSI, and no threshold is met, so nothing is evicted."""
+    summary must show the stall in the pod's memory PSI, and no threshold is met, so nothing is evicted.
+
+    The same reclaim at the pod's limit bumps `max` in its memory.events and kubepods.slice's (hierarchical), so
+    the memory.events notifier must wake the manager too ("memory.events of the pods cgroup moved: max+N"); and
+    /metrics/cadvisor must carry the six PSI counters, the pod's container's memory "waiting" above zero."""
     before = len(notifications(vagrant))
     t = time.monotonic()
     staller = api_pod(
@@ -355,10 +378,18 @@ def check_psi_notifier(vagrant: SshVagrant, admin: Path, timings: dict[str, floa
     )
     kubectl(admin, "apply", "-f", "-", stdin=staller)
     try:
-        fired = wait("a PSI notification", lambda: notifications(vagrant)[before:], 300)
+        fired = wait("a PSI notification", lambda: [n for n in notifications(vagrant)[before:] if PSI_STALL in n], 300)
         timings["staller created to PSI notification"] = time.monotonic() - t
         print(f"vm psi notifications: {fired}")
-        assert all("memory pressure stall under the hard" in line for line in fired), fired
+        events = wait(
+            "a memory.events notification",
+            lambda: [n for n in notifications(vagrant)[before:] if MEMORY_EVENTS in n],
+            300,
+        )
+        timings["staller created to memory.events notification"] = time.monotonic() - t
+        print(f"vm memory.events notifications ({len(events)}): {events[:5]}")
+        assert all(is_notification(line) for line in notifications(vagrant)[before:])
+        assert all(f"{MEMORY_EVENTS}max+" in line for line in events), events
         uid = get_json(admin, "pod", "staller")["metadata"]["uid"]
         summary = json.loads(
             vagrant.ssh(
@@ -369,9 +400,36 @@ def check_psi_notifier(vagrant: SshVagrant, admin: Path, timings: dict[str, floa
         [stats] = [p for p in summary["pods"] if p["podRef"]["uid"] == uid]
         print(f"vm psi staller memory psi: {stats['memory'].get('psi')}")
         assert stats["memory"]["psi"]["some"]["total"] > 0, stats["memory"]
+        check_cadvisor_psi(vagrant, uid)
         assert get_json(admin, "pod", "staller")["status"].get("reason") != "Evicted"
     finally:
         kubectl(admin, "delete", "pod", "staller", "--wait=false")
+
+
+PSI_COUNTERS = tuple(
+    f"container_pressure_{resource}_{kind}_seconds_total"
+    for resource in ("cpu", "memory", "io")
+    for kind in ("waiting", "stalled")
+)
+
+
+def check_cadvisor_psi(vagrant: SshVagrant, uid: str) -> None:
+    """/metrics/cadvisor from the read-only port: the six PSI counters, each for the node's root cgroup and the
+    staller's container (its scope), and the container's memory "waiting" above zero (it stalls on reclaim)."""
+    text = vagrant.ssh(
+        f"python3 -c \"import urllib.request as u; print(u.urlopen('http://127.0.0.1:{READ_ONLY_PORT}"
+        "/metrics/cadvisor').read().decode())\""
+    )
+    lines = [line for line in text.splitlines() if line.startswith("container_pressure_")]
+    unit = to_systemd(f"/kubepods/burstable/pod{uid}").rsplit("/", 1)[-1]
+    staller = [line for line in lines if 'pod="staller"' in line and 'container="main"' in line]
+    print(f"vm cadvisor psi: {len(lines)} lines; the staller's container: {staller}")
+    for name in PSI_COUNTERS:
+        assert any(line.startswith(f'{name}{{container="",id="/",') for line in lines), (name, lines[:12])
+        [mine] = [line for line in staller if line.startswith(name + "{")]
+        assert unit in mine and "cri-containerd-" in mine, mine
+    [waiting] = [line for line in staller if line.startswith("container_pressure_memory_waiting_seconds_total{")]
+    assert float(waiting.split()[1]) > 0, waiting
 
 
 def test_systemd_cgroup_driver_in_the_vm(
