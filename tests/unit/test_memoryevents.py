@@ -7,8 +7,8 @@ which notifiers a v2 tree gets."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 import dataclasses
+import itertools
 from pathlib import Path
 
 import pytest
