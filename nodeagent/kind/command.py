@@ -1,10 +1,17 @@
-"""`nodeagent kind install|check`: Docker from Debian, and the go/no-go check of a systemd node container
-(docs/kind.md)."""
+"""`nodeagent kind install|check|build-image|try-create`: Docker from Debian, the go/no-go check of a systemd node
+container, the offline node image, and one `kind create cluster` with it (docs/kind.md)."""
 
 from __future__ import annotations
 
 import argparse
+import shutil
+import tempfile
+import time
+from pathlib import Path
 
+from nodeagent.kind import cluster, nodeimage
+from nodeagent.kind.dockerd import isolated_docker
+from nodeagent.kind.hoststate import compare, snapshot
 from nodeagent.kind.install import install_docker
 from nodeagent.kind.nodecheck import report, run_check
 from nodeagent.testbed.install import Progress
@@ -17,6 +24,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     actions.add_parser(
         "check", help="go/no-go: boot a bookworm systemd container as kind runs its nodes, in an isolated Docker"
     )
+    actions.add_parser(
+        "build-image", help="build (or load from the cache) the offline kind node image in an isolated Docker"
+    )
+    create = actions.add_parser(
+        "try-create",
+        help="build the node image, run kind v0.33.0's `create cluster` with it, report, and delete everything",
+    )
+    create.add_argument("--logs", type=Path, default=None, help="where kind's exported logs go (default: a temp dir)")
     kind.set_defaults(handler=run)
 
 
@@ -28,6 +43,35 @@ async def run(args: argparse.Namespace) -> int:
             print("apt installed: " + ", ".join(f"{name} {version}" for name, version in plan.installs.items()))
         return 0
     install_docker(progress)
-    result = run_check(progress.step)
-    print(report(result))
-    return 0 if result.go else 1
+    if args.action == "check":
+        result = run_check(progress.step)
+        print(report(result))
+        return 0 if result.go else 1
+    return _with_docker(args, progress)
+
+
+def _with_docker(args: argparse.Namespace, progress: Progress) -> int:
+    before = snapshot()
+    base = Path(tempfile.mkdtemp(prefix="nodeagent-kind-"))
+    code = 0
+    try:
+        t = time.monotonic()
+        with isolated_docker(base) as docker:
+            progress.step(f"isolated docker up base={base} seconds={time.monotonic() - t:.1f}")
+            built = nodeimage.build_node_image(docker, progress.step)
+            print(f"image: {built.image} (cached={built.cached}) archive={built.archive}")
+            print("preloaded: " + ", ".join(built.preloaded))
+            for name, seconds in built.timings.items():
+                print(f"timing {name}: {seconds:.1f} s")
+            if args.action == "try-create":
+                work = args.logs or Path(tempfile.mkdtemp(prefix="nodeagent-kind-logs-"))
+                work.mkdir(parents=True, exist_ok=True)
+                result = cluster.try_create(docker, built.image, work, progress.step)
+                print(cluster.report(result))
+                code = 0 if result.returncode == 0 else 1
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    diff = compare(before, snapshot())
+    for refused in diff.refused:
+        print(f"host state REFUSED {refused}")
+    return 1 if diff.refused else code

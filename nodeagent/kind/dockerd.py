@@ -161,8 +161,12 @@ class IsolatedDocker:
     cgroups_before: frozenset[Path] = field(default_factory=frozenset)
     plugins_dir_before: bool = True
 
+    def base_argv(self) -> list[str]:
+        """The docker client's argv prefix for this daemon."""
+        return [DOCKER, "-H", f"unix://{self.paths.docker_socket}"]
+
     def docker(self, *args: str, timeout: float = 120.0, check: bool = True) -> subprocess.CompletedProcess[str]:
-        argv = [DOCKER, "-H", f"unix://{self.paths.docker_socket}", *args]
+        argv = [*self.base_argv(), *args]
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
         if check and proc.returncode != 0:
             raise KindError(f"docker {' '.join(args)} failed (exit {proc.returncode}): {proc.stderr.strip()}")

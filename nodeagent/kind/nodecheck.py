@@ -36,18 +36,23 @@ CONTAINER = "nodeagent-kind-check"
 BOOT_TIMEOUT = 90.0
 
 
-def rootfs_recipe() -> str:
-    return f"mmdebstrap --variant=minbase --include={','.join(ROOTFS_PACKAGES)} {SUITE} {MIRROR}"
+def rootfs_recipe(packages: tuple[str, ...] = ROOTFS_PACKAGES) -> str:
+    return f"mmdebstrap --variant=minbase --include={','.join(packages)} {SUITE} {MIRROR}"
 
 
-def rootfs_path(cache: Path | None = None) -> Path:
-    digest = hashlib.sha256(rootfs_recipe().encode()).hexdigest()[:12]
-    return (cache or cache_root()) / "kind" / f"check-rootfs-{digest}.tar"
+def rootfs_path(
+    cache: Path | None = None, packages: tuple[str, ...] = ROOTFS_PACKAGES, prefix: str = "check-rootfs"
+) -> Path:
+    digest = hashlib.sha256(rootfs_recipe(packages).encode()).hexdigest()[:12]
+    return (cache or cache_root()) / "kind" / f"{prefix}-{digest}.tar"
 
 
-def build_rootfs(cache: Path | None = None) -> tuple[Path, float]:
-    """The cached rootfs tar, built first when missing; its path and the seconds the build took (0 when cached)."""
-    target = rootfs_path(cache)
+def build_rootfs(
+    cache: Path | None = None, packages: tuple[str, ...] = ROOTFS_PACKAGES, prefix: str = "check-rootfs"
+) -> tuple[Path, float]:
+    """The cached rootfs tar of a bookworm minbase plus `packages` (the check's by default; the node image passes
+    its own list and prefix), built first when missing; its path and the seconds the build took (0 when cached)."""
+    target = rootfs_path(cache, packages, prefix)
     if target.exists():
         return target, 0.0
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -57,7 +62,7 @@ def build_rootfs(cache: Path | None = None) -> tuple[Path, float]:
         [
             "mmdebstrap",
             "--variant=minbase",
-            "--include=" + ",".join(ROOTFS_PACKAGES),
+            "--include=" + ",".join(packages),
             SUITE,
             str(partial),
             f"deb {MIRROR} {SUITE} main",

@@ -1,0 +1,211 @@
+"""`nodeagent kind try-create`: the real kind v0.33.0 CLI against the isolated Docker and our node image.
+
+kind is built from the Go module proxy into the cache (`go install sigs.k8s.io/kind@v0.33.0`). Its docker network
+is made beforehand in 198.19.252.0/24 with masquerade off and a bridge name of ours (`nakind0`), and named to kind by
+KIND_EXPERIMENTAL_DOCKER_NETWORK, so kind creates none. The cluster config keeps pods and services in 198.18.0.0/15
+and disables kindnet (its module is not served). `DOCKER_HOST` points at the isolated daemon, `KUBECONFIG` at a
+file under the temp dir, and PATH starts with a directory whose `docker` is Debian's client (the daemon's version).
+The run records kind's output, then every node's journal, `kind export logs`, and deletes the cluster and network.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nodeagent.kind.dockerd import DOCKER, IsolatedDocker
+from nodeagent.kind.errors import KindError
+from nodeagent.testbed.versions import cache_root
+
+log = logging.getLogger(__name__)
+
+KIND_MODULE = "sigs.k8s.io/kind"
+KIND_VERSION = "v0.33.0"
+CLUSTER_NAME = "nodeagent"
+NETWORK = "nodeagent-kind"
+NETWORK_SUBNET = "198.19.252.0/24"
+NETWORK_GATEWAY = "198.19.252.1"
+BRIDGE = "nakind0"
+POD_SUBNET = "198.18.96.0/19"
+SERVICE_SUBNET = "198.19.96.0/20"
+
+
+def kind_binary(cache: Path | None = None) -> Path:
+    return (cache or cache_root()) / "kind" / f"kind-{KIND_VERSION}" / "bin" / "kind"
+
+
+def build_kind(progress: Callable[[str], None], cache: Path | None = None) -> Path:
+    """kind from the Go module proxy, installed into the cache once."""
+    binary = kind_binary(cache)
+    if binary.is_file():
+        return binary
+    go = shutil.which("go") or "/usr/local/go/bin/go"
+    binary.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    proc = subprocess.run(
+        [go, "install", f"{KIND_MODULE}@{KIND_VERSION}"],
+        env={**os.environ, "GOBIN": str(binary.parent), "CGO_ENABLED": "0"},
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=binary.parent,
+    )
+    if proc.returncode != 0:
+        raise KindError(f"go install {KIND_MODULE}@{KIND_VERSION} failed: {proc.stderr.strip()[-2000:]}")
+    progress(f"kind {KIND_VERSION}: built in {time.monotonic() - started:.0f} s")
+    return binary
+
+
+def cluster_config(pod_subnet: str = POD_SUBNET, service_subnet: str = SERVICE_SUBNET) -> str:
+    """kind's v1alpha4 Cluster: one control plane, no default CNI, IPv4 only, addresses in 198.18.0.0/15, the API
+    server published on loopback only."""
+    return (
+        "kind: Cluster\n"
+        "apiVersion: kind.x-k8s.io/v1alpha4\n"
+        "networking:\n"
+        "  ipFamily: ipv4\n"
+        "  disableDefaultCNI: true\n"
+        f'  podSubnet: "{pod_subnet}"\n'
+        f'  serviceSubnet: "{service_subnet}"\n'
+        '  apiServerAddress: "127.0.0.1"\n'
+        "nodes:\n"
+        "- role: control-plane\n"
+    )
+
+
+def network_create_args(
+    name: str = NETWORK, subnet: str = NETWORK_SUBNET, gateway: str = NETWORK_GATEWAY, bridge: str = BRIDGE
+) -> list[str]:
+    """`docker network create` arguments for kind's network: IPv4 only, our range, no masquerade."""
+    return [
+        "network",
+        "create",
+        "--driver",
+        "bridge",
+        "--subnet",
+        subnet,
+        "--gateway",
+        gateway,
+        "--opt",
+        "com.docker.network.bridge.enable_ip_masquerade=false",
+        "--opt",
+        f"com.docker.network.bridge.name={bridge}",
+        name,
+    ]
+
+
+def kind_env(docker_socket: Path, kubeconfig: Path, path_dir: Path, base: Mapping[str, str]) -> dict[str, str]:
+    """The environment kind runs in: our daemon, our kubeconfig, our network, Debian's docker client first."""
+    env = {k: v for k, v in base.items() if not k.startswith(("DOCKER_", "KIND_"))}
+    env.update(
+        {
+            "DOCKER_HOST": f"unix://{docker_socket}",
+            "KUBECONFIG": str(kubeconfig),
+            "KIND_EXPERIMENTAL_DOCKER_NETWORK": NETWORK,
+            "PATH": f"{path_dir}:{base.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}",
+        }
+    )
+    return env
+
+
+def create_argv(kind: Path, image: str, config: Path, name: str = CLUSTER_NAME) -> list[str]:
+    return [
+        str(kind),
+        "create",
+        "cluster",
+        "--name",
+        name,
+        "--image",
+        image,
+        "--config",
+        str(config),
+        "--retain",
+        "--wait",
+        "0s",
+        "-v",
+        "3",
+    ]
+
+
+@dataclass
+class CreateResult:
+    returncode: int
+    output: str
+    seconds: float
+    diagnostics: dict[str, str] = field(default_factory=dict)
+
+
+NODE_DIAGNOSTICS: dict[str, list[str]] = {
+    "systemctl is-system-running": ["systemctl", "is-system-running"],
+    "failed units": ["systemctl", "--failed", "--no-legend", "--plain"],
+    "containerd journal (tail)": ["sh", "-c", "journalctl -u containerd --no-pager | tail -n 30"],
+    "kubelet journal (tail)": ["sh", "-c", "journalctl -u kubelet --no-pager | tail -n 60"],
+    "crictl ps -a": ["crictl", "ps", "-a"],
+    "crictl images": ["crictl", "images"],
+    "nodes": ["kubectl", "--kubeconfig", "/etc/kubernetes/admin.conf", "get", "nodes", "-o", "wide"],
+    "pods": ["kubectl", "--kubeconfig", "/etc/kubernetes/admin.conf", "get", "pods", "-A", "-o", "wide"],
+}
+
+
+def try_create(
+    docker: IsolatedDocker, image: str, work: Path, progress: Callable[[str], None], cache: Path | None = None
+) -> CreateResult:
+    """Create the cluster with kind, collect what each node says, delete the cluster and the network."""
+    kind = build_kind(progress, cache)
+    path_dir = work / "bin"
+    path_dir.mkdir(parents=True, exist_ok=True)
+    link = path_dir / "docker"
+    if not link.exists():
+        link.symlink_to(DOCKER)
+    config = work / "kind-config.yaml"
+    config.write_text(cluster_config())
+    env = kind_env(docker.paths.docker_socket, work / "kubeconfig", path_dir, os.environ)
+    docker.docker(*network_create_args())
+    try:
+        started = time.monotonic()
+        proc = subprocess.run(
+            create_argv(kind, image, config), env=env, capture_output=True, text=True, check=False, timeout=900
+        )
+        result = CreateResult(proc.returncode, proc.stdout + proc.stderr, time.monotonic() - started)
+        progress(f"kind create cluster exit={proc.returncode} seconds={result.seconds:.0f}")
+        node = f"{CLUSTER_NAME}-control-plane"
+        for label, argv in NODE_DIAGNOSTICS.items():
+            out = docker.docker("exec", node, *argv, check=False, timeout=60)
+            result.diagnostics[label] = (out.stdout + out.stderr).strip()
+        logs = work / "kind-logs"
+        exported = subprocess.run(
+            [str(kind), "export", "logs", str(logs), "--name", CLUSTER_NAME],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=300,
+        )
+        result.diagnostics["kind export logs"] = f"exit {exported.returncode} -> {logs}"
+        return result
+    finally:
+        deleted = subprocess.run(
+            [str(kind), "delete", "cluster", "--name", CLUSTER_NAME],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=300,
+        )
+        if deleted.returncode != 0:
+            log.warning("kind delete failed output=%s", deleted.stderr.strip())
+        docker.docker("network", "rm", NETWORK, check=False)
+
+
+def report(result: CreateResult) -> str:
+    lines = [f"== kind create cluster: exit {result.returncode} after {result.seconds:.0f} s", result.output.strip()]
+    for label, text in result.diagnostics.items():
+        lines.append(f"-- {label}:")
+        lines.extend("   " + line for line in (text or "(empty)").splitlines())
+    return "\n".join(lines)

@@ -1,0 +1,81 @@
+"""The node image's configuration texts and the image-name map (nodefiles.py)."""
+
+from __future__ import annotations
+
+import tomllib
+
+from nodeagent.kind import nodefiles
+from nodeagent.testbed.controlplaneimages import KUBERNETES_IMAGES
+
+
+def test_upstream_names_are_kubeadm_v1_34_4s_list() -> None:
+    # `kubeadm config images list --kubernetes-version v1.34.4`, as printed by the cached kubeadm.
+    expected = {
+        "registry.k8s.io/kube-apiserver:v1.34.4",
+        "registry.k8s.io/kube-controller-manager:v1.34.4",
+        "registry.k8s.io/kube-scheduler:v1.34.4",
+        "registry.k8s.io/kube-proxy:v1.34.4",
+        "registry.k8s.io/coredns/coredns:v1.12.1",
+        "registry.k8s.io/pause:3.10.1",
+        "registry.k8s.io/etcd:3.6.5-0",
+    }
+    names = nodefiles.upstream_image_names("v1.34.4")
+    assert {n.upstream for n in names} == expected
+    assert {n.local for n in names} == {*KUBERNETES_IMAGES, "etcd", "coredns", "pause"}
+    assert len(names) == len(expected)
+
+
+def test_containerd_config_follows_the_cgroup_driver() -> None:
+    for systemd, expected in ((True, True), (False, False)):
+        doc = tomllib.loads(nodefiles.containerd_config(systemd_cgroup=systemd))
+        cri = doc["plugins"]["io.containerd.grpc.v1.cri"]
+        assert cri["containerd"]["runtimes"]["runc"]["options"]["SystemdCgroup"] is expected
+        assert cri["containerd"]["runtimes"]["runc"]["runtime_type"] == "io.containerd.runc.v2"
+        assert cri["sandbox_image"] == "registry.k8s.io/pause:3.10.1"
+        assert cri["cni"]["bin_dir"] == "/opt/cni/bin"
+        assert doc["grpc"]["address"] == "/run/containerd/containerd.sock"
+        assert doc["version"] == 2
+
+
+def test_entrypoint_rewrites_exactly_the_snapshotter_line() -> None:
+    # The entrypoint's sed must match the line containerd_config writes.
+    config = nodefiles.containerd_config(systemd_cgroup=True)
+    assert '  snapshotter = "overlayfs"' in config.splitlines()
+    script = nodefiles.entrypoint_script()
+    assert "s/^  snapshotter = .*/" in script
+    assert script.startswith("#!/bin/sh\n")
+    assert script.rstrip().endswith('exec "$@"')
+    assert "mount --make-rshared /" in script
+
+
+def test_kubeadm_dropin_runs_the_kubelet_with_kubeadms_variables() -> None:
+    dropin = nodefiles.kubeadm_dropin()
+    lines = dropin.splitlines()
+    assert "ExecStart=" in lines  # resets the base unit's command
+    start = [line for line in lines if line.startswith("ExecStart=/")]
+    assert start == [
+        "ExecStart=/usr/bin/kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS $KUBELET_KUBEADM_ARGS "
+        "$KUBELET_EXTRA_ARGS"
+    ]
+    assert "EnvironmentFile=-/var/lib/kubelet/kubeadm-flags.env" in lines
+    assert f"ExecStartPre={nodefiles.KUBELET_CGROUP_ROOT_SCRIPT}" in lines
+    assert "--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf" in dropin
+
+
+def test_kubelet_runs_in_the_slice_kinds_cgroup_root_names() -> None:
+    assert "Slice=kubelet.slice" in nodefiles.kubelet_service().splitlines()
+    assert "[Slice]" in nodefiles.kubelet_slice()
+    script = nodefiles.kubelet_cgroup_root_script(("cpuset", "memory"))
+    assert "for h in cpuset memory systemd; do" in script
+    assert "cgroup.controllers ] && exit 0" in script
+
+
+def test_commit_changes_make_a_node_image() -> None:
+    changes = nodefiles.commit_changes({"b": "2", "a": "1"})
+    assert changes[:4] == [
+        'ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]',
+        "CMD []",
+        "STOPSIGNAL SIGRTMIN+3",
+        "ENV container=docker",
+    ]
+    assert changes[4:] == ['LABEL a="1"', 'LABEL b="2"']
