@@ -35,6 +35,8 @@ CONTAINERD_SOCKET = "/run/containerd/containerd.sock"
 DEBIAN_CNI_DIR = "/usr/lib/cni"
 CNI_BIN_DIR = "/opt/cni/bin"
 ENTRYPOINT = "/usr/local/bin/entrypoint"
+# systemd's clean shutdown signal: kind's `docker stop` of a node must reach systemd with it.
+STOP_SIGNAL = "SIGRTMIN+3"
 KUBE_BIN_DIR = "/usr/bin"
 # The cgroup v1 hierarchies the kubelet checks for its cgroup root (libcontainer's required subsystems).
 KUBELET_CGROUP_HIERARCHIES = ("cpu,cpuacct", "cpuset", "memory", "pids", "blkio", "devices", "freezer", "hugetlb")
@@ -191,11 +193,12 @@ def image_labels(version: str, inputs_digest: str) -> Mapping[str, str]:
 
 
 def commit_changes(labels: Mapping[str, str]) -> list[str]:
-    """`docker commit --change` instructions that make a plain container a kind node image."""
+    """`docker commit --change` instructions that make a plain container a kind node image. dockerd 20.10 refuses
+    STOPSIGNAL as a change: the build container is run with `--stop-signal` (STOP_SIGNAL) instead, and commit keeps
+    the container's own config."""
     changes = [
         f'ENTRYPOINT ["{ENTRYPOINT}", "/sbin/init"]',
         "CMD []",
-        "STOPSIGNAL SIGRTMIN+3",
         "ENV container=docker",
     ]
     changes += [f'LABEL {key}="{value}"' for key, value in sorted(labels.items())]

@@ -142,6 +142,22 @@ def control_plane_images() -> dict[str, OCIImage]:
     return built
 
 
+def build_run_args(base: str) -> list[str]:
+    """The build container: containerd alone (to import the images), with the node's stop signal, which `docker
+    commit` keeps in the image's config."""
+    return [
+        "run",
+        "--detach",
+        "--name",
+        BUILD_CONTAINER,
+        "--stop-signal",
+        nodefiles.STOP_SIGNAL,
+        "--entrypoint",
+        "/usr/bin/containerd",
+        base,
+    ]
+
+
 def inputs_digest(
     rootfs_recipe: str, small: Mapping[str, tuple[bytes, int]], binaries: Mapping[str, str], preload: Mapping[str, str]
 ) -> str:
@@ -219,7 +235,7 @@ def build_node_image(docker: IsolatedDocker, progress: Callable[[str], None], ca
         files = files_tar(work / "files.tar", small, binaries)
         timings["stage files"] = time.monotonic() - t
         docker.docker("rm", "--force", BUILD_CONTAINER, check=False)
-        docker.docker("run", "--detach", "--name", BUILD_CONTAINER, "--entrypoint", "/usr/bin/containerd", base)
+        docker.docker(*build_run_args(base))
         try:
             t = time.monotonic()
             _docker_cp_tar(docker, files, BUILD_CONTAINER)
@@ -247,7 +263,9 @@ def build_node_image(docker: IsolatedDocker, progress: Callable[[str], None], ca
                 raise KindError(f"images missing after ctr import: {missing}")
             docker.docker("exec", BUILD_CONTAINER, "rm", "-rf", "/kind/images")
             timings["ctr import"] = time.monotonic() - t
-            docker.docker("stop", "--time", "30", BUILD_CONTAINER)
+            # containerd ends on SIGTERM (the container's stop signal is systemd's, which it ignores).
+            docker.docker("kill", "--signal", "SIGTERM", BUILD_CONTAINER)
+            docker.docker("wait", BUILD_CONTAINER, timeout=60)
             t = time.monotonic()
             labels = nodefiles.image_labels(KUBERNETES_VERSION, digest)
             commit = ["commit"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import tarfile
 from pathlib import Path
 
@@ -68,3 +69,11 @@ def test_node_packages_have_what_kind_nodes_run() -> None:
     for package in ("systemd", "containerd", "runc", "iptables", "conntrack", "containernetworking-plugins"):
         assert package in nodeimage.NODE_PACKAGES
     assert nodeimage.ROOTFS_PREFIX != "check-rootfs"
+
+
+def test_build_container_runs_containerd_with_systemds_stop_signal() -> None:
+    args = nodeimage.build_run_args("base:1")
+    pairs = list(itertools.pairwise(args))
+    assert ("--stop-signal", "SIGRTMIN+3") in pairs
+    assert ("--entrypoint", "/usr/bin/containerd") in pairs
+    assert args[0] == "run" and args[-1] == "base:1"
