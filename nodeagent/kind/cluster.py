@@ -187,7 +187,9 @@ def try_create(
             check=False,
             timeout=300,
         )
-        result.diagnostics["kind export logs"] = f"exit {exported.returncode} -> {logs}"
+        result.diagnostics["kind export logs"] = f"exit {exported.returncode} -> {logs}: " + " | ".join(
+            (exported.stdout + exported.stderr).strip().splitlines()[-5:]
+        )
         return result
     finally:
         deleted = subprocess.run(

@@ -27,6 +27,8 @@ REGISTRY = "registry.k8s.io"
 # kubeadm v1.34.4's `config images list` (constants.go): the tags it looks for in the CRI.
 PAUSE_TAG = "3.10.1"
 ETCD_TAG = "3.6.5-0"
+# The local name of the etcd image (nodeimage.py preloads the project's etcd v3.6.4 under ETCD_TAG).
+ETCD_IMAGE = "etcd"
 COREDNS_REPOSITORY = "coredns/coredns"
 COREDNS_TAG = "v1.12.1"
 SANDBOX_IMAGE = f"{REGISTRY}/pause:{PAUSE_TAG}"
@@ -35,11 +37,11 @@ CONTAINERD_SOCKET = "/run/containerd/containerd.sock"
 DEBIAN_CNI_DIR = "/usr/lib/cni"
 CNI_BIN_DIR = "/opt/cni/bin"
 ENTRYPOINT = "/usr/local/bin/entrypoint"
+# capability(7) number; this project's machines lack it in their bounding set (docs/kind.md).
+CAP_SYS_RESOURCE = 24
 # systemd's clean shutdown signal: kind's `docker stop` of a node must reach systemd with it.
 STOP_SIGNAL = "SIGRTMIN+3"
 KUBE_BIN_DIR = "/usr/bin"
-# The cgroup v1 hierarchies the kubelet checks for its cgroup root (libcontainer's required subsystems).
-KUBELET_CGROUP_HIERARCHIES = ("cpu,cpuacct", "cpuset", "memory", "pids", "blkio", "devices", "freezer", "hugetlb")
 
 
 @dataclass(frozen=True)
@@ -53,23 +55,28 @@ class ImageName:
 def upstream_image_names(version: str = KUBERNETES_VERSION) -> list[ImageName]:
     """Every image kubeadm `version` runs, under the names `kubeadm config images list` prints."""
     names = [ImageName(name, f"{REGISTRY}/{name}:{version}") for name in KUBERNETES_IMAGES]
-    names.append(ImageName("etcd", f"{REGISTRY}/etcd:{ETCD_TAG}"))
+    names.append(ImageName(ETCD_IMAGE, f"{REGISTRY}/etcd:{ETCD_TAG}"))
     names.append(ImageName("coredns", f"{REGISTRY}/{COREDNS_REPOSITORY}:{COREDNS_TAG}"))
     names.append(ImageName("pause", SANDBOX_IMAGE))
     return names
 
 
-def containerd_config(*, systemd_cgroup: bool, snapshotter: str = "overlayfs") -> str:
+def containerd_config(
+    *, systemd_cgroup: bool, snapshotter: str = "overlayfs", restrict_oom_score_adj: bool = False
+) -> str:
     """containerd 1.6's config (version 2) for a kind node: the CRI plugin on its default socket, runc v2 with the
     node's cgroup driver (`SystemdCgroup`, true for kind's `cgroupDriver: systemd`), the pause image kubeadm
-    expects as the sandbox image, and the CNI directories."""
+    expects as the sandbox image, and the CNI directories. `restrict_oom_score_adj` clamps what pods ask for to
+    containerd's own score: the entrypoint turns it on when the node lacks CAP_SYS_RESOURCE (this project's
+    machines), without which runc cannot lower a sandbox's score to -998 ("failed to update
+    /proc/self/oom_score_adj: Permission denied", seen as "can't get final child's PID from pipe")."""
     return (
         "version = 2\n"
         "[grpc]\n"
         f'  address = "{CONTAINERD_SOCKET}"\n'
         '[plugins."io.containerd.grpc.v1.cri"]\n'
         f'  sandbox_image = "{SANDBOX_IMAGE}"\n'
-        "  restrict_oom_score_adj = false\n"
+        f"  restrict_oom_score_adj = {'true' if restrict_oom_score_adj else 'false'}\n"
         '[plugins."io.containerd.grpc.v1.cri".containerd]\n'
         f'  snapshotter = "{snapshotter}"\n'
         '  default_runtime_name = "runc"\n'
@@ -102,23 +109,26 @@ def kubelet_service() -> str:
     )
 
 
-def kubelet_cgroup_root_script(hierarchies: tuple[str, ...] = KUBELET_CGROUP_HIERARCHIES) -> str:
-    """Run before the kubelet: on cgroup v1, make `kubelet.slice` in every hierarchy the kubelet checks (systemd
-    realises a slice only in the hierarchies of the accounting it enables; cpuset needs its cpus and mems copied
-    from the parent before anything can join it). Nothing to do on cgroup v2."""
+def kubelet_cgroup_root_script() -> str:
+    """Run before the kubelet: on cgroup v1, make `kubelet.slice` in every mounted v1 hierarchy (a directory with
+    `cgroup.procs`; Docker also leaves empty directories for hierarchies the host does not mount, such as
+    `cpu,cpuacct` where cpu and cpuacct are mounted apart), since systemd realises a slice only in the hierarchies
+    of the accounting it enables and the kubelet checks its cgroup root in each. cpuset needs its cpus and mems
+    copied from the parent before anything can join it. Nothing to do on cgroup v2."""
     lines = [
         "#!/bin/sh",
         "set -eu",
         "[ -f /sys/fs/cgroup/cgroup.controllers ] && exit 0",
-        "for h in " + " ".join(hierarchies) + " systemd; do",
-        '  d="/sys/fs/cgroup/$h"',
-        '  [ -d "$d" ] || continue',
+        "for d in /sys/fs/cgroup/*/; do",
+        '  d="${d%/}"',
+        '  [ "$d" = /sys/fs/cgroup/unified ] && continue',
+        '  [ -f "$d/cgroup.procs" ] || continue',
         '  mkdir -p "$d/kubelet.slice"',
         "done",
         "c=/sys/fs/cgroup/cpuset",
         'if [ -d "$c/kubelet.slice" ]; then',
-        '  [ -s "$c/kubelet.slice/cpuset.cpus" ] || cat "$c/cpuset.cpus" > "$c/kubelet.slice/cpuset.cpus"',
-        '  [ -s "$c/kubelet.slice/cpuset.mems" ] || cat "$c/cpuset.mems" > "$c/kubelet.slice/cpuset.mems"',
+        '  [ -n "$(cat "$c/kubelet.slice/cpuset.cpus")" ] || cat "$c/cpuset.cpus" > "$c/kubelet.slice/cpuset.cpus"',
+        '  [ -n "$(cat "$c/kubelet.slice/cpuset.mems")" ] || cat "$c/cpuset.mems" > "$c/kubelet.slice/cpuset.mems"',
         "fi",
     ]
     return "\n".join(lines) + "\n"
@@ -160,7 +170,8 @@ def kubelet_slice() -> str:
 def entrypoint_script() -> str:
     """The node container's entrypoint: make the root mount shared (the kubelet's volume mounts must propagate into
     containers), give the node a machine id of its own, pick containerd's snapshotter (overlayfs when the /var
-    volume takes an overlay mount, `native` otherwise), then exec systemd."""
+    volume takes an overlay mount, `native` otherwise), restrict pods' OOM scores when the node lacks
+    CAP_SYS_RESOURCE (see containerd_config), then exec systemd."""
     return (
         "#!/bin/sh\n"
         "set -eu\n"
@@ -180,6 +191,11 @@ def entrypoint_script() -> str:
         '  log "snapshotter=native (no overlay mount on /var)"\n'
         "fi\n"
         'rm -rf "$probe"\n'
+        "bounding=$(awk '/^CapBnd:/ {print $2}' /proc/self/status)\n"
+        f"if [ $(( (0x$bounding >> {CAP_SYS_RESOURCE}) & 1 )) -eq 0 ]; then\n"
+        "  sed -i 's/^  restrict_oom_score_adj = .*/  restrict_oom_score_adj = true/' /etc/containerd/config.toml\n"
+        '  log "restrict_oom_score_adj=true (no CAP_SYS_RESOURCE in the bounding set)"\n'
+        "fi\n"
         'log "exec $*"\n'
         'exec "$@"\n'
     )

@@ -28,9 +28,9 @@ from pathlib import Path
 from nodeagent.kind import nodecheck, nodefiles
 from nodeagent.kind.dockerd import IsolatedDocker
 from nodeagent.kind.errors import KindError
-from nodeagent.testbed import controlplaneimages, coredns, images
+from nodeagent.testbed import certifiedimages, controlplaneimages, coredns, images
 from nodeagent.testbed.images import OCIImage
-from nodeagent.testbed.versions import KUBERNETES_VERSION, cache_root, kubernetes_bin_dir
+from nodeagent.testbed.versions import KUBERNETES_VERSION, cache_root, crictl_path, etcd_e2e_dir, kubernetes_bin_dir
 
 log = logging.getLogger(__name__)
 
@@ -133,8 +133,14 @@ def files_tar(dest: Path, small: Mapping[str, tuple[bytes, int]], binaries: Mapp
 
 
 def control_plane_images() -> dict[str, OCIImage]:
-    """The project's control-plane images (controlplaneimages.py) and CoreDNS (coredns.py), by local name."""
+    """The project's control-plane images (controlplaneimages.py) and CoreDNS (coredns.py), by local name; etcd is
+    the certified suite's static etcd v3.6.4 (certifiedimages.py), not the testbed's Debian 3.5: kubeadm v1.34
+    gives an etcd it takes for 3.6 (its default tag, 3.6.5-0) `--feature-gates=InitialCorruptCheck=true`, which
+    3.5 refuses ("flag provided but not defined: -feature-gates")."""
     built = {image.repository: image.image for image in controlplaneimages.build_control_plane_images()}
+    built[nodefiles.ETCD_IMAGE] = certifiedimages.build_etcd_image(
+        cache_root() / "images" / "certified" / "etcd", etcd_e2e_dir()
+    )
     binary = coredns.coredns_path()
     built[coredns.COREDNS_IMAGE] = coredns.build_coredns_image(
         controlplaneimages.default_cache() / coredns.COREDNS_IMAGE, binary
@@ -196,6 +202,8 @@ def build_node_image(docker: IsolatedDocker, progress: Callable[[str], None], ca
     small = small_files()
     bin_dir = kubernetes_bin_dir()
     binaries = {name: bin_dir / name for name in KUBE_BINARIES}
+    # Debian bookworm has no cri-tools: the testbed's crictl, for looking into a node.
+    binaries["crictl"] = crictl_path()
     for name, path in binaries.items():
         if not path.is_file():
             raise KindError(f"{path} missing: `nodeagent testbed install` builds {name}")

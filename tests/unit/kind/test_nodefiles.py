@@ -46,6 +46,14 @@ def test_entrypoint_rewrites_exactly_the_snapshotter_line() -> None:
     assert script.startswith("#!/bin/sh\n")
     assert script.rstrip().endswith('exec "$@"')
     assert "mount --make-rshared /" in script
+    assert "  restrict_oom_score_adj = false" in config.splitlines()
+    assert "s/^  restrict_oom_score_adj = .*/  restrict_oom_score_adj = true/" in script
+    assert "(0x$bounding >> 24) & 1" in script
+
+
+def test_containerd_config_can_restrict_oom_scores() -> None:
+    doc = tomllib.loads(nodefiles.containerd_config(systemd_cgroup=True, restrict_oom_score_adj=True))
+    assert doc["plugins"]["io.containerd.grpc.v1.cri"]["restrict_oom_score_adj"] is True
 
 
 def test_kubeadm_dropin_runs_the_kubelet_with_kubeadms_variables() -> None:
@@ -65,8 +73,9 @@ def test_kubeadm_dropin_runs_the_kubelet_with_kubeadms_variables() -> None:
 def test_kubelet_runs_in_the_slice_kinds_cgroup_root_names() -> None:
     assert "Slice=kubelet.slice" in nodefiles.kubelet_service().splitlines()
     assert "[Slice]" in nodefiles.kubelet_slice()
-    script = nodefiles.kubelet_cgroup_root_script(("cpuset", "memory"))
-    assert "for h in cpuset memory systemd; do" in script
+    script = nodefiles.kubelet_cgroup_root_script()
+    # Only mounted v1 hierarchies (Docker leaves empty directories such as cpu,cpuacct on its tmpfs).
+    assert '[ -f "$d/cgroup.procs" ] || continue' in script
     assert "cgroup.controllers ] && exit 0" in script
 
 
