@@ -10,6 +10,7 @@ The run records kind's output, then every node's journal, `kind export logs`, an
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -62,9 +63,9 @@ def build_kind(progress: Callable[[str], None], cache: Path | None = None) -> Pa
     return binary
 
 
-def cluster_config(pod_subnet: str = POD_SUBNET, service_subnet: str = SERVICE_SUBNET) -> str:
-    """kind's v1alpha4 Cluster: one control plane, no default CNI, IPv4 only, addresses in 198.18.0.0/15, the API
-    server published on loopback only."""
+def cluster_config(workers: int = 0, pod_subnet: str = POD_SUBNET, service_subnet: str = SERVICE_SUBNET) -> str:
+    """kind's v1alpha4 Cluster: one control plane and `workers` workers, no default CNI, IPv4 only, addresses in
+    198.18.0.0/15, the API server published on loopback only."""
     return (
         "kind: Cluster\n"
         "apiVersion: kind.x-k8s.io/v1alpha4\n"
@@ -75,7 +76,7 @@ def cluster_config(pod_subnet: str = POD_SUBNET, service_subnet: str = SERVICE_S
         f'  serviceSubnet: "{service_subnet}"\n'
         '  apiServerAddress: "127.0.0.1"\n'
         "nodes:\n"
-        "- role: control-plane\n"
+        "- role: control-plane\n" + "- role: worker\n" * workers
     )
 
 
@@ -133,12 +134,119 @@ def create_argv(kind: Path, image: str, config: Path, name: str = CLUSTER_NAME) 
     ]
 
 
+@dataclass(frozen=True)
+class PodNetworkNode:
+    name: str
+    pod_cidr: str
+    address: str
+
+
+NODES_JSONPATH = (
+    '{range .items[*]}{.metadata.name}{" "}{.spec.podCIDR}{" "}'
+    '{.status.addresses[?(@.type=="InternalIP")].address}{"\\n"}{end}'
+)
+
+
+def parse_nodes(text: str) -> list[PodNetworkNode]:
+    """`kubectl get nodes -o jsonpath=NODES_JSONPATH` -> one entry per node with its pod CIDR and InternalIP."""
+    nodes = []
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) != 3:
+            raise KindError(f"node without a pod CIDR or an InternalIP yet: {line!r}")
+        nodes.append(PodNetworkNode(*fields))
+    return nodes
+
+
+def bridge_conflist(pod_cidr: str) -> str:
+    """The pod network of one kind node: Debian's bridge plugin (the node's gateway, no masquerade) with host-local
+    addresses from the node's pod CIDR, and portmap. Pods of other nodes are reached by node_routes."""
+    return (
+        json.dumps(
+            {
+                "cniVersion": "0.4.0",
+                "name": "nodeagent-kind",
+                "plugins": [
+                    {
+                        "type": "bridge",
+                        "bridge": "cni0",
+                        "isGateway": True,
+                        "ipMasq": False,
+                        "hairpinMode": True,
+                        "ipam": {
+                            "type": "host-local",
+                            "ranges": [[{"subnet": pod_cidr}]],
+                            "routes": [{"dst": "0.0.0.0/0"}],
+                        },
+                    },
+                    {"type": "portmap", "capabilities": {"portMappings": True}},
+                ],
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+
+
+def node_routes(nodes: list[PodNetworkNode]) -> dict[str, list[list[str]]]:
+    """Node name -> the `ip route replace` commands to every other node's pod CIDR through that node's address."""
+    return {
+        node.name: [
+            ["ip", "route", "replace", other.pod_cidr, "via", other.address]
+            for other in nodes
+            if other.name != node.name
+        ]
+        for node in nodes
+    }
+
+
+CNI_CONFIG = "/etc/cni/net.d/10-nodeagent-kind.conflist"
+ADMIN = ["kubectl", "--kubeconfig", "/etc/kubernetes/admin.conf"]
+
+
+def install_pod_network(docker: IsolatedDocker, control_plane: str, work: Path) -> list[PodNetworkNode]:
+    """A bridge conflist in each node and routes between them (inside the nodes' own network namespaces)."""
+    out = docker.docker("exec", control_plane, *ADMIN, "get", "nodes", "-o", f"jsonpath={NODES_JSONPATH}")
+    nodes = parse_nodes(out.stdout)
+    routes = node_routes(nodes)
+    for node in nodes:
+        conf = work / f"{node.name}.conflist"
+        conf.write_text(bridge_conflist(node.pod_cidr))
+        docker.docker("exec", node.name, "mkdir", "-p", str(Path(CNI_CONFIG).parent))
+        docker.docker("cp", str(conf), f"{node.name}:{CNI_CONFIG}")
+        for argv in routes[node.name]:
+            docker.docker("exec", node.name, *argv)
+    return nodes
+
+
+def wait_ready(docker: IsolatedDocker, control_plane: str, timeout: float = 120.0) -> tuple[bool, float]:
+    started = time.monotonic()
+    while True:
+        out = docker.docker(
+            "exec",
+            control_plane,
+            *ADMIN,
+            "wait",
+            "--for=condition=Ready",
+            "node",
+            "--all",
+            "--timeout=10s",
+            check=False,
+            timeout=60,
+        )
+        if out.returncode == 0:
+            return True, time.monotonic() - started
+        if time.monotonic() - started > timeout:
+            return False, time.monotonic() - started
+
+
 @dataclass
 class CreateResult:
     returncode: int
     output: str
     seconds: float
     diagnostics: dict[str, str] = field(default_factory=dict)
+    ready: bool = False
 
 
 NODE_DIAGNOSTICS: dict[str, list[str]] = {
@@ -154,9 +262,16 @@ NODE_DIAGNOSTICS: dict[str, list[str]] = {
 
 
 def try_create(
-    docker: IsolatedDocker, image: str, work: Path, progress: Callable[[str], None], cache: Path | None = None
+    docker: IsolatedDocker,
+    image: str,
+    work: Path,
+    progress: Callable[[str], None],
+    *,
+    cache: Path | None = None,
+    workers: int = 0,
 ) -> CreateResult:
-    """Create the cluster with kind, collect what each node says, delete the cluster and the network."""
+    """Create the cluster with kind, install the pod network, wait for the nodes to be Ready, collect what each node
+    says, delete the cluster and the network."""
     kind = build_kind(progress, cache)
     path_dir = work / "bin"
     path_dir.mkdir(parents=True, exist_ok=True)
@@ -164,7 +279,7 @@ def try_create(
     if not link.exists():
         link.symlink_to(DOCKER)
     config = work / "kind-config.yaml"
-    config.write_text(cluster_config())
+    config.write_text(cluster_config(workers))
     env = kind_env(docker.paths.docker_socket, work / "kubeconfig", path_dir, os.environ)
     docker.docker(*network_create_args())
     try:
@@ -175,6 +290,16 @@ def try_create(
         result = CreateResult(proc.returncode, proc.stdout + proc.stderr, time.monotonic() - started)
         progress(f"kind create cluster exit={proc.returncode} seconds={result.seconds:.0f}")
         node = f"{CLUSTER_NAME}-control-plane"
+        if proc.returncode == 0:
+            try:
+                nodes = install_pod_network(docker, node, work)
+                result.diagnostics["pod network"] = "\n".join(f"{n.name} {n.pod_cidr} via {n.address}" for n in nodes)
+                ready, seconds = wait_ready(docker, node)
+                result.ready = ready
+                result.diagnostics["all nodes Ready"] = f"{ready} after {seconds:.0f} s"
+                progress(f"pod network installed nodes={len(nodes)} ready={ready} seconds={seconds:.0f}")
+            except KindError as exc:
+                result.diagnostics["pod network"] = f"failed: {exc}"
         for label, argv in NODE_DIAGNOSTICS.items():
             out = docker.docker("exec", node, *argv, check=False, timeout=60)
             result.diagnostics[label] = (out.stdout + out.stderr).strip()

@@ -32,6 +32,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="build the node image, run kind v0.33.0's `create cluster` with it, report, and delete everything",
     )
     create.add_argument("--logs", type=Path, default=None, help="where kind's exported logs go (default: a temp dir)")
+    create.add_argument("--workers", type=int, default=1, help="kind worker nodes besides the control plane")
     kind.set_defaults(handler=run)
 
 
@@ -66,9 +67,9 @@ def _with_docker(args: argparse.Namespace, progress: Progress) -> int:
             if args.action == "try-create":
                 work = args.logs or Path(tempfile.mkdtemp(prefix="nodeagent-kind-logs-"))
                 work.mkdir(parents=True, exist_ok=True)
-                result = cluster.try_create(docker, built.image, work, progress.step)
+                result = cluster.try_create(docker, built.image, work, progress.step, workers=args.workers)
                 print(cluster.report(result))
-                code = 0 if result.returncode == 0 else 1
+                code = 0 if result.returncode == 0 and result.ready else 1
     finally:
         shutil.rmtree(base, ignore_errors=True)
     diff = compare(before, snapshot())

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import ipaddress
 import itertools
+import json
 from pathlib import Path
 
+import pytest
 import yaml
 
 from nodeagent.kind import cluster
+from nodeagent.kind.errors import KindError
 
 PROJECT_RANGE = ipaddress.ip_network("198.18.0.0/15")
 
@@ -74,3 +77,42 @@ def test_create_argv_retains_nodes_and_does_not_wait(tmp_path: Path) -> None:
 
 def test_kind_binary_is_in_the_cache(tmp_path: Path) -> None:
     assert cluster.kind_binary(tmp_path) == tmp_path / "kind" / "kind-v0.33.0" / "bin" / "kind"
+
+
+def test_cluster_config_adds_workers() -> None:
+    doc = yaml.safe_load(cluster.cluster_config(workers=2))
+    assert doc["nodes"] == [{"role": "control-plane"}, {"role": "worker"}, {"role": "worker"}]
+
+
+def test_parse_nodes_takes_name_cidr_and_address() -> None:
+    text = "cp 198.18.96.0/24 198.19.252.2\nw1 198.18.97.0/24 198.19.252.3\n"
+    assert cluster.parse_nodes(text) == [
+        cluster.PodNetworkNode("cp", "198.18.96.0/24", "198.19.252.2"),
+        cluster.PodNetworkNode("w1", "198.18.97.0/24", "198.19.252.3"),
+    ]
+    with pytest.raises(KindError, match="without a pod CIDR"):
+        cluster.parse_nodes("w2  198.19.252.4\n")
+
+
+def test_bridge_conflist_uses_the_nodes_cidr_without_masquerade() -> None:
+    doc = json.loads(cluster.bridge_conflist("198.18.97.0/24"))
+    bridge, portmap = doc["plugins"]
+    assert bridge["type"] == "bridge" and bridge["isGateway"] is True and bridge["ipMasq"] is False
+    assert bridge["ipam"]["type"] == "host-local"
+    assert bridge["ipam"]["ranges"] == [[{"subnet": "198.18.97.0/24"}]]
+    assert portmap["type"] == "portmap"
+
+
+def test_node_routes_reach_every_other_nodes_pods() -> None:
+    nodes = [
+        cluster.PodNetworkNode("cp", "198.18.96.0/24", "198.19.252.2"),
+        cluster.PodNetworkNode("w1", "198.18.97.0/24", "198.19.252.3"),
+        cluster.PodNetworkNode("w2", "198.18.98.0/24", "198.19.252.4"),
+    ]
+    routes = cluster.node_routes(nodes)
+    assert routes["w1"] == [
+        ["ip", "route", "replace", "198.18.96.0/24", "via", "198.19.252.2"],
+        ["ip", "route", "replace", "198.18.98.0/24", "via", "198.19.252.4"],
+    ]
+    assert all(len(r) == 2 for r in routes.values())
+    assert cluster.node_routes(nodes[:1]) == {"cp": []}
