@@ -10,6 +10,7 @@ The run records kind's output, then every node's journal, `kind export logs`, an
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import os
@@ -188,6 +189,16 @@ def bridge_conflist(pod_cidr: str) -> str:
     )
 
 
+def cluster_dns_ip(service_subnet: str = SERVICE_SUBNET) -> str:
+    """kubeadm's cluster DNS Service address: the tenth of the service range."""
+    return str(ipaddress.ip_network(service_subnet)[10])
+
+
+def service_probe_argv(address: str, port: int = 53) -> list[str]:
+    """A TCP connect from a node's own network namespace (bash's /dev/tcp; the node has no nc)."""
+    return ["timeout", "5", "bash", "-c", f"echo > /dev/tcp/{address}/{port}"]
+
+
 def node_routes(nodes: list[PodNetworkNode]) -> dict[str, list[list[str]]]:
     """Node name -> the `ip route replace` commands to every other node's pod CIDR through that node's address."""
     return {
@@ -298,6 +309,16 @@ def try_create(
                 result.ready = ready
                 result.diagnostics["all nodes Ready"] = f"{ready} after {seconds:.0f} s"
                 progress(f"pod network installed nodes={len(nodes)} ready={ready} seconds={seconds:.0f}")
+                for other in nodes:
+                    if other.name == node:
+                        continue
+                    # Through kube-proxy's rules in the worker to a CoreDNS pod (on the control plane): the Service
+                    # and the route between the nodes' pod ranges.
+                    dns = cluster_dns_ip()
+                    probe = docker.docker("exec", other.name, *service_probe_argv(dns), check=False, timeout=30)
+                    result.diagnostics[f"{other.name} -> kube-dns {dns}:53/tcp"] = (
+                        "connected" if probe.returncode == 0 else f"exit {probe.returncode}: {probe.stderr.strip()}"
+                    )
             except KindError as exc:
                 result.diagnostics["pod network"] = f"failed: {exc}"
         for label, argv in NODE_DIAGNOSTICS.items():

@@ -30,7 +30,7 @@ def test_kind_creates_a_control_plane_from_our_image(tmp_path: Path) -> None:
     work.mkdir()
     with isolated_docker(base) as docker:
         built = nodeimage.build_node_image(docker, print)
-        result = cluster.try_create(docker, built.image, work, print)
+        result = cluster.try_create(docker, built.image, work, print, workers=1)
         print(cluster.report(result))
         networks = docker.docker("network", "ls", "--format", "{{.Name}}").stdout.split()
         containers = docker.docker("ps", "-a", "--format", "{{.Names}}").stdout.split()
@@ -41,8 +41,14 @@ def test_kind_creates_a_control_plane_from_our_image(tmp_path: Path) -> None:
     assert "Your Kubernetes control-plane has initialized successfully!" in result.output
     nodes = result.diagnostics["nodes"]
     assert f"{cluster.CLUSTER_NAME}-control-plane" in nodes and "v1.34.4" in nodes
-    # No CNI yet (kindnet is not served; disableDefaultCNI): the node is registered but NotReady.
-    assert "NotReady" in nodes
+    # kindnet is not served (disableDefaultCNI): try_create's bridge conflist and routes make both nodes Ready.
+    assert f"{cluster.CLUSTER_NAME}-worker" in nodes
+    assert "NotReady" not in nodes and result.ready, nodes
+    pods = result.diagnostics["pods"].splitlines()[1:]
+    for name in ("coredns-", "kube-proxy-", *CONTROL_PLANE):
+        assert any(line.split()[1].startswith(name) and "Running" in line for line in pods), (name, pods)
+    dns = cluster.cluster_dns_ip()
+    assert result.diagnostics[f"{cluster.CLUSTER_NAME}-worker -> kube-dns {dns}:53/tcp"] == "connected"
     running = result.diagnostics["crictl ps -a"]
     for name in CONTROL_PLANE:
         assert any(name in line and "Running" in line for line in running.splitlines()), (name, running)
@@ -53,7 +59,7 @@ def test_kind_creates_a_control_plane_from_our_image(tmp_path: Path) -> None:
     assert result.diagnostics["systemctl is-system-running"] == "running"
 
     # kind deleted its node and our network; nothing of ours is left on the host.
-    assert f"{cluster.CLUSTER_NAME}-control-plane" not in containers
+    assert not [c for c in containers if c.startswith(cluster.CLUSTER_NAME)], containers
     assert cluster.NETWORK not in networks
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=True).stdout
     assert cluster.BRIDGE not in links

@@ -116,3 +116,15 @@ def test_node_routes_reach_every_other_nodes_pods() -> None:
     ]
     assert all(len(r) == 2 for r in routes.values())
     assert cluster.node_routes(nodes[:1]) == {"cp": []}
+
+
+def test_cluster_dns_ip_is_kubeadms() -> None:
+    assert cluster.cluster_dns_ip("198.19.96.0/20") == "198.19.96.10"
+    assert ipaddress.ip_address(cluster.cluster_dns_ip()) in ipaddress.ip_network(cluster.SERVICE_SUBNET)
+    assert cluster.service_probe_argv("198.19.96.10") == [
+        "timeout",
+        "5",
+        "bash",
+        "-c",
+        "echo > /dev/tcp/198.19.96.10/53",
+    ]
