@@ -38,6 +38,7 @@ DOCKERD = "/usr/sbin/dockerd"
 DOCKER = "/usr/bin/docker"
 ADDRESS_POOL = "198.19.252.0/22"
 ADDRESS_POOL_SIZE = 24
+EMBEDDED_DNS_UPSTREAM = "198.19.252.1"
 CAPS_RUNTIME = "nodeagent-runc"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CGROUP_PARENT = "docker"
@@ -112,6 +113,10 @@ def daemon_config(paths: DockerPaths) -> dict[str, object]:
         "ip-forward": False,
         "bridge": "none",
         "default-address-pools": [{"base": ADDRESS_POOL, "size": ADDRESS_POOL_SIZE}],
+        # The upstream of the embedded resolver (127.0.0.11) on user networks: the host's resolvers otherwise. The
+        # pool's first address, the gateway of kind's network (198.19.252.1, the host's end of its bridge), where
+        # nothing listens on port 53: container names resolve, nothing else does, and no query leaves the host.
+        "dns": [EMBEDDED_DNS_UPSTREAM],
         "exec-opts": ["native.cgroupdriver=cgroupfs"],
         "runtimes": {CAPS_RUNTIME: {"path": str(paths.runtime)}},
         "default-runtime": CAPS_RUNTIME,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from nodeagent.testbed.controlplaneimages import KUBERNETES_IMAGES
 from nodeagent.testbed.versions import KUBERNETES_VERSION
@@ -37,6 +38,8 @@ CONTAINERD_SOCKET = "/run/containerd/containerd.sock"
 DEBIAN_CNI_DIR = "/usr/lib/cni"
 CNI_BIN_DIR = "/opt/cni/bin"
 ENTRYPOINT = "/usr/local/bin/entrypoint"
+# The resolv.conf the kubelet gives pods with dnsPolicy Default (`--resolv-conf`, in /etc/default/kubelet).
+POD_RESOLV_CONF = "/etc/nodeagent/pod-resolv.conf"
 # capability(7) number; this project's machines lack it in their bounding set (docs/kind.md).
 CAP_SYS_RESOURCE = 24
 # systemd's clean shutdown signal: kind's `docker stop` of a node must reach systemd with it.
@@ -196,9 +199,22 @@ def entrypoint_script() -> str:
         "  sed -i 's/^  restrict_oom_score_adj = .*/  restrict_oom_score_adj = true/' /etc/containerd/config.toml\n"
         '  log "restrict_oom_score_adj=true (no CAP_SYS_RESOURCE in the bounding set)"\n'
         "fi\n"
+        # Pods with dnsPolicy Default (CoreDNS) get this instead of the node's resolv.conf, whose 127.0.0.11 (Docker's
+        # embedded resolver) is the pod's own loopback there: CoreDNS would forward to itself (plugin/loop, FATAL).
+        # The node's address answers nothing on port 53: names outside the cluster fail at once, nothing leaves.
+        "node_ip=$(ip -4 -o addr show scope global | awk '{print $4}' | cut -d/ -f1 | head -n 1)\n"
+        'if [ -z "$node_ip" ]; then log "no global IPv4 address: cannot write the pods\' resolv.conf"; exit 1; fi\n'
+        f"mkdir -p {Path(POD_RESOLV_CONF).parent}\n"
+        f'echo "nameserver $node_ip" > {POD_RESOLV_CONF}\n'
+        'log "pod resolv.conf: nameserver $node_ip"\n'
         'log "exec $*"\n'
         'exec "$@"\n'
     )
+
+
+def kubelet_defaults() -> str:
+    """/etc/default/kubelet, read by kubeadm's drop-in: the pods' resolv.conf (see entrypoint_script)."""
+    return f"KUBELET_EXTRA_ARGS=--resolv-conf={POD_RESOLV_CONF}\n"
 
 
 def image_labels(version: str, inputs_digest: str) -> Mapping[str, str]:

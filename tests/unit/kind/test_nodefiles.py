@@ -88,3 +88,11 @@ def test_commit_changes_make_a_node_image() -> None:
     ]
     assert not any(c.startswith("STOPSIGNAL") for c in changes)  # dockerd 20.10 refuses it in a commit
     assert changes[3:] == ['LABEL a="1"', 'LABEL b="2"']
+
+
+def test_pods_get_a_resolv_conf_without_dockers_loopback_resolver() -> None:
+    assert nodefiles.kubelet_defaults() == "KUBELET_EXTRA_ARGS=--resolv-conf=/etc/nodeagent/pod-resolv.conf\n"
+    script = nodefiles.entrypoint_script()
+    assert 'echo "nameserver $node_ip" > /etc/nodeagent/pod-resolv.conf' in script
+    assert 'if [ -z "$node_ip" ]; then' in script
+    assert script.index("pod-resolv.conf") < script.index('exec "$@"')
