@@ -251,6 +251,20 @@ def wait_ready(docker: IsolatedDocker, control_plane: str, timeout: float = 120.
             return False, time.monotonic() - started
 
 
+def probe_service(docker: IsolatedDocker, node: str, address: str, timeout: float = 60.0) -> str:
+    """Connect from `node` until it works or `timeout` passes (kube-proxy syncs, CoreDNS becomes Ready): "connected
+    after N s" or the last error."""
+    started = time.monotonic()
+    while True:
+        probe = docker.docker("exec", node, *service_probe_argv(address), check=False, timeout=30)
+        elapsed = time.monotonic() - started
+        if probe.returncode == 0:
+            return f"connected after {elapsed:.0f} s"
+        if elapsed > timeout:
+            return f"exit {probe.returncode} after {elapsed:.0f} s: {probe.stderr.strip()}"
+        time.sleep(1)
+
+
 @dataclass
 class CreateResult:
     returncode: int
@@ -268,6 +282,18 @@ NODE_DIAGNOSTICS: dict[str, list[str]] = {
     "crictl ps -a": ["crictl", "ps", "-a"],
     "crictl images": ["crictl", "images"],
     "nodes": ["kubectl", "--kubeconfig", "/etc/kubernetes/admin.conf", "get", "nodes", "-o", "wide"],
+    "kube-dns endpoints": [
+        "kubectl",
+        "--kubeconfig",
+        "/etc/kubernetes/admin.conf",
+        "-n",
+        "kube-system",
+        "get",
+        "endpointslices",
+        "-o",
+        "wide",
+    ],
+    "ip_forward": ["sysctl", "net.ipv4.ip_forward"],
     "pods": ["kubectl", "--kubeconfig", "/etc/kubernetes/admin.conf", "get", "pods", "-A", "-o", "wide"],
 }
 
@@ -315,9 +341,8 @@ def try_create(
                     # Through kube-proxy's rules in the worker to a CoreDNS pod (on the control plane): the Service
                     # and the route between the nodes' pod ranges.
                     dns = cluster_dns_ip()
-                    probe = docker.docker("exec", other.name, *service_probe_argv(dns), check=False, timeout=30)
-                    result.diagnostics[f"{other.name} -> kube-dns {dns}:53/tcp"] = (
-                        "connected" if probe.returncode == 0 else f"exit {probe.returncode}: {probe.stderr.strip()}"
+                    result.diagnostics[f"{other.name} -> kube-dns {dns}:53/tcp"] = probe_service(
+                        docker, other.name, dns
                     )
             except KindError as exc:
                 result.diagnostics["pod network"] = f"failed: {exc}"

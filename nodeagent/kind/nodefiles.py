@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 from nodeagent.testbed.controlplaneimages import KUBERNETES_IMAGES
 from nodeagent.testbed.versions import KUBERNETES_VERSION
@@ -38,8 +37,6 @@ CONTAINERD_SOCKET = "/run/containerd/containerd.sock"
 DEBIAN_CNI_DIR = "/usr/lib/cni"
 CNI_BIN_DIR = "/opt/cni/bin"
 ENTRYPOINT = "/usr/local/bin/entrypoint"
-# The resolv.conf the kubelet gives pods with dnsPolicy Default (`--resolv-conf`, in /etc/default/kubelet).
-POD_RESOLV_CONF = "/etc/nodeagent/pod-resolv.conf"
 # capability(7) number; this project's machines lack it in their bounding set (docs/kind.md).
 CAP_SYS_RESOURCE = 24
 # systemd's clean shutdown signal: kind's `docker stop` of a node must reach systemd with it.
@@ -174,7 +171,8 @@ def entrypoint_script() -> str:
     """The node container's entrypoint: make the root mount shared (the kubelet's volume mounts must propagate into
     containers), give the node a machine id of its own, pick containerd's snapshotter (overlayfs when the /var
     volume takes an overlay mount, `native` otherwise), restrict pods' OOM scores when the node lacks
-    CAP_SYS_RESOURCE (see containerd_config), then exec systemd."""
+    CAP_SYS_RESOURCE (see containerd_config), point the node's resolv.conf at its own address, forwarded to Docker's
+    embedded resolver, then exec systemd."""
     return (
         "#!/bin/sh\n"
         "set -eu\n"
@@ -199,22 +197,31 @@ def entrypoint_script() -> str:
         "  sed -i 's/^  restrict_oom_score_adj = .*/  restrict_oom_score_adj = true/' /etc/containerd/config.toml\n"
         '  log "restrict_oom_score_adj=true (no CAP_SYS_RESOURCE in the bounding set)"\n'
         "fi\n"
-        # Pods with dnsPolicy Default (CoreDNS) get this instead of the node's resolv.conf, whose 127.0.0.11 (Docker's
-        # embedded resolver) is the pod's own loopback there: CoreDNS would forward to itself (plugin/loop, FATAL).
-        # The node's address answers nothing on port 53: names outside the cluster fail at once, nothing leaves.
+        # Docker's embedded resolver listens on 127.0.0.11 (DNAT to two random ports, in the node's own netns). A pod
+        # cannot reach a loopback address, and CoreDNS, forwarding to it from the pod's netns, would reach itself
+        # (plugin/loop, FATAL). So the node's resolv.conf names the node's own address, DNATed to the resolver's
+        # ports for the node (OUTPUT) and its pods (PREROUTING; route_localnet lets them reach 127.0.0.11).
         "node_ip=$(ip -4 -o addr show scope global | awk '{print $4}' | cut -d/ -f1 | head -n 1)\n"
-        'if [ -z "$node_ip" ]; then log "no global IPv4 address: cannot write the pods\' resolv.conf"; exit 1; fi\n'
-        f"mkdir -p {Path(POD_RESOLV_CONF).parent}\n"
-        f'echo "nameserver $node_ip" > {POD_RESOLV_CONF}\n'
-        'log "pod resolv.conf: nameserver $node_ip"\n'
+        "nat=$(iptables-save -t nat)\n"
+        'port_of() { echo "$nat" | grep -- \'-d 127.0.0.11/32\' | grep -- "-p $1" '
+        "| grep -o 'to-destination 127.0.0.11:[0-9]*' | cut -d: -f2 | head -n 1; }\n"
+        "udp=$(port_of udp); tcp=$(port_of tcp)\n"
+        'if [ -n "$node_ip" ] && [ -n "$udp" ] && [ -n "$tcp" ] '
+        '&& grep -q "^nameserver 127.0.0.11" /etc/resolv.conf; then\n'
+        "  sysctl -qw net.ipv4.conf.all.route_localnet=1\n"
+        "  for chain in OUTPUT PREROUTING; do\n"
+        '    iptables -t nat -A "$chain" -d "$node_ip" -p udp --dport 53 -j DNAT --to-destination "127.0.0.11:$udp"\n'
+        '    iptables -t nat -A "$chain" -d "$node_ip" -p tcp --dport 53 -j DNAT --to-destination "127.0.0.11:$tcp"\n'
+        "  done\n"
+        '  resolv=$(sed "s/^nameserver 127.0.0.11$/nameserver $node_ip/" /etc/resolv.conf)\n'
+        '  echo "$resolv" > /etc/resolv.conf\n'
+        '  log "resolver: $node_ip:53 -> 127.0.0.11 (udp $udp, tcp $tcp)"\n'
+        "else\n"
+        '  log "resolver: left as is (node_ip=$node_ip udp=$udp tcp=$tcp)"\n'
+        "fi\n"
         'log "exec $*"\n'
         'exec "$@"\n'
     )
-
-
-def kubelet_defaults() -> str:
-    """/etc/default/kubelet, read by kubeadm's drop-in: the pods' resolv.conf (see entrypoint_script)."""
-    return f"KUBELET_EXTRA_ARGS=--resolv-conf={POD_RESOLV_CONF}\n"
 
 
 def image_labels(version: str, inputs_digest: str) -> Mapping[str, str]:

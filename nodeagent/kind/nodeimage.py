@@ -77,7 +77,7 @@ def small_files(systemd_cgroup: bool = True, version: str = KUBERNETES_VERSION) 
         "etc/systemd/system/kubelet.service": nodefiles.kubelet_service(),
         "etc/systemd/system/kubelet.service.d/10-kubeadm.conf": nodefiles.kubeadm_dropin(),
         "etc/systemd/system/kubelet.slice": nodefiles.kubelet_slice(),
-        "etc/default/kubelet": nodefiles.kubelet_defaults(),
+        "etc/default/kubelet": "KUBELET_EXTRA_ARGS=\n",
         nodefiles.KUBELET_CGROUP_ROOT_SCRIPT.lstrip("/"): nodefiles.kubelet_cgroup_root_script(),
         nodefiles.ENTRYPOINT.lstrip("/"): nodefiles.entrypoint_script(),
         "kind/version": version + "\n",

@@ -90,9 +90,13 @@ def test_commit_changes_make_a_node_image() -> None:
     assert changes[3:] == ['LABEL a="1"', 'LABEL b="2"']
 
 
-def test_pods_get_a_resolv_conf_without_dockers_loopback_resolver() -> None:
-    assert nodefiles.kubelet_defaults() == "KUBELET_EXTRA_ARGS=--resolv-conf=/etc/nodeagent/pod-resolv.conf\n"
+def test_entrypoint_forwards_the_node_address_to_dockers_resolver() -> None:
     script = nodefiles.entrypoint_script()
-    assert 'echo "nameserver $node_ip" > /etc/nodeagent/pod-resolv.conf' in script
-    assert 'if [ -z "$node_ip" ]; then' in script
-    assert script.index("pod-resolv.conf") < script.index('exec "$@"')
+    assert "sysctl -qw net.ipv4.conf.all.route_localnet=1" in script
+    assert "for chain in OUTPUT PREROUTING; do" in script
+    assert '-p udp --dport 53 -j DNAT --to-destination "127.0.0.11:$udp"' in script
+    assert '-p tcp --dport 53 -j DNAT --to-destination "127.0.0.11:$tcp"' in script
+    assert "s/^nameserver 127.0.0.11$/nameserver $node_ip/" in script
+    # /etc/resolv.conf is Docker's bind mount: rewritten in place, never replaced by sed -i's rename.
+    assert "sed -i" not in script.split("route_localnet")[1].split("fi\n")[0]
+    assert script.index("route_localnet") < script.index('exec "$@"')
