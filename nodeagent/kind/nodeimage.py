@@ -187,6 +187,11 @@ def archive_path(digest: str, cache: Path | None = None) -> Path:
     return (cache or cache_root()) / "kind" / f"node-image-{digest[:16]}.tar"
 
 
+def stale_archives(current: Path) -> list[Path]:
+    """The other node image archives beside `current` (older inputs; each is about 700 MiB)."""
+    return sorted(p for p in current.parent.glob("node-image-*.tar") if p != current)
+
+
 def _file_digest(path: Path) -> str:
     h = hashlib.sha256()
     with path.open("rb") as fh:
@@ -290,6 +295,9 @@ def build_node_image(docker: IsolatedDocker, progress: Callable[[str], None], ca
         docker.docker("save", "-o", str(partial), name, timeout=900)
         partial.rename(archive)
         timings["docker save"] = time.monotonic() - t
+        for stale in stale_archives(archive):
+            stale.unlink(missing_ok=True)
+            log.info("removed stale node image archive=%s", stale)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     progress(f"node image {name}: built, saved to {archive} ({archive.stat().st_size >> 20} MiB)")

@@ -77,3 +77,10 @@ def test_build_container_runs_containerd_with_systemds_stop_signal() -> None:
     assert ("--stop-signal", "SIGRTMIN+3") in pairs
     assert ("--entrypoint", "/usr/bin/containerd") in pairs
     assert args[0] == "run" and args[-1] == "base:1"
+
+
+def test_stale_archives_are_the_other_node_images(tmp_path: Path) -> None:
+    current = tmp_path / "node-image-aaaa.tar"
+    for name in ("node-image-aaaa.tar", "node-image-bbbb.tar", "node-rootfs-cccc.tar", "node-image-dddd.tar.partial"):
+        (tmp_path / name).write_bytes(b"")
+    assert nodeimage.stale_archives(current) == [tmp_path / "node-image-bbbb.tar"]
