@@ -34,6 +34,8 @@ NETWORK = "nodeagent-kind"
 NETWORK_SUBNET = "198.19.252.0/24"
 NETWORK_GATEWAY = "198.19.252.1"
 BRIDGE = "nakind0"
+# nodeagent's node on kind's network (kind/join.py): kept out of Docker's IPAM by an aux-address.
+JOIN_ADDRESS = "198.19.252.200"
 POD_SUBNET = "198.18.96.0/19"
 SERVICE_SUBNET = "198.19.96.0/20"
 
@@ -98,6 +100,8 @@ def network_create_args(
         "com.docker.network.bridge.enable_ip_masquerade=false",
         "--opt",
         f"com.docker.network.bridge.name={bridge}",
+        "--aux-address",
+        f"nodeagent={JOIN_ADDRESS}",
         name,
     ]
 
@@ -213,6 +217,7 @@ def node_routes(nodes: list[PodNetworkNode]) -> dict[str, list[list[str]]]:
 
 CNI_CONFIG = "/etc/cni/net.d/10-nodeagent-kind.conflist"
 ADMIN = ["kubectl", "--kubeconfig", "/etc/kubernetes/admin.conf"]
+CONTROL_PLANE = f"{CLUSTER_NAME}-control-plane"
 
 
 def install_pod_network(docker: IsolatedDocker, control_plane: str, work: Path) -> list[PodNetworkNode]:
@@ -298,6 +303,104 @@ NODE_DIAGNOSTICS: dict[str, list[str]] = {
 }
 
 
+def prepare(
+    work: Path, docker: IsolatedDocker, progress: Callable[[str], None], *, workers: int = 0, cache: Path | None = None
+) -> tuple[Path, dict[str, str]]:
+    """kind (built once), the config file and the environment kind runs in, under `work`."""
+    kind = build_kind(progress, cache)
+    path_dir = work / "bin"
+    path_dir.mkdir(parents=True, exist_ok=True)
+    link = path_dir / "docker"
+    if not link.exists():
+        link.symlink_to(DOCKER)
+    (work / "kind-config.yaml").write_text(cluster_config(workers))
+    return kind, kind_env(docker.paths.docker_socket, work / "kubeconfig", path_dir, os.environ)
+
+
+def create(
+    docker: IsolatedDocker,
+    image: str,
+    work: Path,
+    progress: Callable[[str], None],
+    *,
+    cache: Path | None = None,
+    workers: int = 0,
+) -> CreateResult:
+    """The network, `kind create cluster`, the pod network, every node Ready, a Service reached across nodes; the
+    cluster is left running (`delete` removes it)."""
+    kind, env = prepare(work, docker, progress, workers=workers, cache=cache)
+    docker.docker(*network_create_args())
+    started = time.monotonic()
+    proc = subprocess.run(
+        create_argv(kind, image, work / "kind-config.yaml"),
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=900,
+    )
+    result = CreateResult(proc.returncode, proc.stdout + proc.stderr, time.monotonic() - started)
+    progress(f"kind create cluster exit={proc.returncode} seconds={result.seconds:.0f}")
+    if proc.returncode != 0:
+        return result
+    try:
+        nodes = install_pod_network(docker, CONTROL_PLANE, work)
+        result.diagnostics["pod network"] = "\n".join(f"{n.name} {n.pod_cidr} via {n.address}" for n in nodes)
+        ready, seconds = wait_ready(docker, CONTROL_PLANE)
+        result.ready = ready
+        result.diagnostics["all nodes Ready"] = f"{ready} after {seconds:.0f} s"
+        progress(f"pod network installed nodes={len(nodes)} ready={ready} seconds={seconds:.0f}")
+        for other in nodes:
+            if other.name == CONTROL_PLANE:
+                continue
+            # Through kube-proxy's rules in the worker to a CoreDNS pod (on the control plane): the Service and the
+            # route between the nodes' pod ranges.
+            dns = cluster_dns_ip()
+            result.diagnostics[f"{other.name} -> kube-dns {dns}:53/tcp"] = probe_service(docker, other.name, dns)
+    except KindError as exc:
+        result.diagnostics["pod network"] = f"failed: {exc}"
+    return result
+
+
+def collect(docker: IsolatedDocker, work: Path, result: CreateResult) -> None:
+    """What the control-plane node says (NODE_DIAGNOSTICS) and `kind export logs` into `work/kind-logs`."""
+    for label, argv in NODE_DIAGNOSTICS.items():
+        out = docker.docker("exec", CONTROL_PLANE, *argv, check=False, timeout=60)
+        result.diagnostics[label] = (out.stdout + out.stderr).strip()
+    logs = work / "kind-logs"
+    exported = subprocess.run(
+        [str(kind_binary()), "export", "logs", str(logs), "--name", CLUSTER_NAME],
+        env=kind_env(docker.paths.docker_socket, work / "kubeconfig", work / "bin", os.environ),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    result.diagnostics["kind export logs"] = f"exit {exported.returncode} -> {logs}: " + " | ".join(
+        (exported.stdout + exported.stderr).strip().splitlines()[-5:]
+    )
+
+
+def delete(docker: IsolatedDocker, work: Path) -> list[str]:
+    """`kind delete cluster` and our network; what failed, as messages."""
+    problems = []
+    deleted = subprocess.run(
+        [str(kind_binary()), "delete", "cluster", "--name", CLUSTER_NAME],
+        env=kind_env(docker.paths.docker_socket, work / "kubeconfig", work / "bin", os.environ),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    if deleted.returncode != 0:
+        log.warning("kind delete failed output=%s", deleted.stderr.strip())
+        problems.append(f"kind delete cluster: {deleted.stderr.strip()}")
+    removed = docker.docker("network", "rm", NETWORK, check=False)
+    if removed.returncode != 0 and "not found" not in removed.stderr:
+        problems.append(f"docker network rm {NETWORK}: {removed.stderr.strip()}")
+    return problems
+
+
 def try_create(
     docker: IsolatedDocker,
     image: str,
@@ -307,73 +410,13 @@ def try_create(
     cache: Path | None = None,
     workers: int = 0,
 ) -> CreateResult:
-    """Create the cluster with kind, install the pod network, wait for the nodes to be Ready, collect what each node
-    says, delete the cluster and the network."""
-    kind = build_kind(progress, cache)
-    path_dir = work / "bin"
-    path_dir.mkdir(parents=True, exist_ok=True)
-    link = path_dir / "docker"
-    if not link.exists():
-        link.symlink_to(DOCKER)
-    config = work / "kind-config.yaml"
-    config.write_text(cluster_config(workers))
-    env = kind_env(docker.paths.docker_socket, work / "kubeconfig", path_dir, os.environ)
-    docker.docker(*network_create_args())
+    """create, collect what each node says, delete the cluster and the network."""
     try:
-        started = time.monotonic()
-        proc = subprocess.run(
-            create_argv(kind, image, config), env=env, capture_output=True, text=True, check=False, timeout=900
-        )
-        result = CreateResult(proc.returncode, proc.stdout + proc.stderr, time.monotonic() - started)
-        progress(f"kind create cluster exit={proc.returncode} seconds={result.seconds:.0f}")
-        node = f"{CLUSTER_NAME}-control-plane"
-        if proc.returncode == 0:
-            try:
-                nodes = install_pod_network(docker, node, work)
-                result.diagnostics["pod network"] = "\n".join(f"{n.name} {n.pod_cidr} via {n.address}" for n in nodes)
-                ready, seconds = wait_ready(docker, node)
-                result.ready = ready
-                result.diagnostics["all nodes Ready"] = f"{ready} after {seconds:.0f} s"
-                progress(f"pod network installed nodes={len(nodes)} ready={ready} seconds={seconds:.0f}")
-                for other in nodes:
-                    if other.name == node:
-                        continue
-                    # Through kube-proxy's rules in the worker to a CoreDNS pod (on the control plane): the Service
-                    # and the route between the nodes' pod ranges.
-                    dns = cluster_dns_ip()
-                    result.diagnostics[f"{other.name} -> kube-dns {dns}:53/tcp"] = probe_service(
-                        docker, other.name, dns
-                    )
-            except KindError as exc:
-                result.diagnostics["pod network"] = f"failed: {exc}"
-        for label, argv in NODE_DIAGNOSTICS.items():
-            out = docker.docker("exec", node, *argv, check=False, timeout=60)
-            result.diagnostics[label] = (out.stdout + out.stderr).strip()
-        logs = work / "kind-logs"
-        exported = subprocess.run(
-            [str(kind), "export", "logs", str(logs), "--name", CLUSTER_NAME],
-            env=env,
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=300,
-        )
-        result.diagnostics["kind export logs"] = f"exit {exported.returncode} -> {logs}: " + " | ".join(
-            (exported.stdout + exported.stderr).strip().splitlines()[-5:]
-        )
+        result = create(docker, image, work, progress, cache=cache, workers=workers)
+        collect(docker, work, result)
         return result
     finally:
-        deleted = subprocess.run(
-            [str(kind), "delete", "cluster", "--name", CLUSTER_NAME],
-            env=env,
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=300,
-        )
-        if deleted.returncode != 0:
-            log.warning("kind delete failed output=%s", deleted.stderr.strip())
-        docker.docker("network", "rm", NETWORK, check=False)
+        delete(docker, work)
 
 
 def report(result: CreateResult) -> str:

@@ -4,12 +4,13 @@ container, the offline node image, and one `kind create cluster` with it (docs/k
 from __future__ import annotations
 
 import argparse
+import asyncio
 import shutil
 import tempfile
 import time
 from pathlib import Path
 
-from nodeagent.kind import cluster, nodeimage
+from nodeagent.kind import cluster, join, lifecycle, nodeimage
 from nodeagent.kind.dockerd import isolated_docker
 from nodeagent.kind.hoststate import compare, snapshot
 from nodeagent.kind.install import install_docker
@@ -33,6 +34,15 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     create.add_argument("--logs", type=Path, default=None, help="where kind's exported logs go (default: a temp dir)")
     create.add_argument("--workers", type=int, default=1, help="kind worker nodes besides the control plane")
+    for name, text in (
+        ("up", "the isolated Docker, the node image and a kind cluster, left running (state in --dir)"),
+        ("join", "nodeagent joins the kind cluster of --dir as one more node (its own containerd, our CNI)"),
+        ("down", "remove what `kind up` and `kind join` made under --dir"),
+    ):
+        action = actions.add_parser(name, help=text)
+        action.add_argument("--dir", type=Path, required=True, help="the cluster's state directory")
+        if name == "up":
+            action.add_argument("--workers", type=int, default=1, help="kind worker nodes besides the control plane")
     kind.set_defaults(handler=run)
 
 
@@ -44,11 +54,32 @@ async def run(args: argparse.Namespace) -> int:
             print("apt installed: " + ", ".join(f"{name} {version}" for name, version in plan.installs.items()))
         return 0
     install_docker(progress)
+    if args.action in ("up", "down", "join"):
+        return await _lifecycle(args, progress)
     if args.action == "check":
         result = run_check(progress.step)
         print(report(result))
         return 0 if result.go else 1
     return _with_docker(args, progress)
+
+
+async def _lifecycle(args: argparse.Namespace, progress: Progress) -> int:
+    root = args.dir.resolve()
+    if args.action == "up":
+        result = await asyncio.to_thread(lifecycle.up, root, progress.step, workers=args.workers)
+        for name, seconds in result.timings.items():
+            print(f"timing {name}: {seconds:.1f} s")
+        print(f"KUBECONFIG={lifecycle.KindDir(root).work / 'kubeconfig'}")
+        return 0
+    if args.action == "join":
+        joined = await join.join(root, progress.step)
+        for name, seconds in joined.timings.items():
+            print(f"timing {name}: {seconds:.1f} s")
+        return 0
+    problems = await asyncio.to_thread(lifecycle.down, root, progress.step)
+    for problem in problems:
+        print(f"down problem: {problem}")
+    return 1 if problems else 0
 
 
 def _with_docker(args: argparse.Namespace, progress: Progress) -> int:

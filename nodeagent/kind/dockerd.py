@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nodeagent.kind.errors import KindError
+from nodeagent.testbed import processes
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +135,31 @@ def dockerd_argv(paths: DockerPaths) -> list[str]:
     return [DOCKERD, "--config-file", str(paths.daemon_json)]
 
 
+def containerd_argv(paths: DockerPaths) -> list[str]:
+    return [CONTAINERD, "--config", str(paths.containerd_config)]
+
+
+def _as_list(value: object) -> list[object]:
+    return list(value) if isinstance(value, list) else []
+
+
+def _stop_recorded(pid: int, argv: tuple[str, ...], name: str, timeout: float = 30.0) -> None:
+    """A daemon another process started: SIGTERM, then SIGKILL, only while PID still runs `argv`."""
+    proc = processes.Process(name=name, pid=pid, argv=argv, log_path=Path("/dev/null"))
+    if not proc.alive():
+        return
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while proc.alive() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if proc.alive():
+        log.warning("kill after timeout name=%s pid=%d", name, pid)
+        os.kill(pid, signal.SIGKILL)
+        while proc.alive() and time.monotonic() < deadline + 10:
+            time.sleep(0.1)
+    log.info("stopped name=%s pid=%d", name, pid)
+
+
 def mounts_under(base: Path, mountinfo: str) -> list[Path]:
     """The mount points at or below `base` in a /proc/self/mountinfo text, deepest first (the order to unmount)."""
     found = []
@@ -165,6 +192,7 @@ class IsolatedDocker:
     dockerd: subprocess.Popen[bytes] | None = None
     cgroups_before: frozenset[Path] = field(default_factory=frozenset)
     plugins_dir_before: bool = True
+    recorded: dict[str, tuple[int, tuple[str, ...]]] = field(default_factory=dict)
 
     def base_argv(self) -> list[str]:
         """The docker client's argv prefix for this daemon."""
@@ -208,9 +236,7 @@ class IsolatedDocker:
         paths.runtime.chmod(0o755)
         self.cgroups_before = frozenset(p for p in CGROUP_ROOT.glob(f"*/{CGROUP_PARENT}"))
         self.plugins_dir_before = PLUGINS_DIR.parent.exists()
-        self.containerd = self._spawn(
-            [CONTAINERD, "--config", str(paths.containerd_config)], paths.base / "containerd.log"
-        )
+        self.containerd = self._spawn(containerd_argv(paths), paths.base / "containerd.log")
         log.info("started name=containerd pid=%d socket=%s", self.containerd.pid, paths.containerd_socket)
         self._wait_for("containerd", self.containerd, paths.containerd_socket, 30)
         self.dockerd = self._spawn(dockerd_argv(paths), paths.base / "dockerd.log")
@@ -222,6 +248,31 @@ class IsolatedDocker:
                 raise KindError(f"dockerd not answering on {paths.docker_socket}")
             time.sleep(0.5)
 
+    def record(self) -> dict[str, object]:
+        """What `attach` needs in another process (`nodeagent kind down`): the daemons' PIDs and command lines and
+        what was on the host before `start`."""
+        return {
+            "base": str(self.paths.base),
+            "containerd": [self.containerd.pid, containerd_argv(self.paths)] if self.containerd else None,
+            "dockerd": [self.dockerd.pid, dockerd_argv(self.paths)] if self.dockerd else None,
+            "cgroups_before": sorted(str(p) for p in self.cgroups_before),
+            "plugins_dir_before": self.plugins_dir_before,
+        }
+
+    @classmethod
+    def attach(cls, record: dict[str, object]) -> IsolatedDocker:
+        """The daemon `record` describes, started by another process: `stop` ends it by PID and command line."""
+        daemon = cls(
+            DockerPaths(Path(str(record["base"]))),
+            cgroups_before=frozenset(Path(str(p)) for p in _as_list(record["cgroups_before"])),
+            plugins_dir_before=bool(record["plugins_dir_before"]),
+        )
+        for name in ("containerd", "dockerd"):
+            entry = record.get(name)
+            if isinstance(entry, list):
+                daemon.recorded[name] = (int(entry[0]), tuple(str(a) for a in entry[1]))
+        return daemon
+
     def stop(self) -> list[str]:
         """Stop dockerd then containerd (by PID), unmount what is left under the base and remove the /docker
         cgroups and /run/docker this run created; what could not be cleaned, as messages."""
@@ -230,6 +281,10 @@ class IsolatedDocker:
             _stop_pid(self.dockerd, "dockerd")
         if self.containerd is not None:
             _stop_pid(self.containerd, "containerd")
+        for name in ("dockerd", "containerd"):
+            if name in self.recorded:
+                pid, argv = self.recorded.pop(name)
+                _stop_recorded(pid, argv, name)
         for point in mounts_under(self.paths.base, Path("/proc/self/mountinfo").read_text()):
             proc = subprocess.run(["umount", str(point)], capture_output=True, text=True, check=False)
             if proc.returncode != 0:

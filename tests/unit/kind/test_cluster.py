@@ -128,3 +128,10 @@ def test_cluster_dns_ip_is_kubeadms() -> None:
         "-c",
         "echo > /dev/tcp/198.19.96.10/53",
     ]
+
+
+def test_the_joining_nodes_address_is_kept_out_of_dockers_ipam() -> None:
+    pairs = list(itertools.pairwise(cluster.network_create_args()))
+    assert ("--aux-address", f"nodeagent={cluster.JOIN_ADDRESS}") in pairs
+    assert ipaddress.ip_address(cluster.JOIN_ADDRESS) in ipaddress.ip_network(cluster.NETWORK_SUBNET)
+    assert cluster.JOIN_ADDRESS != cluster.NETWORK_GATEWAY
