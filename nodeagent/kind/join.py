@@ -122,6 +122,30 @@ def import_images(node: Node, progress: Callable[[str], None]) -> None:
     progress(f"{NODE_NAME}: imported {', '.join(sorted(wanted))}")
 
 
+def import_image(root: Path, name: str, image: images.OCIImage) -> None:
+    """`image` under `name` into every kind node's containerd and the joined node's: nothing is pulled here."""
+    kdir = KindDir(root)
+    docker = attached_docker(kdir)
+    node = _node(kdir, NodePlan(**json.loads((kdir.join / PLAN_FILE).read_text())))
+    with tempfile.TemporaryDirectory(prefix="nodeagent-kind-image-") as tmp:
+        archive = images.write_oci_archive(image, Path(tmp) / "image.tar", name=name)
+        _run(
+            ["ctr", "-a", str(node.layout.containerd_socket), "-n", "k8s.io", "images", "import", str(archive)],
+            f"ctr import {name} into {NODE_NAME}",
+        )
+        listed = docker.docker("ps", "--format", "{{.Names}}").stdout.split()
+        for container in (c for c in listed if c.startswith(f"{cluster.CLUSTER_NAME}-")):
+            docker.docker("cp", str(archive), f"{container}:/kind/nodeagent-image.tar", timeout=300)
+            docker.docker("exec", container, "ctr", "-n", "k8s.io", "images", "import", "/kind/nodeagent-image.tar")
+            docker.docker("exec", container, "rm", "-f", "/kind/nodeagent-image.tar")
+
+
+def node_namespace_argv(root: Path, argv: list[str]) -> list[str]:
+    """`argv` in the joined node's network and mount namespaces."""
+    node = _node(KindDir(root), NodePlan(**json.loads((KindDir(root).join / PLAN_FILE).read_text())))
+    return node.ns_argv(argv)
+
+
 def _bind_hosts(node: Node, hosts: Path, control_plane: str) -> None:
     """An /etc/hosts of the node's own (its mount namespace) that names the control plane as kubeadm wrote it."""
     hosts.write_text(hosts_file(Path("/etc/hosts").read_text(), control_plane))
