@@ -259,6 +259,17 @@ class IsolatedDocker:
             "plugins_dir_before": self.plugins_dir_before,
         }
 
+    def detach(self) -> None:
+        """Leave the daemons running beyond this process (`kind up`): from now on they are stopped by PID and
+        command line, as `attach` does."""
+        for name in ("containerd", "dockerd"):
+            popen = getattr(self, name)
+            if popen is not None and popen.poll() is None:
+                argv = containerd_argv(self.paths) if name == "containerd" else dockerd_argv(self.paths)
+                self.recorded[name] = (popen.pid, tuple(argv))
+                popen.returncode = 0  # not ours to wait for any more (as testbed/processes.py does)
+            setattr(self, name, None)
+
     @classmethod
     def attach(cls, record: dict[str, object]) -> IsolatedDocker:
         """The daemon `record` describes, started by another process: `stop` ends it by PID and command line."""

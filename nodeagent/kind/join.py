@@ -31,6 +31,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import yaml
+
 from nodeagent.cluster import config, nodenet
 from nodeagent.cluster.config import NodePlan, kubelet_patch
 from nodeagent.cluster.node import Node
@@ -152,12 +154,57 @@ def _bind_hosts(node: Node, hosts: Path, control_plane: str) -> None:
     _run(node.ns_argv(["mount", "--bind", str(hosts), "/etc/hosts"]), "bind /etc/hosts")
 
 
-async def join(root: Path, progress: Callable[[str], None], *, ca_cert_hash: str | None = None) -> JoinResult:
-    """nodeagent joins the running kind cluster under `root`; its state in root/join (`leave` removes it)."""
+def join_yaml(text: str, *, tls_bootstrap_token: str | None) -> str:
+    """join_config's JoinConfiguration, with a TLS bootstrap token of its own when given (the credential kubeadm
+    reads the cluster's configuration with and hands to the kubelet; discovery keeps the good one)."""
+    doc = yaml.safe_load(text)
+    if tls_bootstrap_token is not None:
+        doc["discovery"]["tlsBootstrapToken"] = tls_bootstrap_token
+    return str(yaml.safe_dump(doc, sort_keys=False))
+
+
+async def join(
+    root: Path,
+    progress: Callable[[str], None],
+    *,
+    ca_cert_hash: str | None = None,
+    token: str | None = None,
+    tls_bootstrap_token: str | None = None,
+) -> JoinResult:
+    """nodeagent joins the running kind cluster under `root`; its state in root/join (`leave` removes it). A
+    failed join leaves again (nothing of the node stays) and raises KindError with kubeadm's and the kubelet's last
+    words. `ca_cert_hash`, `token` and `tls_bootstrap_token` replace the good ones (to see them refused)."""
     kdir = KindDir(root)
-    docker = attached_docker(kdir)
     if (kdir.join / PLAN_FILE).exists():
         raise KindError(f"{NODE_NAME} already joined under {root}")
+    (kdir.join / "logs" / "kubelet.log").unlink(missing_ok=True)
+    try:
+        return await _join(
+            kdir,
+            progress,
+            ca_cert_hash=ca_cert_hash,
+            token=token,
+            tls_bootstrap_token=tls_bootstrap_token,
+        )
+    except BaseException:
+        kubelet_log = kdir.join / "logs" / "kubelet.log"
+        if kubelet_log.exists():
+            progress(f"{NODE_NAME}: kubelet log (tail):\n" + "\n".join(kubelet_log.read_text().splitlines()[-20:]))
+        problems = await asyncio.to_thread(leave, kdir, progress)
+        for problem in problems:
+            log.warning("cleanup problem=%s", problem)
+        raise
+
+
+async def _join(
+    kdir: KindDir,
+    progress: Callable[[str], None],
+    *,
+    ca_cert_hash: str | None,
+    token: str | None,
+    tls_bootstrap_token: str | None,
+) -> JoinResult:
+    docker = attached_docker(kdir)
     timings: dict[str, float] = {}
     t0 = time.monotonic()
     admin = ["exec", cluster.CONTROL_PLANE, *cluster.ADMIN]
@@ -184,16 +231,15 @@ async def join(root: Path, progress: Callable[[str], None], *, ca_cert_hash: str
         _run(nodenet.in_namespace(holder, ["ip", "route", "replace", other.pod_cidr, "via", other.address]), "route")
         docker.docker("exec", other.name, "ip", "route", "replace", pod_cidr, "via", plan.address)
     path = kdir.join / "kubeadm-join.yaml"
-    path.write_text(
-        config.join_config(
-            plan,
-            api_endpoint=f"{control_plane}:6443",
-            token=command.token,
-            ca_cert_hash=ca_cert_hash or command.ca_cert_hash,
-            cri_socket=node.cri_socket,
-            patches_dir=str(node.patches),
-        )
+    text = config.join_config(
+        plan,
+        api_endpoint=f"{control_plane}:6443",
+        token=token or command.token,
+        ca_cert_hash=ca_cert_hash or command.ca_cert_hash,
+        cri_socket=node.cri_socket,
+        patches_dir=str(node.patches),
     )
+    path.write_text(join_yaml(text, tls_bootstrap_token=tls_bootstrap_token))
     progress(f"{NODE_NAME}: kubeadm join {control_plane}:6443")
     result = await node.kubeadm(
         ["join", f"--config={path}"], kubeadm=kubeadm_path(), timeout=JOIN_TIMEOUT, progress=progress
@@ -234,6 +280,6 @@ def leave(kdir: KindDir, progress: Callable[[str], None]) -> list[str]:
         return await node.stop()
 
     removed = asyncio.run(run())
-    progress(f"{NODE_NAME}: left; removed {removed}")
+    progress(f"{NODE_NAME}: left; removed {len(removed)} (cgroups, mounts)")
     plan_path.unlink()
     return problems

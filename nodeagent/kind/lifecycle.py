@@ -24,6 +24,8 @@ from nodeagent.kind.errors import KindError
 log = logging.getLogger(__name__)
 
 STATE_FILE = "kind-state.json"
+# containerd refuses a longer unix socket path ("unix socket path too long (> 104)").
+UNIX_PATH_MAX = 104
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,9 @@ def up(root: Path, progress: Callable[[str], None], *, workers: int = 1) -> UpRe
     kdir = KindDir(root)
     if kdir.state.exists():
         raise KindError(f"a kind cluster is already up under {root} (`nodeagent kind down --dir {root}` first)")
+    longest = DockerPaths(kdir.docker_base.resolve()).containerd_socket.with_suffix(".sock.ttrpc")
+    if len(str(longest)) > UNIX_PATH_MAX:
+        raise KindError(f"--dir {root} is too long: containerd's socket {longest} exceeds {UNIX_PATH_MAX} bytes")
     for path in (kdir.docker_base, kdir.work):
         path.mkdir(parents=True, exist_ok=True)
     docker = IsolatedDocker(DockerPaths(kdir.docker_base))
@@ -91,13 +96,15 @@ def up(root: Path, progress: Callable[[str], None], *, workers: int = 1) -> UpRe
         docker.start()
     finally:
         _save(kdir, {"docker": docker.record()})
+        docker.detach()
     try:
         timings["docker"] = time.monotonic() - t
         progress(f"isolated docker up base={kdir.docker_base} seconds={timings['docker']:.1f}")
         t = time.monotonic()
         built = nodeimage.build_node_image(docker, progress)
         timings["image"] = time.monotonic() - t
-        _save(kdir, {"docker": docker.record(), "image": built.image, "workers": workers})
+        state = load_state(kdir)
+        _save(kdir, {**state, "image": built.image, "workers": workers})
         result = cluster.create(docker, built.image, kdir.work, progress, workers=workers)
         timings["create"] = result.seconds
         if result.returncode != 0 or not result.ready:

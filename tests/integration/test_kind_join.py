@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import subprocess
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -20,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from nodeagent.kind import cluster, join, lifecycle
+from nodeagent.kind.errors import KindError
 from nodeagent.kind.hoststate import compare, snapshot
 from nodeagent.testbed import configs, images
 from nodeagent.testbed.versions import agnhost_path, busybox_path, cache_root, kubernetes_bin_dir
@@ -145,30 +148,57 @@ def check_workload(root: Path) -> dict[str, float]:
     logs = kubectl("logs", ours)
     assert "Started HTTP server on port 8080" in logs, logs
     assert kubectl("exec", ours, "--", "cat", "/etc/hostname").strip() == ours
-    forward = subprocess.Popen(
+    with subprocess.Popen(
         [*kubectl.argv, "port-forward", f"pod/{ours}", ":8080"], stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert forward.stdout is not None
-        line = forward.stdout.readline()
-        assert line.startswith("Forwarding from 127.0.0.1:"), line
-        port = int(line.split("127.0.0.1:")[1].split()[0])
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/hostname", timeout=10) as answer:
-            assert answer.read().decode() == ours
-    finally:
-        forward.terminate()
-        forward.wait(10)
+    ) as forward:
+        try:
+            assert forward.stdout is not None
+            line = forward.stdout.readline()
+            assert line.startswith("Forwarding from 127.0.0.1:"), line
+            port = int(line.split("127.0.0.1:")[1].split()[0])
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/hostname", timeout=10) as answer:
+                assert answer.read().decode() == ours
+        finally:
+            forward.terminate()
     return timings
 
 
-def test_nodeagent_joins_a_kind_cluster(tmp_path: Path) -> None:
+def check_refusals(root: Path) -> dict[str, float]:
+    """A wrong CA hash: kubeadm's discovery refuses the cluster-info CA. An expired bootstrap token as the TLS
+    bootstrap credential (discovery with a good one): the API server answers kubeadm 401 before the kubelet starts.
+    Each failed join leaves nothing behind (the real join follows)."""
+    timings: dict[str, float] = {}
+    kdir = lifecycle.KindDir(root)
+    docker = lifecycle.attached_docker(kdir)
+    t = time.monotonic()
+    with pytest.raises(KindError) as refused:
+        asyncio.run(join.join(root, print, ca_cert_hash="sha256:" + "0" * 64))
+    timings["wrong CA hash refused"] = time.monotonic() - t
+    assert "none of the public keys" in str(refused.value) and "are pinned" in str(refused.value), refused.value
+    assert not (kdir.join / join.PLAN_FILE).exists()
+
+    expired = docker.docker("exec", cluster.CONTROL_PLANE, "kubeadm", "token", "create", "--ttl", "1s").stdout.strip()
+    time.sleep(2)
+    t = time.monotonic()
+    with pytest.raises(KindError) as refused:
+        asyncio.run(join.join(root, print, tls_bootstrap_token=expired))
+    timings["expired token refused"] = time.monotonic() - t
+    assert "failed to get config map: Unauthorized" in str(refused.value), refused.value
+    assert not (kdir.join / "logs" / "kubelet.log").exists()
+    assert not (kdir.join / join.PLAN_FILE).exists()
+    return timings
+
+
+def test_nodeagent_joins_a_kind_cluster() -> None:
     before = snapshot()
-    root = tmp_path / "kind"
+    # Short: containerd's ttrpc socket path under it must stay within 104 bytes (pytest's tmp_path is too long).
+    root = Path(tempfile.mkdtemp(prefix="nakj-"))
     timings: dict[str, float] = {}
     try:
         t = time.monotonic()
         lifecycle.up(root, print, workers=1)
         timings["kind up"] = time.monotonic() - t
+        timings.update(check_refusals(root))
         joined = asyncio.run(join.join(root, print))
         timings.update({f"join {k}": v for k, v in joined.timings.items()})
         assert joined.pod_cidr == "198.18.98.0/24"
@@ -186,6 +216,8 @@ def test_nodeagent_joins_a_kind_cluster(tmp_path: Path) -> None:
         t = time.monotonic()
         problems = lifecycle.down(root, print)
         timings["kind down"] = time.monotonic() - t
+        if not problems:
+            shutil.rmtree(root)
         print("timings: " + ", ".join(f"{k}={v:.1f}s" for k, v in timings.items()))
     assert problems == []
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=True).stdout

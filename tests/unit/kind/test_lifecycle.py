@@ -69,3 +69,9 @@ def test_record_and_attach_stop_a_daemon_by_pid_and_command_line(
         if sleeper.poll() is None:
             os.kill(sleeper.pid, 9)
             sleeper.wait()
+
+
+def test_up_refuses_a_dir_too_long_for_containerds_socket(tmp_path: Path) -> None:
+    with pytest.raises(KindError, match="too long"):
+        lifecycle.up(tmp_path / ("d" * 80), print)
+    assert not (tmp_path / ("d" * 80)).exists()
