@@ -75,3 +75,24 @@ def test_up_refuses_a_dir_too_long_for_containerds_socket(tmp_path: Path) -> Non
     with pytest.raises(KindError, match="too long"):
         lifecycle.up(tmp_path / ("d" * 80), print)
     assert not (tmp_path / ("d" * 80)).exists()
+
+
+def test_join_yaml_gives_the_tls_bootstrap_its_own_token() -> None:
+    text = yaml.safe_dump({"kind": "JoinConfiguration", "discovery": {"bootstrapToken": {"token": "good"}}})
+    assert yaml.safe_load(join.join_yaml(text, tls_bootstrap_token=None)) == yaml.safe_load(text)
+    doc = yaml.safe_load(join.join_yaml(text, tls_bootstrap_token="abcdef.0123456789abcdef"))
+    assert doc["discovery"] == {"bootstrapToken": {"token": "good"}, "tlsBootstrapToken": "abcdef.0123456789abcdef"}
+
+
+def test_detach_leaves_the_daemons_to_pid_and_command_line(tmp_path: Path) -> None:
+    daemon = IsolatedDocker(DockerPaths(tmp_path))
+    argv = [sys.executable, "-c", "import time; time.sleep(60)"]
+    sleeper = subprocess.Popen(argv)
+    try:
+        daemon.dockerd = sleeper
+        daemon.detach()
+        assert daemon.dockerd is None
+        assert daemon.recorded["dockerd"] == (sleeper.pid, tuple(dockerd.dockerd_argv(daemon.paths)))
+    finally:
+        os.kill(sleeper.pid, 9)
+        os.waitpid(sleeper.pid, 0)
