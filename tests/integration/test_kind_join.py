@@ -4,8 +4,9 @@ kubeadm join, nodeagent's TLS bootstrap, its own containerd on kind's bridge), t
 worker and nodeagent, served through a ClusterIP Service from both sides, and `kubectl logs/exec/port-forward` to
 nodeagent's pod through kind's API server. `kind down` removes everything, also when a step fails.
 
-Marked `kind` and deselected by default (pyproject addopts); warm, it takes about three minutes (163 s at load average 9-11). Run it with
-`python3 -m pytest -m kind tests/integration/test_kind_join.py -s` (root; `nodeagent kind install` first).
+Marked `kind` and deselected by default (pyproject addopts); warm, it takes about three minutes (163 s at load
+average 9-11). Run it with `python3 -m pytest -m kind tests/integration/test_kind_join.py -s` (root; `nodeagent
+kind install` first).
 """
 
 from __future__ import annotations
