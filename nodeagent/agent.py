@@ -165,6 +165,11 @@ class AgentOptions:
     config_overrides: Mapping[str, Any] = field(default_factory=dict)
 
 
+# Renews node_name's Lease with the credential in kubeconfig, reading the Node's UID through the callable (from
+# another thread, maybe), until cancelled: a fleet's heartbeat thread (`nodeagent.fleet.heartbeat`).
+LeaseRenewer = Callable[[str, Path, Callable[[], str]], Coroutine[Any, Any, None]]
+
+
 @dataclass(frozen=True)
 class Emulation:
     """What an emulated node (`nodeagent.fleet`) puts in place of the host, for `run_emulated_agent`.
@@ -176,12 +181,14 @@ class Emulation:
     server (gRPC servers on sockets), CSI plugin registration, pod and QoS cgroups, the memory threshold notifiers
     and container log rotation; volumes are plain directories (no tmpfs mounts) and pod log directories are under
     the node's root dir. The kubelet API, healthz and read-only servers follow `config` (the fleet turns them
-    off)."""
+    off). With `lease_renewer` the node's Lease is renewed by it (on the fleet's own thread and client) instead of
+    beside the node status in this loop."""
 
     runtime: RuntimeServices
     facts: NodeFacts
     config: KubeletConfiguration
     stop: asyncio.Event
+    lease_renewer: LeaseRenewer | None = None
 
 
 def read_resolv_conf(path: str) -> ResolvConf:
@@ -456,6 +463,7 @@ async def _start(options: AgentOptions, stop: asyncio.Event, emulation: Emulatio
                     eviction=eviction,
                     started=started,
                     host=emulation is None,
+                    lease_renewer=emulation.lease_renewer if emulation is not None else None,
                 )
         finally:
             await supervisor.stop()
@@ -477,8 +485,10 @@ async def _run(
     eviction: EvictionManager,
     started: contextlib.AsyncExitStack,
     host: bool = True,
+    lease_renewer: LeaseRenewer | None = None,
 ) -> None:
-    """`host`: False for an emulated node (`Emulation`), which runs none of the host-level parts."""
+    """`host`: False for an emulated node (`Emulation`), which runs none of the host-level parts. `lease_renewer`:
+    the Lease is renewed by it rather than by the node status manager (`Emulation.lease_renewer`)."""
     recorder = EventRecorder(client, node_name) if client is not None else None
 
     def pod_event(
@@ -594,6 +604,7 @@ async def _run(
             device_capacity=lambda: device_manager.get_capacity()[:2],
             shutdown_status=shutdown.shutdown_status if shutdown is not None else lambda: None,
             storage_status=plugin_manager.storage.error if plugin_manager is not None else lambda: None,
+            renew_lease=lease_renewer is None,
         )
         wait = registration_wait(config.static_pod_path)
         # Retried for ever, as upstream (an unreachable apiserver, a credential that may not register this name);
@@ -828,6 +839,8 @@ async def _run(
         node_event("Normal", "Starting", f"Starting kubelet. {version_text(config.emulated_kubernetes_version)}")
     if node_status is not None:
         supervisor.start("node-status", node_status.run())
+        if lease_renewer is not None and options.kubeconfig is not None:
+            supervisor.start("node-lease", lease_renewer(node_name, options.kubeconfig, node_status.node_uid))
     supervisor.start("status-manager", status_manager.run())
     if client is not None:
         supervisor.start("source-api", run_apiserver_source(client, node_name, pod_config.push))

@@ -1,4 +1,5 @@
-"""Run a planned fleet: every node a task in this event loop, started staggered, stopped together.
+"""Run a planned fleet: every node a task in this event loop, started staggered, stopped together; their Leases
+renewed on a thread of their own (`heartbeat`), so that pod work in this loop does not delay them.
 
 A node whose agent fails (a credential that may not register it, say) is logged and left down; the others go on.
 The fleet ends when `stop` is set, or when every node has failed (`FleetError`).
@@ -11,6 +12,7 @@ import logging
 from dataclasses import dataclass, field
 
 from cri.fake import Behaviour
+from nodeagent.fleet.heartbeat import LeaseHeartbeats
 from nodeagent.fleet.node import run_node
 from nodeagent.fleet.plan import FleetError, FleetOptions, plan_nodes, shared_config
 
@@ -34,8 +36,13 @@ async def run_fleet(options: FleetOptions, behaviour: Behaviour, stop: asyncio.E
         plans[-1].name,
         options.stagger,
     )
+    heartbeats = LeaseHeartbeats(config)
+    heartbeats.start()
     tasks = {
-        asyncio.create_task(run_node(plan, options, config, behaviour, stop), name=f"fleet-node-{plan.name}"): plan.name
+        asyncio.create_task(
+            run_node(plan, options, config, behaviour, stop, lease_renewer=heartbeats.renew),
+            name=f"fleet-node-{plan.name}",
+        ): plan.name
         for plan in plans
     }
     pending = set(tasks)
@@ -59,5 +66,7 @@ async def run_fleet(options: FleetOptions, behaviour: Behaviour, stop: asyncio.E
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
+        # The nodes are down (each one's renewal cancelled with it): the thread ends and closes what is left.
+        await asyncio.to_thread(heartbeats.stop)
     log.info("fleet stopped nodes=%d failed=%d", len(plans), len(result.failed))
     return result

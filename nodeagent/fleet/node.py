@@ -9,7 +9,7 @@ import uuid
 
 from cri.fake import Behaviour, FakeCRI
 from cri.fake.runtime import RUNTIME_NAME, RUNTIME_VERSION
-from nodeagent.agent import AgentOptions, Emulation, run_emulated_agent
+from nodeagent.agent import AgentOptions, Emulation, LeaseRenewer, run_emulated_agent
 from nodeagent.config import KubeletConfiguration
 from nodeagent.fleet.plan import FLEET_LABEL, FleetOptions, NodePlan
 from nodeagent.nodestatus import NodeFacts
@@ -59,8 +59,11 @@ async def run_node(
     config: KubeletConfiguration,
     behaviour: Behaviour,
     stop: asyncio.Event,
+    *,
+    lease_renewer: LeaseRenewer | None = None,
 ) -> FakeCRI:
-    """Run the node until `stop`; waits its turn first (the fleet's stagger). Returns its runtime (for reports)."""
+    """Run the node until `stop`; waits its turn first (the fleet's stagger). Returns its runtime (for reports).
+    `lease_renewer`: who renews the node's Lease (the fleet's heartbeat thread); None, the agent's own loop."""
     runtime = FakeCRI(plan.name, behaviour=behaviour, pod_network=plan.pod_network)
     try:
         await asyncio.wait_for(stop.wait(), plan.start_after)
@@ -69,7 +72,13 @@ async def run_node(
         pass
     plan.root_dir.mkdir(parents=True, exist_ok=True)
     log.info("fleet node starting node=%s ip=%s pods=%s", plan.name, plan.internal_ip, plan.pod_network)
-    emulation = Emulation(runtime=runtime, facts=node_facts(plan, options, config), config=config, stop=stop)
+    emulation = Emulation(
+        runtime=runtime,
+        facts=node_facts(plan, options, config),
+        config=config,
+        stop=stop,
+        lease_renewer=lease_renewer,
+    )
     async with runtime:
         await run_emulated_agent(agent_options(plan, options), emulation)
     log.info("fleet node stopped node=%s", plan.name)

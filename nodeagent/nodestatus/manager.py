@@ -8,7 +8,8 @@ Two heartbeats, as with the NodeLease feature upstream:
 - the status, computed every nodeStatusUpdateFrequency (10s) but PATCHed only when it changed (heartbeat times
   aside) or nodeStatusReportFrequency (5m) has passed since the last post;
 - the Lease `kube-node-lease/NAME`, renewed every 0.25 * nodeLeaseDurationSeconds (10s for 40s), which is what
-  the node lifecycle controller reads for liveness.
+  the node lifecycle controller reads for liveness. That is `lease.NodeLease`, run here as a task beside the status
+  loop; with `renew_lease=False` the caller runs it (a fleet renews all its nodes' leases on a thread of its own).
 
 Neither loop gives up: an apiserver error is logged and the next tick tries again, as the kubelet does.
 """
@@ -26,14 +27,14 @@ from nodeagent.clock import Clock
 from nodeagent.config import KubeletConfiguration
 from nodeagent.kube import paths
 from nodeagent.kube.client import KubeClient
-from nodeagent.kube.errors import AlreadyExists, ApiError, ApiUnavailable, Conflict, NotFound
+from nodeagent.kube.errors import AlreadyExists, ApiError, ApiUnavailable
 from nodeagent.kube.request import Obj
 from nodeagent.kuberuntime.runtime_handlers import RuntimeFeatures, RuntimeHandler
-from nodeagent.nodestatus._quantity import format_micro_time
 from nodeagent.nodestatus.conditions import DISK_PRESSURE, MEMORY_PRESSURE, PID_PRESSURE, READY, node_conditions
 from nodeagent.nodestatus.facts import NodeFacts
+from nodeagent.nodestatus.lease import NodeLease
 from nodeagent.nodestatus.node import OWNED_ANNOTATIONS, build_node_status, initial_node
-from nodeagent.nodestatus.report import NODE_LEASE_NAMESPACE, conditions_differ, lease_object, should_report
+from nodeagent.nodestatus.report import conditions_differ, should_report
 
 log = logging.getLogger(__name__)
 
@@ -50,13 +51,11 @@ STORAGE_RECHECK_SECONDS = 0.1
 RuntimeHandlers = Callable[[], Sequence[RuntimeHandler]]
 NodeFeatures = Callable[[], RuntimeFeatures | None]
 
-# Upstream's constants: nodeStatusUpdateRetry, the lease controller's maxUpdateRetries and its backoff cap, the
-# registration backoff (100ms doubling to 7s), and the renew interval as a fraction of the lease duration.
+# Upstream's constants: nodeStatusUpdateRetry and the registration backoff (100ms doubling to 7s). The lease's are
+# in `lease`.
 NODE_STATUS_UPDATE_RETRY: Final = 5
-LEASE_UPDATE_RETRIES: Final = 5
 BACKOFF_START: Final = 0.1
 BACKOFF_CAP: Final = 7.0
-LEASE_RENEW_FRACTION: Final = 0.25
 
 _RETRYABLE = (ApiError, ApiUnavailable)
 
@@ -137,6 +136,7 @@ class NodeStatusManager:
         device_capacity: Callable[[], tuple[Mapping[str, int], Mapping[str, int]]] | None = None,
         shutdown_status: Callable[[], str | None] = lambda: None,
         storage_status: Callable[[], str | None] = lambda: None,
+        renew_lease: bool = True,
     ) -> None:
         self._client = client
         self._name = node_name
@@ -164,19 +164,25 @@ class NodeStatusManager:
         self._storage_status = storage_status
         self._storage_pending = False  # what the last computed status said of the storage state
         self._node: Obj | None = None
-        self._lease: Obj | None = None
+        # The lease controller: renewed here beside the status loop, or (renew_lease=False) by the caller on a loop
+        # of its own (a fleet's heartbeat thread); either way it reads the registered Node's UID for its owner.
+        self._renew_lease = renew_lease
+        self._node_lease = NodeLease(client, node_name=node_name, config=config, clock=clock, node_uid=self.node_uid)
         self._runtime_down = False  # what the last computed status said of the runtime
         self._last_reported: dict[str, Any] | None = None
         self._last_report_time: datetime | None = None
         # For tests and metrics.
         self.status_patches = 0
-        self.lease_renewals = 0
 
     # What other parts read.
 
     def node(self) -> Obj | None:
         """The last Node object the apiserver returned (for admission); None before registration. Do not mutate."""
         return self._node
+
+    def node_uid(self) -> str:
+        """The registered Node's UID ("" before registration); only reads, so any thread may call it."""
+        return _uid(self._node)
 
     @property
     def last_report_time(self) -> datetime | None:
@@ -185,11 +191,15 @@ class NodeStatusManager:
 
     @property
     def lease(self) -> Obj | None:
-        return self._lease
+        return self._node_lease.lease
+
+    @property
+    def lease_renewals(self) -> int:
+        return self._node_lease.renewals
 
     @property
     def renew_interval(self) -> float:
-        return self._config.node_lease_duration_seconds * LEASE_RENEW_FRACTION
+        return self._node_lease.renew_interval
 
     # Registration.
 
@@ -353,81 +363,9 @@ class NodeStatusManager:
 
     # The Lease.
 
-    def _renewed(self, base: Obj) -> Obj:
-        lease = copy.deepcopy(base)
-        spec = lease.setdefault("spec", {})
-        spec["holderIdentity"] = self._name
-        spec["leaseDurationSeconds"] = self._config.node_lease_duration_seconds
-        spec["renewTime"] = format_micro_time(self._clock.wall())
-        metadata = lease.setdefault("metadata", {})
-        uid = _uid(self._node)
-        if not metadata.get("ownerReferences") and uid:
-            # As setNodeOwnerFunc: a lease made before the Node was known gets its owner on the next renewal.
-            metadata["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node", "name": self._name, "uid": uid}]
-        return lease
-
-    async def _ensure_lease(self) -> tuple[Obj, bool]:
-        """GET the Lease, or create it; True when created (already fresh)."""
-        path = paths.lease(NODE_LEASE_NAMESPACE, self._name)
-        try:
-            return await self._client.get(path), False
-        except NotFound:
-            pass
-        body = lease_object(
-            self._name,
-            _uid(self._node),
-            duration_seconds=self._config.node_lease_duration_seconds,
-            now=self._clock.wall(),
-        )
-        if not _uid(self._node):
-            del body["metadata"]["ownerReferences"]
-        created = await self._client.create(paths.leases(NODE_LEASE_NAMESPACE), body)
-        log.info("node lease created node=%s namespace=%s", self._name, NODE_LEASE_NAMESPACE)
-        return created, True
-
-    async def _backoff_ensure_lease(self) -> tuple[Obj, bool]:
-        delay = BACKOFF_START
-        while True:
-            try:
-                return await self._ensure_lease()
-            except _RETRYABLE as exc:
-                log.warning("failed to ensure node lease node=%s retry_in=%.1f error=%s", self._name, delay, exc)
-            await self._clock.sleep(delay)
-            delay = min(delay * 2, BACKOFF_CAP)
-
-    async def _retry_update_lease(self, base: Obj) -> bool:
-        path = paths.lease(NODE_LEASE_NAMESPACE, self._name)
-        for attempt in range(LEASE_UPDATE_RETRIES):
-            try:
-                self._lease = await self._client.replace(path, self._renewed(base))
-                self.lease_renewals += 1
-                log.debug("node lease renewed node=%s renewals=%d", self._name, self.lease_renewals)
-                return True
-            except Conflict as exc:
-                # Someone else wrote the Lease (or our resourceVersion is stale): read it again and retry.
-                log.info("node lease conflict, re-reading node=%s attempt=%d error=%s", self._name, attempt, exc)
-                base, created = await self._backoff_ensure_lease()
-                if created:
-                    self._lease = base
-                    return True
-            except _RETRYABLE as exc:
-                log.warning("failed to update node lease node=%s attempt=%d error=%s", self._name, attempt, exc)
-        return False
-
     async def sync_lease(self) -> bool:
-        """One renewal (the lease controller's sync): PUT from the last Lease seen; else GET-or-create, then PUT."""
-        if self._lease is not None:
-            if await self._retry_update_lease(self._lease):
-                return True
-            log.info("failed to update lease using latest lease, falling back to ensure lease node=%s", self._name)
-        lease, created = await self._backoff_ensure_lease()
-        self._lease = lease
-        if created:
-            return True
-        if await self._retry_update_lease(lease):
-            return True
-        log.error("will retry updating node lease node=%s interval=%.1fs", self._name, self.renew_interval)
-        return False
+        """One renewal of the Lease (`NodeLease.sync`)."""
+        return await self._node_lease.sync()
 
     # The loops.
 
@@ -470,11 +408,6 @@ class NodeStatusManager:
                 log.info("container runtime is back, updating node status now node=%s", self._name)
                 return
 
-    async def _lease_loop(self) -> None:
-        while True:
-            await self.sync_lease()
-            await self._clock.sleep(self.renew_interval)
-
     async def run(self) -> None:
         """Both heartbeats until cancelled. Registers first if `register()` has not run. A bug (an exception
         other than the apiserver's) ends both loops and propagates to the supervisor."""
@@ -489,7 +422,8 @@ class NodeStatusManager:
         )
         async with asyncio.TaskGroup() as group:
             group.create_task(self._status_loop(), name=f"node-status:{self._name}")
-            group.create_task(self._lease_loop(), name=f"node-lease:{self._name}")
+            if self._renew_lease:
+                group.create_task(self._node_lease.run(), name=f"node-lease:{self._name}")
 
 
 __all__ = ["NodeStatusManager", "condition_events"]

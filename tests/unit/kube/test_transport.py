@@ -16,7 +16,7 @@ import pytest
 
 from nodeagent.kube.client import KubeClient
 from nodeagent.kube.kubeconfig import ClusterCredentials
-from nodeagent.nodestatus.manager import LEASE_RENEW_FRACTION
+from nodeagent.nodestatus.lease import LEASE_RENEW_FRACTION
 
 ANSWER = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
 
