@@ -627,6 +627,37 @@ async def test_run_creates_the_lease_then_renews_it_every_quarter_of_its_duratio
                 await task
 
 
+async def test_without_renew_lease_run_posts_the_status_and_leaves_the_lease_to_its_caller(api: Api) -> None:
+    # A fleet's node: its Lease is renewed on the fleet's heartbeat thread, which reads the Node's UID from here.
+    clock = FakeClock()
+    async with api.client() as client:
+        manager = NodeStatusManager(
+            client,
+            node_name=NAME,
+            config=CONFIG,
+            facts=FACTS,
+            runtime_health=Health(),
+            clock=clock,
+            renew_lease=False,
+        )
+        assert manager.node_uid() == ""
+        await manager.register()
+        assert manager.node_uid() == f"uid-{NAME}"
+        task = asyncio.create_task(manager.run())
+        try:
+            await _settle(lambda: manager.status_patches == 1)
+            for _ in range(3):
+                await clock.advance(10)
+            await _settle(lambda: api.count("GET", NODE) == 4)
+            assert api.count("POST", LEASES) == api.count("PUT", LEASE) == api.count("GET", LEASE) == 0
+            assert manager.lease is None
+            assert manager.lease_renewals == 0
+        finally:
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+
 async def test_lease_conflict_rereads_and_retries() -> None:
     clock = FakeClock()
     node = {"kind": "Node", "metadata": {"name": NAME, "uid": "uid-1", "resourceVersion": "1"}}
