@@ -6,7 +6,8 @@ a testbed (an existing one with `--testbed DIR`, or one brought up and down here
 - pods: a Deployment of --pods-per-node times --nodes pods onto the fleet until every pod is Running (skipped at 0);
 - steady: --steady seconds with nothing changing, over which the fleet's CPU is measured; lease renewals are
   sampled meanwhile from the apiserver (an independent poller, every second) and the intervals between two
-  renewTimes of one lease give p50/p99/max. RSS and PSS of the process are read at the end of the window.
+  renewTimes of one lease give p50/p99/max. RSS and PSS of the process, and the load average, are read at the end of
+  the window (the load average at the start too).
 Then the Deployment and the Nodes are deleted and the fleet is stopped (SIGTERM).
 
 Prints one JSON line and one summary line. Run: `python -m benchmarks.fleet [--nodes 100] [--pods-per-node 0]
@@ -118,6 +119,8 @@ async def run(
         "--kubeconfig", str(bed.layout.admin_kubeconfig), "--dir", str(workdir / "fleet"), "--stagger", str(stagger),
     ]  # fmt: skip
     result: dict[str, Any] = {"bench": "fleet", "nodes": nodes, "pods_per_node": pods_per_node, "steady_s": steady}
+    # The machine's load when the fleet starts and when the steady window ends: late renewals mean little without it.
+    result["loadavg_start"] = [round(x, 2) for x in os.getloadavg()]
     async with KubeClient.from_kubeconfig(bed.layout.admin_kubeconfig) as admin:
         with log.open("wb") as out:
             fleet = await asyncio.create_subprocess_exec(
@@ -150,6 +153,7 @@ async def run(
             after = proc.cpu_times()
             cpu = (after.user + after.system) - (before.user + before.system)
             memory = proc.memory_full_info()
+            result["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
             result.update(
                 {
                     "cpu_cores": round(cpu / elapsed, 3),
@@ -207,7 +211,8 @@ def summary_line(r: dict[str, Any]) -> str:
         f"({r['cpu_cores']} cores, {r['nodes_per_core']} nodes/core), RSS {r['rss_per_node_mib']} MiB/node "
         f"(PSS {r['pss_per_node_mib']}), lease renew p50/p99/max {r['lease_interval_p50_s']}/"
         f"{r['lease_interval_p99_s']}/{r['lease_interval_max_s']} s ({r['lease_intervals_over_15s']} over 15 s); "
-        f"apiserver LIST from beside p50/max {r['poller_list_p50_s']}/{r['poller_list_max_s']} s"
+        f"apiserver LIST from beside p50/max {r['poller_list_p50_s']}/{r['poller_list_max_s']} s; "
+        f"load average {r['loadavg_start']} -> {r.get('loadavg_end')}"
     )
 
 

@@ -187,4 +187,8 @@ async def test_fleet_nodes_register_renew_and_run_a_deployment(
             await until(all_gone, timeout=60, what="the Deployment's pods deleted")
             assert fleet.poll() is None, tail()
         assert fleet.returncode == 0, f"the fleet exited with {fleet.returncode}:\n{tail()}"
-        assert f"fleet stopped nodes={NODES} failed=0" in log.read_text()
+        text = log.read_text()
+        assert f"fleet stopped nodes={NODES} failed=0" in text
+        # The leases renewed above (each node under NodeRestriction, with its own certificate) were renewed on the
+        # fleet's heartbeat thread, which ended with the fleet.
+        assert "fleet lease heartbeats started" in text and "fleet lease heartbeats stopped" in text
