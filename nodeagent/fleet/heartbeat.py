@@ -20,6 +20,7 @@ import concurrent.futures
 import logging
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from nodeagent.clock import Clock, SystemClock
@@ -31,6 +32,35 @@ log = logging.getLogger(__name__)
 
 ClientFactory = Callable[[Path, float], KubeClient]  # (kubeconfig, request timeout) -> a client of its own
 THREAD_NAME = "fleet-leases"
+REPORT_SECONDS = 60.0  # how often the thread logs what it measured
+
+
+def _nearest_rank(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+@dataclass
+class HeartbeatStats:
+    """What the thread measured since its last report: how long each renewal took (the apiserver's answer
+    included; the next interval is that much longer, as upstream's sliding period) and how late the thread woke for
+    it (its loop, the GIL or the machine busy). Touched only in the thread's loop."""
+
+    syncs: list[float] = field(default_factory=list)
+    lags: list[float] = field(default_factory=list)
+
+    def report(self, nodes: int) -> str | None:
+        """One key=value line, and a fresh window; None when nothing was renewed."""
+        if not self.syncs:
+            return None
+        lags = self.lags or [0.0]
+        line = (
+            f"renewals={len(self.syncs)} nodes={nodes} sync_p50={_nearest_rank(self.syncs, 0.5):.3f}s "
+            f"sync_p99={_nearest_rank(self.syncs, 0.99):.3f}s sync_max={max(self.syncs):.3f}s "
+            f"wake_lag_p99={_nearest_rank(lags, 0.99):.3f}s wake_lag_max={max(lags):.3f}s"
+        )
+        self.syncs, self.lags = [], []
+        return line
 
 
 def heartbeat_timeout(config: KubeletConfiguration) -> float:
@@ -62,6 +92,7 @@ class LeaseHeartbeats:
         self._thread: threading.Thread | None = None
         # Touched only in the thread's loop; read by tests and reports (a dict read is atomic).
         self.leases: dict[str, NodeLease] = {}
+        self.stats = HeartbeatStats()
 
     def __enter__(self) -> LeaseHeartbeats:
         self.start()
@@ -89,6 +120,7 @@ class LeaseHeartbeats:
     def _serve(self, loop: asyncio.AbstractEventLoop, started: threading.Event) -> None:
         asyncio.set_event_loop(loop)
         loop.call_soon(started.set)
+        loop.create_task(self._report(), name="fleet-lease-report")
         try:
             loop.run_forever()
             # Stopped: end every renewal still running (their clients close), then the loop.
@@ -133,11 +165,24 @@ class LeaseHeartbeats:
         self.leases[node_name] = lease
         log.debug("fleet lease heartbeat added node=%s interval=%.1fs", node_name, lease.renew_interval)
         try:
-            await lease.run()
+            while True:  # `NodeLease.run`, timed
+                began = self._clock.monotonic()
+                await lease.sync()
+                self.stats.syncs.append(self._clock.monotonic() - began)
+                due = self._clock.monotonic() + lease.renew_interval
+                await self._clock.sleep(lease.renew_interval)
+                self.stats.lags.append(max(0.0, self._clock.monotonic() - due))
         finally:
             del self.leases[node_name]
             await client.aclose()
             log.debug("fleet lease heartbeat removed node=%s renewals=%d", node_name, lease.renewals)
+
+    async def _report(self) -> None:
+        while True:
+            await self._clock.sleep(REPORT_SECONDS)
+            line = self.stats.report(len(self.leases))
+            if line is not None:
+                log.info("fleet lease heartbeats %s", line)
 
 
 __all__ = ["LeaseHeartbeats", "heartbeat_timeout"]

@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from nodeagent.config import KubeletConfiguration
-from nodeagent.fleet.heartbeat import THREAD_NAME, LeaseHeartbeats, heartbeat_timeout
+from nodeagent.fleet.heartbeat import THREAD_NAME, HeartbeatStats, LeaseHeartbeats, heartbeat_timeout
 from nodeagent.kube import paths
 from nodeagent.kube.client import KubeClient
 from nodeagent.kube.kubeconfig import ClusterCredentials
@@ -158,6 +158,9 @@ async def test_renewals_go_on_while_the_fleets_loop_is_blocked(api: LeaseApi, he
         before = api.renewals("a")
         time.sleep(1.0)  # noqa: ASYNC251 - the fleet's loop busy with pod work for a second: four renew intervals
         assert api.renewals("a") - before >= 3
+        # What the thread measured meanwhile: each renewal timed, and how late the thread woke for it.
+        line = heartbeats.stats.report(nodes=1)
+        assert line is not None and " nodes=1 sync_p50=" in line and " wake_lag_max=" in line, line
     finally:
         await _cancel(task)
 
@@ -205,6 +208,17 @@ async def test_one_node_is_renewed_once(api: LeaseApi, heartbeats: LeaseHeartbea
         assert not first.done()
     finally:
         await _cancel(first)
+
+
+def test_stats_report_nothing_without_renewals_and_nearest_ranks_with() -> None:
+    stats = HeartbeatStats()
+    assert stats.report(nodes=3) is None
+    stats.syncs = [0.01 * i for i in range(1, 101)]
+    stats.lags = [0.0] * 99 + [2.5]
+    assert stats.report(nodes=3) == (
+        "renewals=100 nodes=3 sync_p50=0.510s sync_p99=0.990s sync_max=1.000s wake_lag_p99=0.000s wake_lag_max=2.500s"
+    )
+    assert (stats.syncs, stats.lags) == ([], [])
 
 
 @pytest.mark.parametrize(
