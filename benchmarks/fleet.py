@@ -109,7 +109,14 @@ async def _lease_intervals(admin: KubeClient, prefix: str, seconds: float) -> tu
 
 
 async def run(
-    bed: Testbed, nodes: int, pods_per_node: int, steady: float, stagger: float, *, keep: bool = False
+    bed: Testbed,
+    nodes: int,
+    pods_per_node: int,
+    steady: float,
+    stagger: float,
+    *,
+    keep: bool = False,
+    switch_interval: float | None = None,
 ) -> dict[str, Any]:
     prefix = f"bench-{uuid.uuid4().hex[:5]}"
     workdir = Path(tempfile.mkdtemp(prefix="nodeagent-bench-fleet-"))
@@ -118,7 +125,11 @@ async def run(
         sys.executable, "-m", "nodeagent", "fleet", "--nodes", str(nodes), "--prefix", prefix,
         "--kubeconfig", str(bed.layout.admin_kubeconfig), "--dir", str(workdir / "fleet"), "--stagger", str(stagger),
     ]  # fmt: skip
+    if switch_interval is not None:
+        argv += ["--switch-interval", str(switch_interval)]
     result: dict[str, Any] = {"bench": "fleet", "nodes": nodes, "pods_per_node": pods_per_node, "steady_s": steady}
+    if switch_interval is not None:
+        result["switch_interval_s"] = switch_interval
     # The machine's load when the fleet starts and when the steady window ends: late renewals mean little without it.
     result["loadavg_start"] = [round(x, 2) for x in os.getloadavg()]
     async with KubeClient.from_kubeconfig(bed.layout.admin_kubeconfig) as admin:
@@ -224,16 +235,33 @@ async def main(argv: list[str]) -> int:
     parser.add_argument("--stagger", type=float, default=0.05)
     parser.add_argument("--testbed", type=Path, default=None, help="a running testbed's directory (else one here)")
     parser.add_argument("--keep", action="store_true", help="keep the fleet's directory and log")
+    parser.add_argument("--switch-interval", type=float, default=None, help="the fleet's --switch-interval")
     args = parser.parse_args(argv)
     if args.testbed is not None:
         bed = Testbed(args.testbed)
-        result = await run(bed, args.nodes, args.pods_per_node, args.steady, args.stagger, keep=args.keep)
+        result = await run(
+            bed,
+            args.nodes,
+            args.pods_per_node,
+            args.steady,
+            args.stagger,
+            keep=args.keep,
+            switch_interval=args.switch_interval,
+        )
     else:
         root = Path(tempfile.mkdtemp(prefix="nodeagent-bench-fleet-tb-"))
         bed = Testbed(root)
         await bed.up()
         try:
-            result = await run(bed, args.nodes, args.pods_per_node, args.steady, args.stagger, keep=args.keep)
+            result = await run(
+                bed,
+                args.nodes,
+                args.pods_per_node,
+                args.steady,
+                args.stagger,
+                keep=args.keep,
+                switch_interval=args.switch_interval,
+            )
         finally:
             with contextlib.suppress(Exception):
                 await bed.down()

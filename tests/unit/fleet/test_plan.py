@@ -87,3 +87,6 @@ def test_command_line() -> None:
         (),
     )
     assert behaviour.pull_latency == 0.5
+    assert args.switch_interval is None  # Python's own unless asked
+    faster = build_parser().parse_args(["fleet", "--nodes", "1", "--switch-interval", "0.001"])
+    assert faster.switch_interval == 0.001
