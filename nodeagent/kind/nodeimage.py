@@ -66,6 +66,12 @@ class BuildResult:
     preloaded: list[str] = field(default_factory=list)
 
 
+# Units masked in the image (a link to /dev/null), as kind's base image keeps them from running: a privileged node
+# container sees the host's /dev/tty*, so a getty on tty1 would either fail (the node "degraded", seen once under
+# load) or sit on the host's console.
+MASKED_UNITS = ("getty.target", "getty@tty1.service", "console-getty.service", "serial-getty@.service")
+
+
 def _mode(path: str) -> int:
     return 0o755 if path.startswith("usr/local/bin/") else 0o644
 
@@ -88,7 +94,8 @@ def small_files(systemd_cgroup: bool = True, version: str = KUBERNETES_VERSION) 
 
 def files_tar(dest: Path, small: Mapping[str, tuple[bytes, int]], binaries: Mapping[str, Path]) -> Path:
     """The tar `docker cp -` extracts at the build container's root: the small files, the kube binaries (under
-    /usr/bin), the link that makes kubelet start on boot, and /opt/cni/bin as a link to Debian's plugins."""
+    /usr/bin), the masked units, the link that makes kubelet start on boot, and /opt/cni/bin as a link to Debian's
+    plugins."""
     with tarfile.open(dest, "w", format=tarfile.PAX_FORMAT) as tar:
 
         def add(info: tarfile.TarInfo, data: bytes | None = None, source: Path | None = None) -> None:
@@ -121,6 +128,11 @@ def files_tar(dest: Path, small: Mapping[str, tuple[bytes, int]], binaries: Mapp
             info = tarfile.TarInfo(nodefiles.KUBE_BIN_DIR.lstrip("/") + "/" + name)
             info.mode = 0o755
             add(info, source=source)
+        for unit in MASKED_UNITS:
+            masked = tarfile.TarInfo(f"etc/systemd/system/{unit}")
+            masked.type = tarfile.SYMTYPE
+            masked.linkname = "/dev/null"
+            add(masked)
         wants = tarfile.TarInfo("etc/systemd/system/multi-user.target.wants/kubelet.service")
         wants.type = tarfile.SYMTYPE
         wants.linkname = "/etc/systemd/system/kubelet.service"
@@ -174,7 +186,7 @@ def inputs_digest(
         "files": {path: [hashlib.sha256(data).hexdigest(), mode] for path, (data, mode) in sorted(small.items())},
         "binaries": dict(sorted(binaries.items())),
         "preload": dict(sorted(preload.items())),
-        "format": 1,
+        "format": 2,  # 2: the getty units masked
     }
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 

@@ -35,6 +35,8 @@ def test_files_tar_is_root_owned_with_binaries_and_links(tmp_path: Path) -> None
     assert members["opt/cni/bin"].issym() and members["opt/cni/bin"].linkname == "/usr/lib/cni"
     wants = members["etc/systemd/system/multi-user.target.wants/kubelet.service"]
     assert wants.issym() and wants.linkname == "/etc/systemd/system/kubelet.service"
+    getty = members["etc/systemd/system/getty@tty1.service"]
+    assert getty.issym() and getty.linkname == "/dev/null"
     assert all(m.uid == 0 and m.gid == 0 and m.mtime == 0 for m in members.values())
 
 
