@@ -169,6 +169,8 @@ async def _experiment_plot(args: argparse.Namespace) -> int:
 
 
 async def _conformance(args: argparse.Namespace) -> int:
+    if args.suite is not None:
+        return await _node_suite(args)
     if args.certified or args.resume is not None or args.report is not None:
         return await _certified(args)
     names = subset.SUBSETS[args.subset] if args.subset else ()
@@ -199,6 +201,24 @@ async def _conformance(args: argparse.Namespace) -> int:
             dir=args.dir,
             kubeconfig=args.kubeconfig,
             registry=args.registry,
+            keep=args.keep,
+        )
+    )
+
+
+async def _node_suite(args: argparse.Namespace) -> int:
+    from nodeagent.conformance import noderun, nodesuite  # noqa: PLC0415
+    from nodeagent.conformance.systemctl_shim import Kubelet  # noqa: PLC0415
+
+    if args.certified or args.subset or args.preset or args.skip is not None or args.kubeconfig is not None:
+        raise ConformanceError("--suite runs its own selection on a testbed of its own: give only --focus, --dir, "
+                               "--kubelet, --timeout, --keep")  # fmt: skip
+    return await noderun.node_conformance(
+        noderun.NodeRunOptions(
+            focus=args.focus if args.focus is not None else nodesuite.NODE_EVICTION.focus,
+            dir=args.dir,
+            kubelet=Kubelet(args.kubelet),
+            timeout=args.timeout if args.timeout != DEFAULT_TIMEOUT else noderun.DEFAULT_TIMEOUT,
             keep=args.keep,
         )
     )
@@ -318,6 +338,20 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"ginkgo skip regex, replacing the default {default_skip(slow=False)!r} (--slow drops [Slow] from it)",
     )
     conf.add_argument("--slow", action="store_true", help="do not skip [Slow] specs")
+    conf.add_argument(
+        "--suite",
+        choices=("node-eviction",),
+        default=None,
+        help="node-eviction: upstream's node e2e suite (e2e_node.test), its 22 eviction, image-GC, critical-pod and "
+        "local-storage specs, against a testbed's agent behind a systemctl shim (--focus narrows them; one run per "
+        "machine: ports 10248 and 10255; docs/conformance.md)",
+    )
+    conf.add_argument(
+        "--kubelet",
+        choices=("nodeagent", "upstream"),
+        default="nodeagent",
+        help="with --suite: the node behind the shim (upstream: the upstream kubelet, the judge)",
+    )
     selection = conf.add_mutually_exclusive_group()
     selection.add_argument(
         "--subset",

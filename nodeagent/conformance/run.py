@@ -182,18 +182,21 @@ async def run_ginkgo(
     show: Callable[[str], None],
     stop: asyncio.Event | None = None,
     on_start: Callable[[int], None] | None = None,
+    cwd: Path | None = None,
 ) -> int:
     """Run ginkgo to its end, its output into `log_path` and the progress lines into `show`; ginkgo's exit code.
 
     When `stop` is set (the user's Ctrl-C or a SIGTERM), ginkgo gets one SIGINT: it interrupts the running specs,
     runs their cleanup and still writes the report, which is then read as usual. `on_start` gets ginkgo's PID, which
-    is also its process group's (it runs in a session of its own).
+    is also its process group's (it runs in a session of its own). `cwd`: its working directory (the node suite
+    writes its kubelet config there).
     """
     parser = ProgressParser()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     proc = await asyncio.create_subprocess_exec(
         *argv,
         env=env,
+        cwd=cwd,
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,

@@ -90,6 +90,11 @@ COMPONENTS = (
 READY_TIMEOUT = 90.0
 
 
+# The controller-manager's --controllers for a testbed without node-condition taints (Testbed's
+# `node_condition_taints=False`): every default controller but the node-lifecycle-controller.
+CONTROLLERS_WITHOUT_NODE_LIFECYCLE = "*,-node-lifecycle-controller"
+
+
 class TestbedError(RuntimeError):
     """The testbed cannot be brought up or down (besides a component failing, which is ComponentFailed)."""
 
@@ -286,7 +291,12 @@ class Testbed:
     __test__ = False  # not a pytest test class, despite the name
 
     def __init__(
-        self, root: Path, *, cluster_signing_duration: str | None = None, runtime_config: str | None = None
+        self,
+        root: Path,
+        *,
+        cluster_signing_duration: str | None = None,
+        runtime_config: str | None = None,
+        node_condition_taints: bool = True,
     ) -> None:
         self.layout = Layout(root.resolve())
         self._apiserver_argv: list[str] = []  # remembered by stop_apiserver for start_apiserver
@@ -297,6 +307,13 @@ class Testbed:
         # The apiserver's --runtime-config (e.g. "resource.k8s.io/v1beta1=true"): API versions off by default that a
         # run needs served (upstream's DRA specs: test/e2e/dra/kind.yaml); None serves the defaults.
         self.runtime_config = runtime_config
+        # False: the control plane never taints the node from its conditions, as upstream's node e2e services run
+        # it (test/e2e_node/services: no controller-manager, the apiserver without TaintNodesByCondition). The
+        # controller-manager runs without its node-lifecycle-controller (no memory-pressure or not-ready taints, no
+        # NotReady marking) and the apiserver without the TaintNodesByCondition admission plugin (which taints a
+        # new Node not-ready for that controller to lift). The node e2e suite finds no schedulable node under a
+        # NoSchedule taint (`nodeagent conformance --suite node-eviction`, docs/conformance.md). Only `up` reads it.
+        self.node_condition_taints = node_condition_taints
 
     @property
     def settings(self) -> Settings:
@@ -635,6 +652,7 @@ class Testbed:
                 f"--cert-dir={d / 'apiserver'}",
                 "--authorization-mode=Node,RBAC",
                 "--enable-admission-plugins=NodeRestriction",
+                *([] if self.node_condition_taints else ["--disable-admission-plugins=TaintNodesByCondition"]),
                 f"--service-cluster-ip-range={settings.service_cidr}",
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
                 f"--service-account-key-file={pki.service_account.cert}",
@@ -677,6 +695,7 @@ class Testbed:
                 f"--cluster-signing-cert-file={pki.ca.cert}",
                 f"--cluster-signing-key-file={pki.ca.key}",
                 *([f"--cluster-signing-duration={d}"] if (d := self.cluster_signing_duration) else []),
+                *([] if self.node_condition_taints else [f"--controllers={CONTROLLERS_WITHOUT_NODE_LIFECYCLE}"]),
                 "--use-service-account-credentials=true",
                 "--leader-elect=false",
                 # Short, so that a stopped agent shows NotReady in seconds rather than after the 50 s default.
