@@ -121,13 +121,12 @@ def _held(address: tuple[str, int]) -> bool:
     return False
 
 
-def check_ports() -> None:
-    """Refuse while the suite's fixed ports are taken (another run, or a kubelet on this machine)."""
-    taken = [
-        f"{host or '*'}:{port}"
-        for host, port in (HEALTHZ_ADDRESS, ("", READ_ONLY_PORT))
-        if _held((host or "0.0.0.0", port))  # a bind test: any listener on the port conflicts
-    ]
+def check_ports(
+    addresses: tuple[tuple[str, int], ...] = (HEALTHZ_ADDRESS, ("0.0.0.0", READ_ONLY_PORT)),
+) -> None:
+    """Refuse while the suite's fixed ports are taken (another run, or a kubelet on this machine). Port 10255 is
+    tried on every address: a listener on any of them conflicts with the agent's or the suite's."""
+    taken = [f"{host}:{port}" for host, port in addresses if _held((host, port))]
     if taken:
         raise ConformanceError(
             f"the node e2e suite's fixed ports are taken: {', '.join(taken)} (healthz 127.0.0.1:10248 and the "

@@ -72,21 +72,25 @@ def test_the_suite_path_puts_the_shims_first(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def healthz_held() -> Iterator[None]:
+def held_port() -> Iterator[int]:
     with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(nodeadapter.HEALTHZ_ADDRESS)
-        except OSError:
-            pytest.fail("127.0.0.1:10248 is held on this machine already: a node e2e run or a kubelet runs")
+        sock.bind(("127.0.0.1", 0))
         sock.listen()
-        yield
+        yield sock.getsockname()[1]
 
 
-@pytest.mark.usefixtures("healthz_held")
-def test_a_held_fixed_port_is_refused_by_name() -> None:
-    with pytest.raises(ConformanceError, match=r"fixed ports are taken: 127\.0\.0\.1:10248 "):
-        nodeadapter.check_ports()
+def test_a_held_fixed_port_is_refused_by_name(held_port: int) -> None:
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        free_port = free.getsockname()[1]
+    nodeadapter.check_ports((("127.0.0.1", free_port),))
+    with pytest.raises(ConformanceError, match=rf"fixed ports are taken: 127\.0\.0\.1:{held_port} \("):
+        nodeadapter.check_ports((("127.0.0.1", free_port), ("127.0.0.1", held_port)))
+
+
+def test_the_fixed_ports_are_the_suites() -> None:
+    assert nodeadapter.HEALTHZ_ADDRESS == ("127.0.0.1", 10248)  # ports.KubeletHealthzPort on loopback
+    assert nodeadapter.READ_ONLY_PORT == 10255  # ports.KubeletReadOnlyPort
 
 
 def test_the_suite_argv_runs_without_services_against_the_testbed(tmp_path: Path) -> None:
