@@ -35,6 +35,9 @@ from dataclasses import asdict, dataclass
 from enum import Enum
 from pathlib import Path
 
+from nodeagent.testbed import processes
+from nodeagent.testbed.layout import Layout
+
 log = logging.getLogger("nodeagent.conformance.systemctl_shim")
 
 UNIT = "kubelet-nodeagent.service"
@@ -46,6 +49,12 @@ EXIT_INACTIVE = 3
 class Kubelet(Enum):
     NODEAGENT = "nodeagent"
     UPSTREAM = "upstream"
+
+
+# The pid-file names the testbed records each under (testbed.AGENT, testbed.UPSTREAM_KUBELET; a unit test holds
+# them equal). Not imported: the testbed module costs seconds to import on a loaded machine, and every call but a
+# start needs only the pid file.
+PID_NAMES = {Kubelet.NODEAGENT: "nodeagent", Kubelet.UPSTREAM: "kubelet"}
 
 
 @dataclass(frozen=True)
@@ -141,24 +150,14 @@ def list_units_output(unit: str, *, active: bool, pattern: str, running_only: bo
 
 
 def _agent_running(state: ShimState) -> bool:
-    from nodeagent.testbed import processes  # noqa: PLC0415 (the shim's startup: imports only what it serves)
-    from nodeagent.testbed.layout import Layout  # noqa: PLC0415
-    from nodeagent.testbed.testbed import AGENT, UPSTREAM_KUBELET  # noqa: PLC0415
-
-    name = AGENT if state.kubelet is Kubelet.NODEAGENT else UPSTREAM_KUBELET
-    proc = processes.load(Layout(state.testbed).pids, name)
+    proc = processes.load(Layout(state.testbed).pids, PID_NAMES[state.kubelet])
     return proc is not None and proc.alive()
 
 
 def _stop(state: ShimState) -> bool:
     """End the unit's process (pods stay, as with a kubelet that systemd stops); whether one ran."""
-    from nodeagent.testbed import processes  # noqa: PLC0415
-    from nodeagent.testbed.layout import Layout  # noqa: PLC0415
-    from nodeagent.testbed.testbed import AGENT, UPSTREAM_KUBELET  # noqa: PLC0415
-
     layout = Layout(state.testbed)
-    name = AGENT if state.kubelet is Kubelet.NODEAGENT else UPSTREAM_KUBELET
-    proc = processes.load(layout.pids, name)
+    proc = processes.load(layout.pids, PID_NAMES[state.kubelet])
     if proc is None or not proc.alive():
         return False
     processes.stop(proc, pid_dir=layout.pids, grace=STOP_GRACE)
@@ -166,7 +165,7 @@ def _stop(state: ShimState) -> bool:
 
 
 async def _start(state: ShimState) -> int:
-    from nodeagent.testbed.testbed import Testbed  # noqa: PLC0415
+    from nodeagent.testbed.testbed import Testbed  # noqa: PLC0415 (seconds: only a start needs it)
 
     bed = Testbed(state.testbed)
     if state.kubelet is Kubelet.NODEAGENT:

@@ -162,3 +162,9 @@ def test_main_prints_and_exits_with_the_result(
     out = capsys.readouterr().out
     assert out == "inactive\nsystemctl shim: verb 'daemon-reload' is not served (only kubelet-nodeagent.service)\n"
     assert "args='daemon-reload' exit=1" in (tmp_path / "log").read_text()
+
+
+def test_the_pid_names_are_the_testbeds() -> None:
+    from nodeagent.testbed.testbed import AGENT, UPSTREAM_KUBELET  # noqa: PLC0415
+
+    assert systemctl_shim.PID_NAMES == {Kubelet.NODEAGENT: AGENT, Kubelet.UPSTREAM: UPSTREAM_KUBELET}
