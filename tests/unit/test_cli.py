@@ -51,3 +51,27 @@ def test_a_bad_eviction_threshold_names_the_field_and_signal(
         lines[2]
         == 'nodeagent: evictionHard: nodefs.available: eviction percentage threshold must be <= 100%, got "120%"'
     )
+
+
+@pytest.mark.parametrize("extra", [["--preset", "devices"], ["--skip", "x"], ["--kubeconfig", "/k"], ["--certified"]])
+def test_the_node_suite_refuses_what_it_cannot_honour(extra: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["conformance", "--suite", "node-eviction", *extra]) == 1
+    assert "--suite runs its own selection on a testbed of its own" in capsys.readouterr().err
+
+
+def test_the_node_suite_passes_its_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    from nodeagent.conformance import noderun  # noqa: PLC0415
+    from nodeagent.conformance.systemctl_shim import Kubelet  # noqa: PLC0415
+
+    seen: list[noderun.NodeRunOptions] = []
+
+    async def fake(options: noderun.NodeRunOptions) -> int:
+        seen.append(options)
+        return 0
+
+    monkeypatch.setattr(noderun, "node_conformance", fake)
+    argv = ["conformance", "--suite", "node-eviction", "--dir", "/tmp/x", "--kubelet", "upstream", "--focus", "Inode"]
+    assert main(argv) == 0
+    assert seen == [noderun.NodeRunOptions(focus="Inode", dir=Path("/tmp/x"), kubelet=Kubelet.UPSTREAM)]
+    assert main(["conformance", "--suite", "node-eviction"]) == 0
+    assert seen[1] == noderun.NodeRunOptions()  # the 22 specs' focus, a 4 h timeout
