@@ -1,8 +1,8 @@
 """The node e2e suite (`e2e_node.test`, k8s.io/kubernetes/test/e2e_node) and its node-eviction selection.
 
-The first step of issue 33's `--suite node-eviction`: the binary (build.E2E_NODE) and which of its specs judge
-eviction, grouped as the issue names them. Running them needs the adapter docs/conformance.md designs ("node-eviction
-suite"); nothing runs them yet.
+Issue 33's `--suite node-eviction`: the binary (build.E2E_NODE) and which of its specs judge eviction, grouped as
+the issue names them. noderun.py runs them, through the adapter of nodeadapter.py and systemctl_shim.py
+(docs/conformance.md, "node-eviction suite").
 
 The groups, in order (a spec counts in the first group whose pattern it matches):
 - eviction: every spec of eviction_test.go (memory, disk, inodes, PIDs, priority ordering, soft thresholds, local
