@@ -86,8 +86,11 @@ ATTEMPTS = 5
 
 # The hog: waits for /tmp/size (ExecSync writes it), then holds that many MiB in tail's never-ending line. PID 1 is
 # sh, which would ignore SIGTERM without a trap; with it, `wait` returns at once and sh exits, taking the rest along.
+# It exits 143 (128 + SIGTERM), as a process the signal ended: a pod whose containers all exit 0 after an eviction's
+# kill ends Succeeded, without the eviction's reason, as on upstream (its status after the kill comes from how the
+# containers ended), and the trial needs Failed/Evicted.
 HOG_SCRIPT = (
-    'trap "exit 0" TERM; '
+    'trap "exit 143" TERM; '
     "(while [ ! -f /tmp/size ]; do sleep 0.1; done; "
     "n=$(cat /tmp/size); { dd if=/dev/zero bs=1M count=$n 2>/dev/null; sleep 3600; } | tail) & wait"
 )

@@ -149,6 +149,26 @@ class PodEviction:
             out["conditions"] = conditions
         return out
 
+    @staticmethod
+    def after_kill(generated: dict[str, Any], killed: Mapping[str, Any]) -> dict[str, Any]:
+        """The status once the pod's containers have stopped, as upstream's generateAPIPodStatus after the kill
+        (the eviction's status function is not applied again): the phase from how the containers ended, the
+        kill's terminal phase kept when that gives none (a static pod); the kill's reason and message only when the
+        phase is the kill's; its DisruptionTarget condition in any case. A pod preempted or evicted whose
+        containers all exited 0 ends Succeeded, as on upstream."""
+        out = dict(generated)
+        if out.get("phase") not in TERMINAL_PHASES and killed.get("phase") in TERMINAL_PHASES:
+            out["phase"] = killed["phase"]
+        if out.get("phase") == killed.get("phase"):
+            for key in ("reason", "message"):
+                if key in killed:
+                    out[key] = killed[key]
+        target = next((c for c in killed.get("conditions") or () if c.get("type") == DISRUPTION_TARGET), None)
+        if target is not None:
+            conditions = [c for c in out.get("conditions") or () if c.get("type") != DISRUPTION_TARGET]
+            out["conditions"] = [*conditions, dict(target)]
+        return out
+
 
 # The status a pod preempted for a critical pod gets (upstream's CriticalPodAdmissionHandler status function).
 PREEMPTION = PodEviction(
@@ -635,7 +655,7 @@ class Kubelet:
         after = dataclasses.replace(after, ips=acts.from_pod_status(status).ips)
         generated = self._generate(pod, after, None, sandbox_ready=False, terminal=True)
         if eviction is not None:
-            generated = eviction.apply(generated, self.wall())
+            generated = eviction.after_kill(generated, before)
         elif kill_reason:
             generated.update(phase="Failed", reason=kill_reason)
         elif self._past_active_deadline(pod):

@@ -210,17 +210,25 @@ def _illegal_restart(old: Mapping[str, Any], new: Mapping[str, Any], pod_spec: M
 
 
 def is_stale(
-    old: Mapping[str, Any] | None, new: Mapping[str, Any], *, pod_spec: Mapping[str, Any] | None = None
+    old: Mapping[str, Any] | None,
+    new: Mapping[str, Any],
+    *,
+    pod_spec: Mapping[str, Any] | None = None,
+    old_sent: bool = True,
 ) -> bool:
     """True when `new` would move the pod backwards from `old`, and must not be sent.
 
-    A terminal phase (Succeeded, Failed) never changes again and a container's restartCount never decreases. With
-    `pod_spec`, a terminated container may not leave that state unless the restart policy lets it restart.
+    A terminal phase (Succeeded, Failed) is never left for a running one and a container's restartCount never
+    decreases. A terminal phase the apiserver does not show yet (`old_sent` False: a kill's Failed held back while
+    containers ran) may still become the other terminal phase, as upstream's status after the kill is computed
+    from how the containers ended (all exited 0: Succeeded); once sent it never changes (upstream refuses a
+    transition out of the API's terminal phase). With `pod_spec`, a terminated container may not leave that state
+    unless the restart policy lets it restart.
     """
     if old is None:
         return False
-    old_phase = old.get("phase")
-    if old_phase in TERMINAL_PHASES and new.get("phase") != old_phase:
+    old_phase, new_phase = old.get("phase"), new.get("phase")
+    if old_phase in TERMINAL_PHASES and new_phase != old_phase and (old_sent or new_phase not in TERMINAL_PHASES):
         return True
     new_counts = _restart_counts(new)
     if any(name in new_counts and new_counts[name] < count for name, count in _restart_counts(old).items()):

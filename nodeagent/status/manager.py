@@ -138,7 +138,10 @@ class StatusManager:
         old = entry.status if entry is not None else _status_of(pod)
         status = with_observed_generation(status, pod, old)
         spec = pod.get("spec")
-        if is_stale(old, status, pod_spec=spec if isinstance(spec, Mapping) else None):
+        # The old status is the apiserver's, or the one kept here; a terminal phase kept here but not sent yet may
+        # still turn into the other terminal phase (a kill's Failed, then Succeeded from how the containers ended).
+        sent = entry is None or entry.api_status.get("phase") == old.get("phase")
+        if is_stale(old, status, pod_spec=spec if isinstance(spec, Mapping) else None, old_sent=sent):
             # As upstream's checkContainerStateTransition and terminal-phase guard: keep the old status.
             log.warning(
                 "pod status refused, it would move the pod backwards pod=%s/%s uid=%s old_phase=%s new_phase=%s",

@@ -31,10 +31,12 @@ from tests.integration.evictionkit import (
 
 MARGIN_MI = 600  # the threshold below what is available: more than the rest of the machine moves while this runs
 HOG_MI = 1000  # 400Mi past the threshold
-# PID 1 is sh: the trap makes it exit on SIGTERM. The hog waits 15 s (so all three run before the pressure), then
-# holds HOG_MI in tail's line.
+# PID 1 is sh: the trap makes it exit on SIGTERM, with 143 as a process the signal ended (exiting 0 would make the
+# evicted pod Succeeded, without reason Evicted, as on upstream: its status after the kill comes from how the
+# containers ended). The hog waits 15 s (so all three run before the pressure), then holds HOG_MI in tail's line.
 HOG = (
-    f'trap "exit 0" TERM; (sleep 15; {{ dd if=/dev/zero bs=1M count={HOG_MI} 2>/dev/null; sleep 3600; }} | tail) & wait'
+    'trap "exit 143" TERM; '
+    f"(sleep 15; {{ dd if=/dev/zero bs=1M count={HOG_MI} 2>/dev/null; sleep 3600; }} | tail) & wait"
 )
 
 

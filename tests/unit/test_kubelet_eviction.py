@@ -8,11 +8,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from nodeagent.kubelet import Kubelet, PodEviction
+import pytest
+
+from cri.v1 import api_pb2
+from nodeagent.kubelet import PREEMPTION, Kubelet, PodEviction
 from nodeagent.kuberuntime.actions import RuntimePodStatus, from_pod_status
 from nodeagent.podconfig.storage import Operation, SourceUpdate
 from nodeagent.podworkers import UpdatePodOptions, UpdateType, WorkState
-from pleg.status import PodStatus
+from pleg.status import ContainerRecord, PodStatus
 from tests.unit.status.test_kubelet_status import FakeRuntime, Statuses, cached, kubelet, pod, running
 
 MESSAGE = "The node was low on resource: memory. Threshold quantity: 100Mi, available: 42Mi. "
@@ -91,6 +94,51 @@ async def test_evict_pod_kills_with_the_grace_and_publishes_the_eviction() -> No
         assert (shown["phase"], shown["reason"], shown["message"]) == ("Failed", "Evicted", MESSAGE)
         [target] = [c for c in shown["conditions"] if c["type"] == "DisruptionTarget"]
         assert (target["status"], target["reason"], target["message"]) == ("True", "TerminationByKubelet", MESSAGE)
+
+
+@dataclass
+class EndingRuntime(KillingRuntime):
+    """Its containers end with `exit_code` at the kill."""
+
+    exit_code: int = 0
+
+    async def get_pod_status(self, uid: str) -> RuntimePodStatus:
+        return from_pod_status(cached(exited("c1", "app", self.exit_code)))
+
+
+def exited(cid: str, name: str, code: int) -> ContainerRecord:
+    record = running(cid, name)
+    status = api_pb2.ContainerStatus()
+    status.CopyFrom(record.status)
+    status.state = api_pb2.CONTAINER_EXITED
+    status.finished_at = 2
+    status.exit_code = code
+    status.reason = "Completed" if code == 0 else "Error"
+    return ContainerRecord(record.sandbox_id, status)
+
+
+@pytest.mark.parametrize(
+    ("code", "phase", "reason"),
+    [(0, "Succeeded", None), (137, "Failed", "Preempting")],
+)
+async def test_after_the_kill_the_phase_is_how_the_containers_ended(code: int, phase: str, reason: str | None) -> None:
+    """As upstream (the e2e_node CriticalPod specs): the kill's Failed is the status while the containers stop; once
+    stopped, the status is generated from how they ended. All exited 0: Succeeded, without the kill's reason; any
+    failed: Failed with the kill's reason and message. The DisruptionTarget condition stays either way."""
+    statuses = Statuses()
+    k = kubelet(statuses)
+    runtime = EndingRuntime(statuses=statuses, exit_code=code)
+    k.runtime = runtime  # type: ignore[assignment]
+    with_workers(k)
+    k.evict_pod(pod(), PREEMPTION, 30)
+    await k.sync_terminating_pod(pod(), cached(running("c1", "app")), 30, PREEMPTION.reason)
+    before = runtime.published_at_kill[0]
+    assert (before["phase"], before["reason"]) == ("Failed", "Preempting")
+    after = statuses.published["u1"]
+    assert (after["phase"], after.get("reason")) == (phase, reason)
+    [target] = [c for c in after["conditions"] if c["type"] == "DisruptionTarget"]
+    [was] = [c for c in before["conditions"] if c["type"] == "DisruptionTarget"]
+    assert target == was
 
 
 async def test_an_evicted_pod_is_not_active() -> None:

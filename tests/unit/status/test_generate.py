@@ -214,6 +214,21 @@ def test_is_stale(old: dict[str, Any] | None, new: dict[str, Any], stale: bool) 
     assert is_stale(old, new) is stale
 
 
+@pytest.mark.parametrize(
+    ("old", "new", "stale"),
+    [
+        ({"phase": "Failed"}, {"phase": "Succeeded"}, False),
+        ({"phase": "Succeeded"}, {"phase": "Failed"}, False),
+        ({"phase": "Failed"}, {"phase": "Running"}, True),
+        ({"phase": "Failed"}, {"phase": "Failed"}, False),
+    ],
+)
+def test_a_terminal_phase_not_sent_yet_may_become_the_other(
+    old: dict[str, Any], new: dict[str, Any], stale: bool
+) -> None:
+    assert is_stale(old, new, old_sent=False) is stale
+
+
 def _terminated(name: str, code: int) -> dict[str, Any]:
     return {"name": name, "restartCount": 0, "state": {"terminated": {"exitCode": code}}}
 

@@ -478,3 +478,29 @@ async def test_the_terminal_phase_waits_until_nothing_runs(script: Script, clien
     assert body(script.requests[-1])["status"] == {"phase": "Succeeded"}
     await manager.sync_once()
     assert manager.patches_sent == 3
+
+
+async def test_a_held_back_failed_phase_may_still_become_succeeded_but_not_once_sent(
+    script: Script, client: KubeClient
+) -> None:
+    """As upstream: a kill's Failed is held back while containers run; the status after the kill, computed from how
+    the containers ended (all exited 0), may make it Succeeded. A terminal phase the apiserver shows never changes."""
+    could_run = {"u1": True}
+    manager = StatusManager(client, clock=FakeClock(), could_have_running_containers=lambda uid: could_run[uid])
+    stored = pod()
+    for _ in range(3):
+        script.add("PATCH", PATH, apiserver(stored))
+    manager.set_pod_status(pod(), pod_status())
+    await manager.sync_once()
+    manager.set_pod_status(pod(), pod_status("Failed", ready="False"))  # the kill's status, while containers run
+    await manager.sync_once()
+    assert stored["status"]["phase"] == "Running"  # held back
+    manager.set_pod_status(pod(), pod_status("Succeeded", ready="False"))
+    kept = manager.get_pod_status("u1")
+    assert kept is not None and kept["phase"] == "Succeeded"
+    could_run["u1"] = False
+    await manager.sync_once()
+    assert stored["status"]["phase"] == "Succeeded"
+    manager.set_pod_status(pod(), pod_status("Failed", ready="False"))  # the apiserver shows Succeeded now
+    kept = manager.get_pod_status("u1")
+    assert kept is not None and kept["phase"] == "Succeeded"
