@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Mapping
 
 from csi.registration.handler import CSI_PLUGIN, PluginHandler
 from csi.registration.watcher import PluginWatcher
@@ -57,19 +56,16 @@ class PluginManager:
         *,
         registry: CSIDriverRegistry | None = None,
         get_info: NodeInfoGetter = node_get_info,
-        handlers: Mapping[str, PluginHandler] | None = None,
     ) -> None:
         self.storage = StorageState()
         self.registry = registry or CSIDriverRegistry()
         self.node_info = NodeInfoManager(client, node_name)
         self.watcher = PluginWatcher(plugins_registry_dir(root_dir))
         self.watcher.add_handler(CSI_PLUGIN, CSIRegistrationHandler(self.registry, self.node_info, get_info))
-        # Other plugin types (DRAPlugin: the DRA manager's plugin store) share the watcher, as upstream.
-        for plugin_type, handler in (handlers or {}).items():
-            self.add_handler(plugin_type, handler)
 
     def add_handler(self, plugin_type: str, handler: PluginHandler) -> None:
-        """Another plugin type's handler; before `run`."""
+        """Another plugin type's handler (DRAPlugin: the DRA manager's plugin store) on the same watcher, as
+        upstream; before `run`."""
         self.watcher.add_handler(plugin_type, handler)
 
     async def ensure_csinode(self) -> None:
