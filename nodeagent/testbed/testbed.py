@@ -49,6 +49,7 @@ from nodeagent.testbed import (
     nginximage,
     processes,
     registry,
+    sandboxes,
 )
 from nodeagent.testbed.kubeconfig import write_kubeconfig
 from nodeagent.testbed.layout import Layout, Settings
@@ -889,6 +890,4 @@ async def _containerd_ready(layout: Layout) -> bool:
 
 async def _remove_all_sandboxes(layout: Layout) -> None:
     async with connect(f"unix://{layout.containerd_socket}", timeout=30.0) as client:
-        for sandbox in await client.runtime.list_pod_sandbox():
-            await client.runtime.stop_pod_sandbox(sandbox.id)
-            await client.runtime.remove_pod_sandbox(sandbox.id)
+        await sandboxes.stop_and_remove_all(client.runtime)

@@ -63,7 +63,7 @@ from nodeagent.kube import paths
 from nodeagent.kube.client import KubeClient
 from nodeagent.kube.errors import KubeError
 from nodeagent.kuberuntime.cgroups import CGROUP_ROOT, remove_cgroup_tree
-from nodeagent.testbed import configs, hostnet, processes
+from nodeagent.testbed import configs, hostnet, processes, sandboxes
 from nodeagent.testbed.layout import Layout, Settings
 from nodeagent.testbed.testbed import AGENT, UPSTREAM_KUBELET, Testbed, TestbedError
 from nodeagent.testbed.versions import kubelet_path
@@ -353,7 +353,7 @@ async def _remove_runtime_objects(layout: Layout, pod_logs_dir: Path) -> list[Pa
             if meta.uid:  # upstream's BuildPodLogsDirectory: <podLogsDir>/<namespace>_<name>_<uid>
                 log_dirs.append(pod_logs_dir / f"{meta.namespace}_{meta.name}_{meta.uid}")
             await cri.runtime.stop_pod_sandbox(sandbox.id)
-            await cri.runtime.remove_pod_sandbox(sandbox.id)
+            await sandboxes.remove_pod_sandbox(cri.runtime, sandbox.id)
         for container in await cri.runtime.list_containers():
             with contextlib.suppress(CRIError):
                 await cri.runtime.stop_container(container.id, 0)

@@ -21,11 +21,12 @@ from typing import Any
 
 import yaml
 
-from cri.client import RemoteRuntimeService, connect
+from cri.client import connect
 from cri.errors import CRIError
 from nodeagent.kube import paths
 from nodeagent.kube.client import KubeClient
 from nodeagent.kube.errors import NotFound
+from nodeagent.testbed import sandboxes
 from nodeagent.testbed.layout import Settings
 from nodeagent.testbed.processes import tail
 from nodeagent.testbed.testbed import Testbed
@@ -153,28 +154,14 @@ async def clean_up(testbed: Testbed, settings: Settings) -> None:
     async with connect(f"unix://{testbed.layout.containerd_socket}", timeout=30) as cri:
         for sandbox in await cri.runtime.list_pod_sandbox():
             await cri.runtime.stop_pod_sandbox(sandbox.id)
-            await _remove_sandbox(cri.runtime, sandbox.id)
+            try:
+                await sandboxes.remove_pod_sandbox(cri.runtime, sandbox.id)
+            except CRIError as exc:
+                # A container whose task containerd keeps although it never marked it started (a start cut off by
+                # a killed agent): no CRI call removes it; `testbed down` kills its shim.
+                if "running task" not in exc.message:
+                    raise
 
-
-async def _remove_sandbox(runtime: RemoteRuntimeService, sandbox_id: str, *, timeout: float = 60) -> None:
-    """RemovePodSandbox, waiting out a container that containerd still marks as starting.
-
-    A StartContainer that was in flight when the agent stopped keeps its container "in starting state" until
-    containerd's own start returns; the removal is refused until then (a CI run of test_critical_pod_preemption).
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            await runtime.remove_pod_sandbox(sandbox_id)
-            return
-        except CRIError as exc:
-            # A container whose task containerd keeps although it never marked it started (a start cut off by
-            # a killed agent): no CRI call removes it; `testbed down` kills its shim.
-            if "running task" in exc.message:
-                return
-            if "in starting state" not in exc.message or time.monotonic() > deadline:
-                raise
-        await asyncio.sleep(0.5)
 
 
 # Pods as the tests run and read them (shared by test_e2e_images, test_nginx_image, test_probes and
