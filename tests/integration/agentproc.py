@@ -163,7 +163,6 @@ async def clean_up(testbed: Testbed, settings: Settings) -> None:
                     raise
 
 
-
 # Pods as the tests run and read them (shared by test_e2e_images, test_nginx_image, test_probes and
 # test_recursive_read_only).
 
