@@ -19,7 +19,7 @@ from nodeagent.cluster.cluster import ClusterError
 from nodeagent.cluster.node import NodeError
 from nodeagent.config import ConfigError, load_config
 from nodeagent.conformance import presets, subset
-from nodeagent.conformance.certified import CertifiedOptions, certified
+from nodeagent.conformance.certified import CertifiedOptions, certified, cluster_target
 from nodeagent.conformance.errors import ConformanceError
 from nodeagent.conformance.harness import HarnessOptions, conformance
 from nodeagent.conformance.run import DEFAULT_FOCUS, DEFAULT_PROCS, DEFAULT_TIMEOUT, default_skip
@@ -188,6 +188,14 @@ async def _conformance(args: argparse.Namespace) -> int:
     )
     default = preset.skip if preset is not None else default_skip(slow=args.slow)
     label_filter = args.label_filter if args.label_filter is not None else preset.label_filter if preset else ""
+    kubeconfig, registry = args.kubeconfig, args.registry
+    if args.cluster is not None:
+        # A `nodeagent cluster up` cluster (e.g. the devices preset's multi-node specs): its admin kubeconfig and its
+        # registry, from its state.
+        if kubeconfig is not None:
+            raise ConformanceError("give --cluster or --kubeconfig, not both")
+        target = cluster_target(args.cluster.resolve())
+        kubeconfig, registry = target.kubeconfig, target.registry
     return await conformance(
         HarnessOptions(
             focus=focus,
@@ -199,8 +207,8 @@ async def _conformance(args: argparse.Namespace) -> int:
             provider=args.provider,
             timeout=args.timeout,
             dir=args.dir,
-            kubeconfig=args.kubeconfig,
-            registry=args.registry,
+            kubeconfig=kubeconfig,
+            registry=registry,
             keep=args.keep,
         )
     )
@@ -386,7 +394,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         default=None,
         metavar="DIR",
-        help="the `nodeagent cluster up --dir DIR` cluster to run against (default /var/tmp/nodeagent-cluster)",
+        help="the `nodeagent cluster up --dir DIR` cluster to run against (with --certified its default is "
+        "/var/tmp/nodeagent-cluster; otherwise a new testbed unless this or --kubeconfig is given)",
     )
     certified_group.add_argument(
         "--shard-minutes", type=float, default=45.0, help="a shard's estimated length when planning (default 45)"

@@ -58,6 +58,8 @@ class ClusterState:
     service_cidr: str
     nodes: tuple[NodePlan, ...]
     fabric: nodenet.Fabric
+    # The apiserver's --runtime-config (`cluster up --runtime-config` or a preset's); empty: the defaults.
+    runtime_config: str = ""
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=2) + "\n")
@@ -70,6 +72,7 @@ class ClusterState:
             data["service_cidr"],
             tuple(NodePlan(**n) for n in data["nodes"]),
             nodenet.Fabric(**data["fabric"]),
+            data.get("runtime_config", ""),  # absent from the state of a cluster brought up before it existed
         )
 
 
@@ -109,14 +112,14 @@ class Cluster:
 
     # --- up -------------------------------------------------------------------------------------------------------
 
-    async def up(self, count: int, *, kube_proxy: bool = True) -> ClusterState:
+    async def up(self, count: int, *, kube_proxy: bool = True, runtime_config: str = "") -> ClusterState:
         if count < 1:
             raise ClusterError("--nodes must be at least 1")
         if (self.root / STATE_FILE).exists():
             raise ClusterError(f"a cluster is already up in {self.root}: `nodeagent cluster down --dir {self.root}`")
         self.root.mkdir(parents=True, exist_ok=True)
         kubeadm = await asyncio.to_thread(build_kubeadm, InstallProgress(write=self.progress))
-        state = self._plan()
+        state = replace(self._plan(), runtime_config=runtime_config)
         state.save(self.root / STATE_FILE)
         try:
             await asyncio.to_thread(nodenet.ensure_fabric, state.fabric)
@@ -242,6 +245,7 @@ class Cluster:
             token=new_token(),
             patches_dir=str(node.patches),
             coredns_tag=coredns.COREDNS_VERSION,
+            runtime_config=state.runtime_config,
         )
         path = node.root / "kubeadm-init.yaml"
         path.write_text(text)

@@ -8,7 +8,8 @@ import sys
 import time
 from pathlib import Path
 
-from nodeagent.cluster.cluster import Cluster, wait_nodes_ready
+from nodeagent.cluster.cluster import Cluster, ClusterError, wait_nodes_ready
+from nodeagent.conformance import presets
 from nodeagent.testbed.versions import kubernetes_bin_dir
 
 DEFAULT_DIR = Path("/var/tmp/nodeagent-cluster")
@@ -26,9 +27,31 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="skip kubeadm's addon/kube-proxy phase, and addon/coredns with it (CoreDNS reaches the apiserver through "
         "a ClusterIP)",
     )
+    up.add_argument(
+        "--runtime-config",
+        default=None,
+        help="the apiserver's --runtime-config: API versions to serve beyond the defaults "
+        "(e.g. resource.k8s.io/v1beta1=true)",
+    )
+    up.add_argument(
+        "--preset",
+        choices=sorted(name for name, preset in presets.PRESETS.items() if preset.runtime_config),
+        default=None,
+        help="set the cluster up as `nodeagent conformance --preset NAME` needs it (devices: upstream's DRA cluster, "
+        "resource.k8s.io v1beta1 and v1beta2 served; docs/devices.md)",
+    )
     down = actions.add_parser("down", help="kubeadm reset on every node, then stop and remove what `up` started")
     down.add_argument("--dir", type=Path, default=DEFAULT_DIR)
     cluster.set_defaults(handler=run)
+
+
+def runtime_config_for(preset: str | None, runtime_config: str | None) -> str:
+    """The apiserver's --runtime-config from `--preset` or `--runtime-config` (not both); empty: the defaults."""
+    if preset is not None and runtime_config is not None:
+        raise ClusterError("give --preset or --runtime-config, not both")
+    if preset is not None:
+        return presets.PRESETS[preset].runtime_config
+    return runtime_config or ""
 
 
 def _progress(line: str) -> None:
@@ -41,8 +64,9 @@ async def run(args: argparse.Namespace) -> int:
         removed = await cluster.down()
         _progress(f"removed {len(removed)} leftover(s)")
         return 0
+    runtime_config = runtime_config_for(args.preset, args.runtime_config)
     started = time.monotonic()
-    state = await cluster.up(args.nodes, kube_proxy=not args.skip_kube_proxy)
+    state = await cluster.up(args.nodes, kube_proxy=not args.skip_kube_proxy, runtime_config=runtime_config)
     ready = await wait_nodes_ready(
         kubernetes_bin_dir() / "kubectl", cluster.admin_kubeconfig, [n.name for n in state.nodes], timeout=180
     )

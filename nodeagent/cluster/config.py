@@ -67,8 +67,10 @@ def init_config(
     token: str,
     patches_dir: str,
     coredns_tag: str,
+    runtime_config: str = "",
 ) -> str:
-    """InitConfiguration + ClusterConfiguration + the cluster's KubeletConfiguration (+ kube-proxy's)."""
+    """InitConfiguration + ClusterConfiguration + the cluster's KubeletConfiguration (+ kube-proxy's).
+    `runtime_config`: the apiserver's --runtime-config (API versions served beyond the defaults; empty: none)."""
     init: dict[str, object] = {
         "apiVersion": KUBEADM_API,
         "kind": "InitConfiguration",
@@ -93,10 +95,7 @@ def init_config(
         # kubeadm names `<imageRepository>/coredns` for a repository of its own; the tag is the version built here
         # (testbed/coredns.py: kubeadm's v1.12.1 is not served).
         "dns": {"imageTag": coredns_tag},
-        "apiServer": {
-            # Only on the node's address: the host's other addresses (and other testbeds) never see it.
-            "extraArgs": [{"name": "bind-address", "value": node.ip}],
-        },
+        "apiServer": {"extraArgs": api_server_args(node, runtime_config)},
     }
     kubelet: dict[str, object] = {
         "apiVersion": KUBELET_API,
@@ -106,6 +105,16 @@ def init_config(
     }
     proxy = kube_proxy_config()
     return _dump(init, cluster, kubelet, proxy)
+
+
+def api_server_args(node: NodePlan, runtime_config: str) -> list[dict[str, str]]:
+    """kubeadm's extraArgs for the apiserver: bound only to the node's address (the host's other addresses, and
+    other testbeds, never see it), and the API versions asked for beyond the defaults (e.g. upstream's DRA cluster,
+    test/e2e/dra/kind.yaml: resource.k8s.io v1beta1 and v1beta2)."""
+    args = [{"name": "bind-address", "value": node.ip}]
+    if runtime_config:
+        args.append({"name": "runtime-config", "value": runtime_config})
+    return args
 
 
 def kube_proxy_config() -> dict[str, object]:

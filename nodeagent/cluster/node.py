@@ -3,11 +3,13 @@ nodeagent as its kubelet, and kubeadm run inside the namespaces.
 
 kubeadm hard-codes /etc/kubernetes and /var/lib/kubelet. Each node gets a mount namespace of its own (`unshare
 --mount --propagation private`, held open by a `sleep infinity`) in which the node's own `etc-kubernetes` and
-`var-lib-kubelet` directories are bind-mounted over those two paths. kubeadm, containerd (whose runc resolves the
-static pods' hostPaths, e.g. /etc/kubernetes/pki) and the kubelet all run in it (`nsenter -t PID -m`), so two nodes
-never see each other's files and the host's are never touched (only the two empty mount points are made on the host
-if missing). Everything mounted in the namespace goes away with it. The same `unshare` makes the node's network
-namespace (nodenet.py: its address, its iptables, its ports, its pod bridge), entered with the mount namespace.
+`var-lib-kubelet` directories are bind-mounted over those two paths, and its `var-run-cdi` over /var/run/cdi
+(containerd's default CDI spec directory, which DRA drivers' pods write to through a hostPath). kubeadm, containerd
+(whose runc resolves the pods' hostPaths, e.g. /etc/kubernetes/pki) and the kubelet all run in it (`nsenter -t PID
+-m`), so two nodes never see each other's files and the host's are never touched (only the three empty mount points
+are made on the host if missing). Everything mounted in the namespace goes away with it. The same `unshare` makes
+the node's network namespace (nodenet.py: its address, its iptables, its ports, its pod bridge), entered with the
+mount namespace.
 
 The kubelet is started as kubeadm's systemd drop-in would (there is no systemd here): the `kubelet` console script
 with $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS $KUBELET_KUBEADM_ARGS $KUBELET_EXTRA_ARGS, rebuilt from the files
@@ -41,6 +43,7 @@ log = logging.getLogger(__name__)
 
 ETC_KUBERNETES = Path("/etc/kubernetes")
 VAR_LIB_KUBELET = Path("/var/lib/kubelet")
+HOST_CDI_SPEC_DIR = Path(configs.HOST_CDI_SPEC_DIR)
 MOUNTNS = "mountns"
 CONTAINERD = "containerd"
 KUBELET = "kubelet"
@@ -72,6 +75,7 @@ class Node:
         self.var_lib = root / "var-lib-kubelet"
         self.patches = root / "patches"
         self.etcd_data = root / "etcd"
+        self.var_run_cdi = root / "var-run-cdi"
         self.settings = Settings(
             node_name=plan.name,
             etcd_client_port=0,
@@ -144,12 +148,25 @@ class Node:
     def _patch_text(self) -> str:
         return kubelet_patch(self.plan)
 
+    def private_dirs(self) -> list[tuple[Path, Path]]:
+        """(the node's own directory, the host path it is bind-mounted over in the node's mount namespace): the two
+        kubeadm hard-codes, and containerd's default CDI spec directory, where a DRA driver's proxy pod writes its
+        CDI specs through a hostPath (test/e2e/testing-manifests/dra): each node's containerd reads only its own."""
+        return [
+            (self.etc, ETC_KUBERNETES),
+            (self.var_lib, VAR_LIB_KUBELET),
+            (self.var_run_cdi, HOST_CDI_SPEC_DIR),
+        ]
+
     def _start_namespace(self) -> None:
-        for point in (ETC_KUBERNETES, VAR_LIB_KUBELET):
+        for source, point in self.private_dirs():
+            source.mkdir(parents=True, exist_ok=True)
             point.mkdir(parents=True, exist_ok=True)
-        script = (
-            f"mount --bind {shlex.quote(str(self.etc))} {ETC_KUBERNETES} && "
-            f"mount --bind {shlex.quote(str(self.var_lib))} {VAR_LIB_KUBELET} && exec {' '.join(HOLDER_ARGV)}"
+        script = " && ".join(
+            [
+                *(f"mount --bind {shlex.quote(str(src))} {point}" for src, point in self.private_dirs()),
+                f"exec {' '.join(HOLDER_ARGV)}",
+            ]
         )
         _start_then_exec(
             MOUNTNS,

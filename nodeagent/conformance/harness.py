@@ -18,7 +18,7 @@ from pathlib import Path
 
 from nodeagent.conformance import build, images, junit, repolist, summary
 from nodeagent.conformance.errors import ConformanceError
-from nodeagent.conformance.presets import Preset, format_group_counts, group_counts
+from nodeagent.conformance.presets import Preset, format_group_counts, group_counts, missing_api_versions
 from nodeagent.conformance.progress import Progress
 from nodeagent.conformance.run import RunOptions, ginkgo_argv, run_ginkgo
 from nodeagent.testbed import install as installer
@@ -68,6 +68,8 @@ async def conformance(options: HarnessOptions, progress: Progress | None = None)
     try:
         if options.kubeconfig is not None:
             kubeconfig, registry_addr, kubelet_root = options.kubeconfig.resolve(), options.registry, None
+            if options.preset is not None and options.preset.runtime_config:
+                await check_api_versions(kubeconfig, options.preset)
         else:
             preset = options.preset
             bed = Testbed(root / "testbed", runtime_config=(preset.runtime_config or None) if preset else None)
@@ -149,6 +151,29 @@ async def conformance(options: HarnessOptions, progress: Progress | None = None)
             else:
                 progress.step("testbed: down")
                 await bed.down()
+
+
+async def check_api_versions(kubeconfig: Path, preset: Preset) -> None:
+    """A cluster given by kubeconfig must serve what the preset's testbed would (its --runtime-config); else the
+    specs that use those versions fail with "the server could not find the requested resource"."""
+    proc = await asyncio.create_subprocess_exec(
+        str(kubernetes_bin_dir() / "kubectl"),
+        f"--kubeconfig={kubeconfig}",
+        "api-versions",
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await proc.communicate()
+    if proc.returncode != 0:
+        raise ConformanceError(f"kubectl api-versions: {err.decode(errors='replace').strip()}")
+    missing = missing_api_versions(preset.runtime_config, out.decode().splitlines())
+    if missing:
+        raise ConformanceError(
+            f"the cluster does not serve {', '.join(missing)}, which the {preset.name} preset's specs use: bring it "
+            f"up with `nodeagent cluster up --preset {preset.name}` (or the apiserver's --runtime-config="
+            f"{preset.runtime_config})"
+        )
 
 
 async def prepare_images(

@@ -104,6 +104,18 @@ DEVICES = Preset(
 PRESETS: dict[str, Preset] = {NODE_FEATURES.name: NODE_FEATURES, DEVICES.name: DEVICES}
 
 
+def missing_api_versions(runtime_config: str, served: Iterable[str]) -> list[str]:
+    """The group/versions a --runtime-config turns on (`group/version=true`) that are not among `served` (`kubectl
+    api-versions`' lines): what a cluster given by kubeconfig lacks for a preset."""
+    wanted = []
+    for entry in filter(None, (part.strip() for part in runtime_config.split(","))):
+        version, _, value = entry.partition("=")
+        if value.lower() in ("", "true"):
+            wanted.append(version)
+    have = {line.strip() for line in served}
+    return [version for version in wanted if version not in have]
+
+
 def group_counts(preset: Preset, results: Iterable[SpecResult]) -> list[GroupCount]:
     """Passed / failed / skipped per group of the preset, in the preset's order; specs in no group are left out."""
     tallies: dict[str, list[int]] = {group.name: [0, 0, 0] for group in preset.groups}

@@ -71,6 +71,30 @@ def test_init_config_points_kubeadm_at_the_local_images_and_the_nodes_address() 
     assert init["timeouts"] == {"kubeletHealthCheck": "1m0s", "controlPlaneComponentHealthCheck": "2m0s"}
 
 
+def test_runtime_config_reaches_the_apiserver_only_when_asked() -> None:
+    """`cluster up --preset devices`: the apiserver serves what upstream's DRA cluster serves (test/e2e/dra/kind.yaml),
+    beside its bind address; without it, no runtime-config at all."""
+    text = config.init_config(
+        NODE,
+        registry="127.0.0.1:5000",
+        etcd_tag="3.5.16-0",
+        service_cidr="198.18.200.0/24",
+        etcd_data_dir="/d/etcd",
+        cri_socket="unix:///d/containerd.sock",
+        token="abcdef.0123456789abcdef",
+        patches_dir="/d/patches",
+        coredns_tag="v1.14.3",
+        runtime_config="resource.k8s.io/v1beta1=true",
+    )
+    assert docs(text)["ClusterConfiguration"]["apiServer"] == {
+        "extraArgs": [
+            {"name": "bind-address", "value": "198.18.5.2"},
+            {"name": "runtime-config", "value": "resource.k8s.io/v1beta1=true"},
+        ]
+    }
+    assert "runtime-config" not in str(init_docs()["ClusterConfiguration"])
+
+
 def test_the_service_range_is_only_ever_from_198_18_0_0_15() -> None:
     networking = init_docs()["ClusterConfiguration"]["networking"]
     assert isinstance(networking, dict)

@@ -185,3 +185,48 @@ async def test_handler_builds_the_run(
     assert (options.focus, options.label_filter) == (focus, label_filter)
     assert options.skip == (skip if skip is not None else default_skip(slow=False))
     assert options.preset is (NODE if "--preset" in argv else None)
+
+
+@pytest.mark.parametrize(
+    ("served", "missing"),
+    [
+        (["v1", "resource.k8s.io/v1"], ["resource.k8s.io/v1beta1", "resource.k8s.io/v1beta2"]),
+        (["resource.k8s.io/v1", "resource.k8s.io/v1beta2"], ["resource.k8s.io/v1beta1"]),
+        (["resource.k8s.io/v1beta1", "resource.k8s.io/v1beta2\n"], []),
+    ],
+)
+def test_a_given_cluster_must_serve_the_presets_api_versions(served: list[str], missing: list[str]) -> None:
+    """`--preset devices --cluster DIR` / `--kubeconfig`: the cluster is not brought up here, so what the preset's
+    testbed would serve is checked against `kubectl api-versions` before any spec runs."""
+    assert presets.missing_api_versions(presets.DEVICES.runtime_config, served) == missing
+    assert presets.missing_api_versions("a/v1=false,b/v2", []) == ["b/v2"]
+    assert presets.missing_api_versions("", []) == []
+
+
+async def test_preset_on_a_cluster_up_cluster(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """`conformance --preset devices --cluster DIR` runs against that cluster (its admin kubeconfig and its
+    registry, from its state) instead of a testbed; with --kubeconfig as well it is refused."""
+    from nodeagent import cli  # noqa: PLC0415
+    from nodeagent.conformance.errors import ConformanceError  # noqa: PLC0415
+    from tests.unit.conformance.test_certified import _cluster  # noqa: PLC0415
+
+    seen: list[HarnessOptions] = []
+
+    async def fake_conformance(options: HarnessOptions) -> int:
+        seen.append(options)
+        return 0
+
+    monkeypatch.setattr(cli, "conformance", fake_conformance)
+    cluster = _cluster(tmp_path / "c", "198.18.5.1:5001")
+    args = build_parser().parse_args(["conformance", "--preset", "devices", "--cluster", str(cluster)])
+    assert await args.handler(args) == 0
+    (options,) = seen
+    assert options.kubeconfig == cluster / "node0" / "etc-kubernetes" / "admin.conf"
+    assert options.registry == "198.18.5.1:5001"
+    assert options.preset is presets.DEVICES and options.focus == presets.DEVICES.focus
+    args = build_parser().parse_args(["conformance", "--cluster", str(cluster), "--kubeconfig", "/k"])
+    with pytest.raises(ConformanceError, match="not both"):
+        await args.handler(args)
+    args = build_parser().parse_args(["conformance", "--preset", "devices", "--cluster", str(tmp_path / "none")])
+    with pytest.raises(ConformanceError, match="no cluster in"):
+        await args.handler(args)
