@@ -627,13 +627,15 @@ class Kubelet:
             self.prober.stop_liveness_and_startup(uid)
         eviction = self._evictions.get(uid)
         # As upstream's SyncTerminatingPod: the status of the pod as it is before the kill is set first (with an
-        # eviction's status function applied: Failed/Evicted), then the one after it.
+        # eviction's status function applied: Failed/Evicted), then the one after it. Its sandbox is still as it was
+        # (an evicted pod's PodReadyToStartContainers turns False with the terminal status, not before: the
+        # differential corpus's evict-storage-limit-* scenarios).
         runtime_before = self.runtime.runtime_status(status)
         before = self._generate(
             pod,
             runtime_before,
             self._waiting(pod, runtime_before),
-            sandbox_ready=self._sandbox_ready(runtime_before) if eviction is None else False,
+            sandbox_ready=self._sandbox_ready(runtime_before),
             terminal=False,
         )
         if eviction is not None:

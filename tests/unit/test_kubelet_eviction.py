@@ -96,6 +96,22 @@ async def test_evict_pod_kills_with_the_grace_and_publishes_the_eviction() -> No
         assert (target["status"], target["reason"], target["message"]) == ("True", "TerminationByKubelet", MESSAGE)
 
 
+async def test_the_status_before_the_kill_keeps_the_sandbox_ready() -> None:
+    """As upstream's generateAPIPodStatus before the kill: the sandbox still runs, so PodReadyToStartContainers stays
+    True until the status after the kill (the upstream kubelet never showed an evicted pod with it False and its
+    container running: tests/differential/scenarios/evict-storage-limit-*)."""
+    statuses = Statuses()
+    k = kubelet(statuses)
+    runtime = KillingRuntime(statuses=statuses)
+    k.runtime = runtime  # type: ignore[assignment]
+    with_workers(k)
+    k.evict_pod(pod(), PodEviction("Evicted", MESSAGE), 1)
+    await k.sync_terminating_pod(pod(), cached(running("c1", "app")), 1, "Evicted")
+    [before] = [c for c in runtime.published_at_kill[0]["conditions"] if c["type"] == "PodReadyToStartContainers"]
+    [after] = [c for c in statuses.published["u1"]["conditions"] if c["type"] == "PodReadyToStartContainers"]
+    assert (before["status"], after["status"]) == ("True", "False")
+
+
 @dataclass
 class EndingRuntime(KillingRuntime):
     """Its containers end with `exit_code` at the kill."""
