@@ -126,6 +126,9 @@ class PodEviction:
     condition_message: str = ""  # the DisruptionTarget condition's, when it differs from the status message
     # A pod already Succeeded stays so (the node shutdown manager's status function); eviction makes every pod Failed.
     keep_succeeded: bool = False
+    # Upstream's killPodNow isEvicted: true for the eviction manager and critical-pod preemption, false for the node
+    # shutdown manager. An evicted pod's containers may be removed as soon as they have stopped (container GC).
+    evict: bool = True
 
     def apply(self, status: dict[str, Any], now: datetime.datetime) -> dict[str, Any]:
         out = dict(status)
@@ -959,6 +962,12 @@ class Kubelet:
         self.workers.update_pod(
             UpdatePodOptions(UpdateType.KILL, pod, grace_period_override=grace_period, kill_reason=eviction.reason)
         )
+
+    def evicted_by_kill(self, uid: str) -> bool:
+        """Whether the pod's worker was told to terminate it as an eviction (upstream's podSyncStatus.IsEvicted),
+        whatever phase it then ended in."""
+        eviction = self._evictions.get(uid)
+        return eviction is not None and eviction.evict
 
     def pod_cleaned_up(self, pod: Pod) -> bool:
         """For the eviction manager's wait after an eviction (upstream's podResourcesAreReclaimed): the pod's worker

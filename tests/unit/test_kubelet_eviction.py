@@ -157,6 +157,18 @@ async def test_after_the_kill_the_phase_is_how_the_containers_ended(code: int, p
     assert target == was
 
 
+def test_evicted_by_kill_is_the_kills_word_not_the_status() -> None:
+    """Upstream's podSyncStatus.evicted: set by the eviction manager's and preemption's kill, not the node shutdown
+    manager's (isEvicted false); the container GC removes such a pod's content even when it ended Succeeded."""
+    k = kubelet(Statuses())
+    with_workers(k)
+    k.evict_pod(pod(), PodEviction("Evicted", MESSAGE), 0)
+    assert k.evicted_by_kill("u1")
+    k.evict_pod(pod(), PodEviction("Terminated", "node shutdown", evict=False), 0)
+    assert not k.evicted_by_kill("u1")
+    assert not k.evicted_by_kill("other")
+
+
 async def test_an_evicted_pod_is_not_active() -> None:
     statuses = Statuses()
     k = kubelet(statuses)
