@@ -212,7 +212,12 @@ EVICTED = ["Warning Evicted  (kubelet): Pod ephemeral local storage usage exceed
         ([S_PENDING, S_RUNNING, S_LOST], [S_PENDING, S_RUNNING, S_SUCCEEDED], EVICTED, True),
         # Not an eviction, a difference before the end, or an end that is not terminal: a difference.
         ([S_PENDING, S_RUNNING, S_SUCCEEDED], [S_PENDING, S_RUNNING, S_LOST], [], False),
-        ([S_PENDING, S_CREATING, S_RUNNING, S_SUCCEEDED], [S_PENDING, S_PULL_FAILED, S_RUNNING, S_LOST], EVICTED, False),
+        (
+            [S_PENDING, S_CREATING, S_RUNNING, S_SUCCEEDED],
+            [S_PENDING, S_PULL_FAILED, S_RUNNING, S_LOST],
+            EVICTED,
+            False,
+        ),
         ([S_PENDING, S_RUNNING], [S_PENDING, S_LOST], EVICTED, False),
         ([S_PENDING, S_RUNNING, S_SUCCEEDED], [S_PENDING, S_RUNNING, S_SUCCEEDED, S_LOST], EVICTED, False),
     ],
