@@ -88,8 +88,8 @@ def without_skipped(states: list[State], other: list[State]) -> list[State]:
 # (cleanUpContainersInPod, ShouldPodContentBeRemoved), while SyncTerminatingPod is still stopping the sandbox. When
 # that relist falls between the container's exit and SyncTerminatingPod's GetPodStatus, the terminal status is
 # generated without the container: it shows lastState ContainerStatusUnknown ("could not be located"), waiting
-# ContainerCreating, restartCount + 1, and so phase Failed. Otherwise it shows the container's real end. Seen in 4 of
-# 12 evictions on one testbed (tests/differential/scenarios/evict-*; docs/differential.md). Only that final state,
+# ContainerCreating, restartCount + 1, and so phase Failed. Otherwise it shows the container's real end. Seen in 6 of
+# 20 evictions on one testbed (tests/differential/scenarios/evict-*; docs/differential.md). Only that final state,
 # only for a pod with an Evicted event on that side, and only when everything before it is the same, is timing.
 LOST = (
     "an evicted pod's container removed before its terminal status (upstream's ContainerDied clean-up racing "
