@@ -64,5 +64,11 @@ class Quantity:
     def __str__(self) -> str:
         return self.text
 
+    def plus(self, other: Quantity) -> Quantity:
+        """The sum as Go's Quantity.Add leaves it: the format of the left operand (BinarySI when its text has a binary
+        suffix), printed canonically ("10Mi" + "10Mi" -> "20Mi", "1G" + "10Mi" -> "1010485760")."""
+        total = self.value + other.value
+        return Quantity(total, format_binary(total) if self.text.endswith("i") else format_decimal(total))
+
 
 ZERO = Quantity()

@@ -899,6 +899,7 @@ async def _run(
             worker_state=kubelet.workers.state,
             pod_by_uid=pod_config.pod_by_uid,
             sources_ready=pod_config.sources_ready,
+            evicted_by_kill=kubelet.evicted_by_kill,
         ),
         sources_ready=pod_config.sources_ready,
         clock=clock,
@@ -944,7 +945,13 @@ async def _run(
             active_pods=kubelet.active_pods,
             kill_pod=lambda pod, grace: kubelet.evict_pod(
                 pod,
-                PodEviction(NODE_SHUTDOWN_REASON, NODE_SHUTDOWN_MESSAGE, disruption_target=True, keep_succeeded=True),
+                PodEviction(
+                    NODE_SHUTDOWN_REASON,
+                    NODE_SHUTDOWN_MESSAGE,
+                    disruption_target=True,
+                    keep_succeeded=True,
+                    evict=False,
+                ),
                 grace,
             ),
             pod_killed=kubelet.pod_cleaned_up,

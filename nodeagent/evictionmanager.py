@@ -218,6 +218,46 @@ def _pod_request(spec: Mapping[str, Any], name: str) -> int:
     return max(total, init) + (overhead.value if overhead is not None else 0)
 
 
+def _limit(container: Mapping[str, Any], name: str) -> Quantity | None:
+    return _quantity(((container.get("resources") or {}).get("limits") or {}).get(name))
+
+
+def _sum(left: Quantity | None, right: Quantity | None) -> Quantity | None:
+    if left is None or right is None:
+        return left if right is None else right
+    return left.plus(right)
+
+
+def _larger(current: Quantity | None, candidate: Quantity | None) -> Quantity | None:
+    if candidate is None or (current is not None and candidate.value <= current.value):
+        return current
+    return candidate
+
+
+def _pod_limit(spec: Mapping[str, Any], name: str) -> Quantity | None:
+    """Upstream's PodLimits for a resource that pod-level resources do not cover (ephemeral-storage): the regular and
+    sidecar containers' limits summed, at least each init container's own limit plus the sidecars started before
+    it, plus the overhead when the sum is not zero; None when no container sets one (upstream's "not found")."""
+    total: Quantity | None = None
+    for container in spec.get("containers") or ():
+        total = _sum(total, _limit(container, name))
+    sidecars: Quantity | None = None
+    init_peak: Quantity | None = None
+    for container in spec.get("initContainers") or ():
+        own = _limit(container, name)
+        if container.get("restartPolicy") == "Always":
+            total = _sum(total, own)
+            sidecars = _sum(sidecars, own)
+            init_peak = _larger(init_peak, sidecars)
+        else:
+            init_peak = _larger(init_peak, _sum(own, sidecars))
+    total = _larger(total, init_peak)
+    overhead = _quantity((spec.get("overhead") or {}).get(name))
+    if total is not None and total.value != 0 and overhead is not None:
+        total = total.plus(overhead)
+    return total
+
+
 def pod_info(pod: Mapping[str, Any]) -> PodInfo:
     """What the decisions need of a pod object."""
     meta: Mapping[str, Any] = pod.get("metadata") or {}
@@ -259,6 +299,7 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo:
         memory_request=_pod_request(spec, "memory"),
         ephemeral_storage_request=_pod_request(spec, "ephemeral-storage"),
         pod_level_memory_request=_quantity(((spec.get("resources") or {}).get("requests") or {}).get("memory")),
+        ephemeral_storage_limit=_pod_limit(spec, "ephemeral-storage"),
         containers=tuple(containers),
         local_volumes=local,
         empty_dir_size_limits=size_limits,

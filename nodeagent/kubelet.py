@@ -126,6 +126,9 @@ class PodEviction:
     condition_message: str = ""  # the DisruptionTarget condition's, when it differs from the status message
     # A pod already Succeeded stays so (the node shutdown manager's status function); eviction makes every pod Failed.
     keep_succeeded: bool = False
+    # Upstream's killPodNow isEvicted: true for the eviction manager and critical-pod preemption, false for the node
+    # shutdown manager. An evicted pod's containers may be removed as soon as they have stopped (container GC).
+    evict: bool = True
 
     def apply(self, status: dict[str, Any], now: datetime.datetime) -> dict[str, Any]:
         out = dict(status)
@@ -627,13 +630,15 @@ class Kubelet:
             self.prober.stop_liveness_and_startup(uid)
         eviction = self._evictions.get(uid)
         # As upstream's SyncTerminatingPod: the status of the pod as it is before the kill is set first (with an
-        # eviction's status function applied: Failed/Evicted), then the one after it.
+        # eviction's status function applied: Failed/Evicted), then the one after it. Its sandbox is still as it was
+        # (an evicted pod's PodReadyToStartContainers turns False with the terminal status, not before: the
+        # differential corpus's evict-storage-limit-* scenarios).
         runtime_before = self.runtime.runtime_status(status)
         before = self._generate(
             pod,
             runtime_before,
             self._waiting(pod, runtime_before),
-            sandbox_ready=self._sandbox_ready(runtime_before) if eviction is None else False,
+            sandbox_ready=self._sandbox_ready(runtime_before),
             terminal=False,
         )
         if eviction is not None:
@@ -957,6 +962,12 @@ class Kubelet:
         self.workers.update_pod(
             UpdatePodOptions(UpdateType.KILL, pod, grace_period_override=grace_period, kill_reason=eviction.reason)
         )
+
+    def evicted_by_kill(self, uid: str) -> bool:
+        """Whether the pod's worker was told to terminate it as an eviction (upstream's podSyncStatus.IsEvicted),
+        whatever phase it then ended in."""
+        eviction = self._evictions.get(uid)
+        return eviction is not None and eviction.evict
 
     def pod_cleaned_up(self, pod: Pod) -> bool:
         """For the eviction manager's wait after an eviction (upstream's podResourcesAreReclaimed): the pod's worker

@@ -1,7 +1,9 @@
 """What the container GC needs to know of a pod (upstream's podStateProvider for GC), from the pod workers and the
 pod sources:
 
-- content removable (`PodState.REMOVED`, upstream's ShouldPodContentBeRemoved): evicted, or deleted and stopped,
+- content removable (`PodState.REMOVED`, upstream's ShouldPodContentBeRemoved): evicted (its worker was told so by
+  the kill, upstream's podSyncStatus.evicted: an evicted pod whose containers all exited 0 ends Succeeded without
+  reason Evicted; or the apiserver says reason Evicted, e.g. after a restart), or deleted and stopped,
   or unknown to the workers and to every source once they have all reported (before that, an unknown pod may be one
   not seen yet; a pod a source has but no worker yet is one being admitted);
 - runtime removable only (`PodState.TERMINATED`, ShouldPodRuntimeBeRemoved): stopped for good, not deleted;
@@ -26,6 +28,7 @@ def pod_gc_state(
     worker_state: Callable[[str], WorkState | None],
     pod_by_uid: Callable[[str], Pod | None],
     sources_ready: Callable[[], bool],
+    evicted_by_kill: Callable[[str], bool] = lambda uid: False,
 ) -> PodState:
     state = worker_state(uid)
     pod = pod_by_uid(uid)
@@ -34,7 +37,7 @@ def pod_gc_state(
             # In a source but no worker yet (admission pending right after a restart): what it left stays.
             return PodState.ACTIVE
         return PodState.REMOVED if sources_ready() else PodState.ACTIVE
-    evicted = pod is not None and (pod.get("status") or {}).get("reason") == EVICTED
+    evicted = evicted_by_kill(uid) or (pod is not None and (pod.get("status") or {}).get("reason") == EVICTED)
     if evicted:
         return PodState.REMOVED
     if state is not WorkState.TERMINATED:

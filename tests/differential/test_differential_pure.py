@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tests.differential.compare import COALESCED, Recording, compare, distinct, render
+from tests.differential.compare import COALESCED, LOST, Recording, compare, distinct, render
 from tests.differential.normalise import Context, event_line, pod_state, scrub
 from tests.differential.scenario import KnownDifference, ScenarioError, load_all, parse
 from tests.differential.waits import satisfied
@@ -188,6 +188,46 @@ def test_a_skipped_container_creating_state_is_timing(
     result = compare("s", _rec("a", left, []), _rec("b", right, []), ())
     assert result.same is same, result.diff
     assert (COALESCED in result.kept) is (same and left != right)
+
+
+S_SUCCEEDED: dict[str, str] = {
+    "phase": '"Succeeded"',
+    "containerStatuses[main].state.terminated.exitCode": "0",
+}
+S_LOST: dict[str, str] = {
+    "phase": '"Failed"',
+    "reason": '"Evicted"',
+    "containerStatuses[main].state.waiting.reason": '"ContainerCreating"',
+    "containerStatuses[main].lastState.terminated.reason": '"ContainerStatusUnknown"',
+    "containerStatuses[main].restartCount": "1",
+}
+EVICTED = ["Warning Evicted  (kubelet): Pod ephemeral local storage usage exceeds the total limit of containers 20Mi. "]
+
+
+@pytest.mark.parametrize(
+    ("left", "right", "events", "same"),
+    [
+        # The kubelet removed the evicted pod's container before its terminal status: the race, either side.
+        ([S_PENDING, S_RUNNING, S_SUCCEEDED], [S_PENDING, S_RUNNING, S_LOST], EVICTED, True),
+        ([S_PENDING, S_RUNNING, S_LOST], [S_PENDING, S_RUNNING, S_SUCCEEDED], EVICTED, True),
+        # Not an eviction, a difference before the end, or an end that is not terminal: a difference.
+        ([S_PENDING, S_RUNNING, S_SUCCEEDED], [S_PENDING, S_RUNNING, S_LOST], [], False),
+        (
+            [S_PENDING, S_CREATING, S_RUNNING, S_SUCCEEDED],
+            [S_PENDING, S_PULL_FAILED, S_RUNNING, S_LOST],
+            EVICTED,
+            False,
+        ),
+        ([S_PENDING, S_RUNNING], [S_PENDING, S_LOST], EVICTED, False),
+        ([S_PENDING, S_RUNNING, S_SUCCEEDED], [S_PENDING, S_RUNNING, S_SUCCEEDED, S_LOST], EVICTED, False),
+    ],
+)
+def test_an_evicted_container_lost_before_the_terminal_status_is_timing(
+    left: list[dict[str, str]], right: list[dict[str, str]], events: list[str], same: bool
+) -> None:
+    result = compare("s", _rec("a", left, events), _rec("b", right, events), ())
+    assert result.same is same, result.diff
+    assert (LOST in result.kept) is same
 
 
 @pytest.mark.parametrize(

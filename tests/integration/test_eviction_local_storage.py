@@ -1,8 +1,9 @@
 """Local storage limits on the real testbed (upstream's localStorageEviction; no node pressure needed):
 
 - a pod whose disk-backed emptyDir holds more than its sizeLimit is evicted with upstream's message;
-- a pod whose container writes more than its ephemeral-storage limit to its writable layer is evicted with upstream's
-  message;
+- a pod whose (only) container writes more than its ephemeral-storage limit to its writable layer is evicted with
+  upstream's message, which names the pod's total limit: upstream checks that before the container's own (the
+  container's message: tests/differential/scenarios/evict-storage-limit-container.yaml);
 - a pod within its limits keeps running.
 
 Volume usage is measured once a minute per pod (upstream's volumeStatsAggPeriod) and containerd refreshes writable
@@ -58,11 +59,11 @@ async def test_pods_over_their_local_storage_limits_are_evicted(
             )
         ]
         assert first["message"] == 'Usage of EmptyDir volume "scratch" exceeds the limit "20Mi". '
-        assert second["message"] == 'Container main exceeded its local ephemeral storage limit "20Mi". '
+        assert second["message"] == "Pod ephemeral local storage usage exceeds the total limit of containers 20Mi. "
         # Limit evictions are not node pressure: no DisruptionTarget condition, as upstream.
         for status in (first, second):
             assert status["phase"] == "Failed", status
             assert not [c for c in status.get("conditions") or () if c["type"] == "DisruptionTarget"], status
         assert (await pod_status(admin, within)).get("phase") == "Running"
         log = agent.log.read_text()
-        assert "signal=emptydirfs.limit" in log and "signal=ephemeralcontainerfs.limit" in log, agent.tail()
+        assert "signal=emptydirfs.limit" in log and "signal=ephemeralpodfs.limit" in log, agent.tail()

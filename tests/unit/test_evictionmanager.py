@@ -137,6 +137,47 @@ def test_pod_info_reads_tolerations_and_local_volumes() -> None:
     assert info.empty_dir_size_limits["scratch"].value == GI
 
 
+def _with_limit(name: str, limit: str | None, **extra: Any) -> dict[str, Any]:
+    container: dict[str, Any] = {"name": name, "image": "busybox", **extra}
+    if limit is not None:
+        container["resources"] = {"limits": {"ephemeral-storage": limit}}
+    return container
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        # No container sets one: no pod limit, so the pod-level check never applies (upstream: not found).
+        ({"containers": [_with_limit("a", None)]}, None),
+        # One container: its own text, as upstream's deep copy keeps it (the differential corpus's
+        # evict-storage-limit-* scenarios: "... exceeds the total limit of containers 20Mi.").
+        ({"containers": [_with_limit("a", "20Mi"), _with_limit("b", None)]}, (20 * MI, "20Mi")),
+        # A sum prints canonically in the first one's format.
+        ({"containers": [_with_limit("a", "10Mi"), _with_limit("b", "1536Ki")]}, (11.5 * MI, "11776Ki")),
+        ({"containers": [_with_limit("a", "1G"), _with_limit("b", "1Mi")]}, (10**9 + MI, "1001048576")),
+        # An init container's own limit is a floor; a sidecar adds to the sum and to later init containers.
+        ({"containers": [_with_limit("a", "10Mi")], "initContainers": [_with_limit("i", "30Mi")]}, (30 * MI, "30Mi")),
+        (
+            {
+                "containers": [_with_limit("a", "10Mi")],
+                "initContainers": [
+                    _with_limit("s", "5Mi", restartPolicy="Always"),
+                    _with_limit("i", "12Mi"),
+                ],
+            },
+            (17 * MI, "17Mi"),
+        ),
+        # Overhead is added to a non-zero sum only.
+        ({"containers": [_with_limit("a", "10Mi")], "overhead": {"ephemeral-storage": "1Mi"}}, (11 * MI, "11Mi")),
+        ({"containers": [_with_limit("a", None)], "overhead": {"ephemeral-storage": "1Mi"}}, None),
+    ],
+)
+def test_pod_info_ephemeral_storage_limit(spec: dict[str, Any], expected: tuple[float, str] | None) -> None:
+    info = pod_info({"metadata": {"uid": "u", "name": "p", "namespace": "default"}, "spec": spec})
+    limit = info.ephemeral_storage_limit
+    assert (None if limit is None else (limit.value, str(limit))) == expected
+
+
 def config(**hard: str) -> KubeletConfiguration:
     return replace(KubeletConfiguration(), eviction_hard=hard)
 

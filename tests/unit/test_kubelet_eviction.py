@@ -96,6 +96,22 @@ async def test_evict_pod_kills_with_the_grace_and_publishes_the_eviction() -> No
         assert (target["status"], target["reason"], target["message"]) == ("True", "TerminationByKubelet", MESSAGE)
 
 
+async def test_the_status_before_the_kill_keeps_the_sandbox_ready() -> None:
+    """As upstream's generateAPIPodStatus before the kill: the sandbox still runs, so PodReadyToStartContainers stays
+    True until the status after the kill (the upstream kubelet never showed an evicted pod with it False and its
+    container running: tests/differential/scenarios/evict-storage-limit-*)."""
+    statuses = Statuses()
+    k = kubelet(statuses)
+    runtime = KillingRuntime(statuses=statuses)
+    k.runtime = runtime  # type: ignore[assignment]
+    with_workers(k)
+    k.evict_pod(pod(), PodEviction("Evicted", MESSAGE), 1)
+    await k.sync_terminating_pod(pod(), cached(running("c1", "app")), 1, "Evicted")
+    [before] = [c for c in runtime.published_at_kill[0]["conditions"] if c["type"] == "PodReadyToStartContainers"]
+    [after] = [c for c in statuses.published["u1"]["conditions"] if c["type"] == "PodReadyToStartContainers"]
+    assert (before["status"], after["status"]) == ("True", "False")
+
+
 @dataclass
 class EndingRuntime(KillingRuntime):
     """Its containers end with `exit_code` at the kill."""
@@ -139,6 +155,18 @@ async def test_after_the_kill_the_phase_is_how_the_containers_ended(code: int, p
     [target] = [c for c in after["conditions"] if c["type"] == "DisruptionTarget"]
     [was] = [c for c in before["conditions"] if c["type"] == "DisruptionTarget"]
     assert target == was
+
+
+def test_evicted_by_kill_is_the_kills_word_not_the_status() -> None:
+    """Upstream's podSyncStatus.evicted: set by the eviction manager's and preemption's kill, not the node shutdown
+    manager's (isEvicted false); the container GC removes such a pod's content even when it ended Succeeded."""
+    k = kubelet(Statuses())
+    with_workers(k)
+    k.evict_pod(pod(), PodEviction("Evicted", MESSAGE), 0)
+    assert k.evicted_by_kill("u1")
+    k.evict_pod(pod(), PodEviction("Terminated", "node shutdown", evict=False), 0)
+    assert not k.evicted_by_kill("u1")
+    assert not k.evicted_by_kill("other")
 
 
 async def test_an_evicted_pod_is_not_active() -> None:

@@ -35,6 +35,20 @@ def test_pod_gc_state(state: WorkState | None, pod: dict[str, Any] | None, ready
     assert found is expected
 
 
+@pytest.mark.parametrize("state", [WorkState.TERMINATING, WorkState.TERMINATED])
+def test_evicted_by_the_kill_whatever_the_phase(state: WorkState) -> None:
+    """An evicted pod whose containers all exited 0 ends Succeeded without reason Evicted (upstream's
+    SyncTerminatingPod): its content goes all the same, as upstream's ShouldPodContentBeRemoved asks the worker."""
+    found = pod_gc_state(
+        "u",
+        worker_state=lambda uid: state,
+        pod_by_uid=lambda uid: DONE,
+        sources_ready=lambda: True,
+        evicted_by_kill=lambda uid: uid == "u",
+    )
+    assert found is PodState.REMOVED
+
+
 @pytest.mark.parametrize(
     ("environ", "expected"),
     [
