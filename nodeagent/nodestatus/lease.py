@@ -11,8 +11,8 @@ callable may be called from another thread than the one that updates the Node, s
 
 from __future__ import annotations
 
-import copy
 import logging
+import random
 from collections.abc import Callable
 from typing import Final
 
@@ -33,12 +33,20 @@ LEASE_UPDATE_RETRIES: Final = 5
 BACKOFF_START: Final = 0.1
 BACKOFF_CAP: Final = 7.0
 LEASE_RENEW_FRACTION: Final = 0.25
+# The jitter of the renew period: the controller runs `wait.JitterUntil(sync, renewInterval, 0.04, true, ...)`, a
+# sliding period (counted from the end of a sync) of renewInterval * (1 + 0.04 * rand).
+LEASE_RENEW_JITTER: Final = 0.04
 
 _RETRYABLE = (ApiError, ApiUnavailable)
 
 
 def renew_interval(config: KubeletConfiguration) -> float:
     return config.node_lease_duration_seconds * LEASE_RENEW_FRACTION
+
+
+def jittered(period: float, rand: float) -> float:
+    """wait.Jitter(period, LEASE_RENEW_JITTER) for rand in [0, 1): period up to 4 % longer, never shorter."""
+    return period * (1.0 + LEASE_RENEW_JITTER * rand)
 
 
 class NodeLease:
@@ -52,8 +60,10 @@ class NodeLease:
         config: KubeletConfiguration,
         clock: Clock,
         node_uid: Callable[[], str],
+        rand: Callable[[], float] = random.random,
     ) -> None:
         self._client = client
+        self._rand = rand
         self._name = node_name
         self._duration = config.node_lease_duration_seconds
         self._clock = clock
@@ -67,13 +77,23 @@ class NodeLease:
         """The last Lease the apiserver returned; None before the first renewal. Do not mutate."""
         return self._lease
 
+    def next_interval(self) -> float:
+        """How long to wait after a sync before the next: the renew interval with upstream's 4 % jitter."""
+        return jittered(self.renew_interval, self._rand())
+
     def _renewed(self, base: Obj) -> Obj:
-        lease = copy.deepcopy(base)
-        spec = lease.setdefault("spec", {})
-        spec["holderIdentity"] = self._name
-        spec["leaseDurationSeconds"] = self._duration
-        spec["renewTime"] = format_micro_time(self._clock.wall())
-        metadata = lease.setdefault("metadata", {})
+        """The PUT body: `base` with this renewal's spec, as upstream's newLease makes it from a deep copy of the
+        last Lease. Built new at the top two levels instead, without copying what it leaves alone (nothing below is
+        mutated), and without metadata.managedFields: an update that leaves them out keeps the stored ones (the
+        apiserver's field manager), and they are most of the Lease's bytes."""
+        metadata = {k: v for k, v in (base.get("metadata") or {}).items() if k != "managedFields"}
+        lease = {**base, "metadata": metadata}
+        lease["spec"] = {
+            **(base.get("spec") or {}),
+            "holderIdentity": self._name,
+            "leaseDurationSeconds": self._duration,
+            "renewTime": format_micro_time(self._clock.wall()),
+        }
         uid = self._node_uid()
         if not metadata.get("ownerReferences") and uid:
             # As setNodeOwnerFunc: a lease made before the Node was known gets its owner on the next renewal.
@@ -109,7 +129,7 @@ class NodeLease:
         path = paths.lease(NODE_LEASE_NAMESPACE, self._name)
         for attempt in range(LEASE_UPDATE_RETRIES):
             try:
-                self._lease = await self._client.replace(path, self._renewed(base))
+                self._lease = await self._client.replace_direct(path, self._renewed(base))
                 self.renewals += 1
                 log.debug("node lease renewed node=%s renewals=%d", self._name, self.renewals)
                 return True
@@ -140,10 +160,11 @@ class NodeLease:
         return False
 
     async def run(self) -> None:
-        """Renew now, then every renew interval, until cancelled (an apiserver error waits for the next tick)."""
+        """Renew now, then every jittered renew interval after the last sync ended (upstream's sliding JitterUntil),
+        until cancelled (an apiserver error waits for the next tick)."""
         while True:
             await self.sync()
-            await self._clock.sleep(self.renew_interval)
+            await self._clock.sleep(self.next_interval())
 
 
-__all__ = ["LEASE_RENEW_FRACTION", "NodeLease", "renew_interval"]
+__all__ = ["LEASE_RENEW_FRACTION", "LEASE_RENEW_JITTER", "NodeLease", "jittered", "renew_interval"]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
+import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final
@@ -137,6 +138,7 @@ class NodeStatusManager:
         shutdown_status: Callable[[], str | None] = lambda: None,
         storage_status: Callable[[], str | None] = lambda: None,
         renew_lease: bool = True,
+        lease_jitter: Callable[[], float] = random.random,
     ) -> None:
         self._client = client
         self._name = node_name
@@ -167,7 +169,9 @@ class NodeStatusManager:
         # The lease controller: renewed here beside the status loop, or (renew_lease=False) by the caller on a loop
         # of its own (a fleet's heartbeat thread); either way it reads the registered Node's UID for its owner.
         self._renew_lease = renew_lease
-        self._node_lease = NodeLease(client, node_name=node_name, config=config, clock=clock, node_uid=self.node_uid)
+        self._node_lease = NodeLease(
+            client, node_name=node_name, config=config, clock=clock, node_uid=self.node_uid, rand=lease_jitter
+        )
         self._runtime_down = False  # what the last computed status said of the runtime
         self._last_reported: dict[str, Any] | None = None
         self._last_report_time: datetime | None = None

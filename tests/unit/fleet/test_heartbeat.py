@@ -215,8 +215,9 @@ def test_stats_report_nothing_without_renewals_and_nearest_ranks_with() -> None:
     assert stats.report(nodes=3) is None
     stats.syncs = [0.01 * i for i in range(1, 101)]
     stats.lags = [0.0] * 99 + [2.5]
-    assert stats.report(nodes=3) == (
+    assert stats.report(nodes=3, cpu_seconds=0.05) == (
         "renewals=100 nodes=3 sync_p50=0.510s sync_p99=0.990s sync_max=1.000s wake_lag_p99=0.000s wake_lag_max=2.500s"
+        " cpu_per_renewal=500us"
     )
     assert (stats.syncs, stats.lags) == ([], [])
 

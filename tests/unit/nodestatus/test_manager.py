@@ -160,6 +160,7 @@ def _manager(
         runtime_health=health or Health(),
         clock=clock,
         record_event=events,
+        lease_jitter=lambda: 0.0,  # the renew period without its jitter (tests/unit/nodestatus/test_lease.py)
     )
 
 
