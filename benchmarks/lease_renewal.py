@@ -5,14 +5,17 @@ renewals a second, and the CPU each one takes is what the thread competes for wi
 runs `NodeLease` (the agent's own lease controller) for --nodes leases, each with a client of its own as in the fleet,
 in one event loop: one first sync each (which creates the Lease), then --rounds rounds in which every lease syncs
 once, at most --concurrency at a time. It reports the process's CPU time (user + system, every thread) over the rounds
-divided by the renewals, the wall time, and the renewal latency p50/p99. `--profile FILE` runs the rounds under
+divided by the renewals, the event loop's turns per renewal (each one gives up the GIL and takes it back), the
+wall time, the renewal latency p50/p99, and the memory each lease's client and connection hold (RSS growth over the
+first round, divided by the leases). `--busy-thread` computes in a thread beside the renewals, as a fleet's nodes
+do in theirs: the latency then shows what the GIL hand-offs cost. `--profile FILE` runs the rounds under
 cProfile and prints the 30 functions with the most own time (FILE keeps the pstats). The Leases are deleted at the
 end.
 
 The leases are named `<prefix>-N` in kube-node-lease, renewed with the admin credential and no owner (no Node).
 
-Run: `python -m benchmarks.lease_renewal --testbed DIR [--nodes 100] [--rounds 20] [--concurrency 8]
-[--profile FILE]`.
+Run: `python -m benchmarks.lease_renewal --testbed DIR [--nodes 100] [--rounds 20] [--concurrency 1]
+[--busy-thread] [--profile FILE]`.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ import time
 import uuid
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from benchmarks.common import percentile
 from nodeagent.clock import SystemClock
@@ -107,6 +112,8 @@ async def run(
     prefix = f"leasebench-{uuid.uuid4().hex[:5]}"
     config = KubeletConfiguration()
     clock = SystemClock()
+    process = psutil.Process()
+    rss_before = process.memory_info().rss
     clients = [KubeClient.from_kubeconfig(kubeconfig, timeout=10.0) for _ in range(nodes)]
     leases = [
         NodeLease(client, node_name=f"{prefix}-{i}", config=config, clock=clock, node_uid=lambda: "")
@@ -116,6 +123,8 @@ async def run(
     result["loadavg_start"] = [round(x, 2) for x in os.getloadavg()]
     try:
         await _rounds(leases, 1, concurrency)  # create each Lease and open each client's connection
+        # What one renewing node holds: its client (TLS context, pools) and its open connection(s).
+        result["rss_per_lease_kib"] = round((process.memory_info().rss - rss_before) / nodes / 1024, 1)
         profiler = cProfile.Profile(time.process_time) if profile is not None else None
         counter = _SelectCounter(asyncio.get_running_loop())
         with _Busy() if busy else contextlib.nullcontext():
@@ -164,7 +173,7 @@ async def main(argv: list[str]) -> int:
     parser.add_argument("--testbed", type=Path, required=True, help="a running testbed's directory")
     parser.add_argument("--nodes", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=20)
-    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--concurrency", type=int, default=1)
     parser.add_argument("--busy-thread", action="store_true", help="a thread computing beside the renewals")
     parser.add_argument("--profile", type=Path, default=None, help="run the rounds under cProfile; pstats here")
     args = parser.parse_args(argv)
