@@ -30,6 +30,7 @@ from nodeagent.kube.kubeconfig import ClusterCredentials, load_kubeconfig, read_
 from nodeagent.kube.metrics import RestClientMetrics
 from nodeagent.kube.request import (
     ApiRequest,
+    Method,
     Obj,
     PatchBody,
     PatchType,
@@ -299,21 +300,45 @@ class KubeClient:
             replace_request(path, body, field_manager=field_manager), request_timeout=request_timeout
         )
 
+    async def get_direct(self, path: str, *, request_timeout: float | None = None) -> Obj:
+        """`get` over `replace_direct`'s connection."""
+        return await self._send_direct("GET", path, None, request_timeout)
+
+    async def create_direct(self, path: str, body: Obj, *, request_timeout: float | None = None) -> Obj:
+        """`create` over `replace_direct`'s connection."""
+        return await self._send_direct("POST", path, body, request_timeout)
+
     async def replace_direct(self, path: str, body: Obj, *, request_timeout: float | None = None) -> Obj:
         """`replace` for a small object renewed often (the node's Lease), over a kept connection of its own, without
-        httpx (`direct`): about a third of the CPU and a quarter of the event-loop turns. Same errors as `send`."""
+        httpx (`direct`): less than half the CPU and event-loop turns. Same errors as `send`. With a transport given
+        (tests), these `*_direct` methods go through it as the others do."""
+        return await self._send_direct("PUT", path, body, request_timeout)
+
+    async def _send_direct(self, method: Method, path: str, body: Obj | None, request_timeout: float | None) -> Obj:
         if self._direct is None:
-            return await self.replace(path, body, request_timeout=request_timeout)
+            if method == "GET":
+                return await self.get(path, request_timeout=request_timeout)
+            if method == "POST" and body is not None:
+                return await self.create(path, body, request_timeout=request_timeout)
+            if method == "PUT" and body is not None:
+                return await self.replace(path, body, request_timeout=request_timeout)
+            raise ValueError(f"no direct {method} with body={body is not None}")
         started = time.monotonic()
         try:
-            response = await self._direct.request("PUT", path, _encode(body), timeout=request_timeout or self._timeout)
+            response = await self._direct.request(
+                method, path, _encode(body) if body is not None else None, timeout=request_timeout or self._timeout
+            )
         except (OSError, TimeoutError, asyncio.IncompleteReadError, ProtocolError, ValueError) as exc:
-            log.debug("api request failed method=PUT path=%s error=%r", path, exc)
-            self._observe("PUT", "<error>", started)
-            raise ApiUnavailable(f"PUT {path}: {type(exc).__name__}: {str(exc) or type(exc).__name__}") from exc
-        self._observe("PUT", str(response.status), started)
+            log.debug("api request failed method=%s path=%s error=%r", method, path, exc)
+            self._observe(method, "<error>", started)
+            raise ApiUnavailable(f"{method} {path}: {type(exc).__name__}: {str(exc) or type(exc).__name__}") from exc
+        self._observe(method, str(response.status), started)
         log.debug(
-            "api request method=PUT path=%s status=%d duration=%.3f", path, response.status, time.monotonic() - started
+            "api request method=%s path=%s status=%d duration=%.3f",
+            method,
+            path,
+            response.status,
+            time.monotonic() - started,
         )
         if not 200 <= response.status < 300:
             raise error_from_response(response.status, response.body, retry_after=response.headers.get("retry-after"))
@@ -322,9 +347,9 @@ class KubeClient:
         try:
             doc = json.loads(response.body)
         except ValueError as exc:
-            raise ApiUnavailable(f"malformed response to PUT {path}: not JSON") from exc
+            raise ApiUnavailable(f"malformed response to {method} {path}: not JSON") from exc
         if not isinstance(doc, dict):
-            raise ApiUnavailable(f"malformed response to PUT {path}: not an object")
+            raise ApiUnavailable(f"malformed response to {method} {path}: not an object")
         return doc
 
     async def patch(

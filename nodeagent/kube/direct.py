@@ -240,10 +240,7 @@ class DirectConnection:
         self._tls = tls if url.scheme == "https" else None
         self._server_hostname = server_hostname or self._host
         self._prefix = url.path.rstrip("/")
-        self._fixed = (
-            f"Host: {url.netloc}\r\nUser-Agent: {user_agent}\r\nAccept: application/json\r\n"
-            "Content-Type: application/json\r\n"
-        )
+        self._fixed = f"Host: {url.netloc}\r\nUser-Agent: {user_agent}\r\nAccept: application/json\r\n"
         self._authorization = authorization
         self._keepalive = keepalive
         self._clock = clock
@@ -253,19 +250,20 @@ class DirectConnection:
         self._idle_since = 0.0
         self.connects = 0  # for tests and benchmarks
 
-    async def request(self, method: str, path: str, body: bytes, *, timeout: float) -> DirectResponse:
-        """Send one request with a JSON body and read the whole answer. Raises OSError (ssl.SSLError included),
-        TimeoutError, asyncio.IncompleteReadError or ProtocolError; the caller maps them."""
+    async def request(self, method: str, path: str, body: bytes | None, *, timeout: float) -> DirectResponse:
+        """Send one request, with a JSON body or none, and read the whole answer. Raises OSError (ssl.SSLError
+        included), TimeoutError, asyncio.IncompleteReadError or ProtocolError; the caller maps them."""
         token = self._authorization()
         head = (
-            f"{method} {self._prefix}{path} HTTP/1.1\r\n{self._fixed}Content-Length: {len(body)}\r\n"
+            f"{method} {self._prefix}{path} HTTP/1.1\r\n{self._fixed}"
+            + (f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n" if body is not None else "")
             + (f"Authorization: Bearer {token}\r\n" if token else "")
             + "\r\n"
         ).encode("latin-1")
         async with self._lock:
             try:
                 async with asyncio.timeout(timeout):
-                    return await self._exchange(head + body)
+                    return await self._exchange(head + body if body is not None else head)
             except BaseException:
                 self.close()
                 raise

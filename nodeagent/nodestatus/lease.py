@@ -104,14 +104,14 @@ class NodeLease:
         """GET the Lease, or create it; True when created (already fresh)."""
         path = paths.lease(NODE_LEASE_NAMESPACE, self._name)
         try:
-            return await self._client.get(path), False
+            return await self._client.get_direct(path), False
         except NotFound:
             pass
         uid = self._node_uid()
         body = lease_object(self._name, uid, duration_seconds=self._duration, now=self._clock.wall())
         if not uid:
             del body["metadata"]["ownerReferences"]
-        created = await self._client.create(paths.leases(NODE_LEASE_NAMESPACE), body)
+        created = await self._client.create_direct(paths.leases(NODE_LEASE_NAMESPACE), body)
         log.info("node lease created node=%s namespace=%s", self._name, NODE_LEASE_NAMESPACE)
         return created, True
 

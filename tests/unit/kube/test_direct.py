@@ -14,7 +14,7 @@ import pytest
 
 from nodeagent.kube.client import KubeClient
 from nodeagent.kube.direct import DirectConnection
-from nodeagent.kube.errors import ApiUnavailable, Conflict
+from nodeagent.kube.errors import ApiUnavailable, Conflict, NotFound
 from nodeagent.kube.kubeconfig import ClusterCredentials
 
 LEASE = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1"
@@ -150,3 +150,20 @@ async def test_close_connections_closes_the_direct_connection_too() -> None:
         await client.close_connections()
         await client.replace_direct(LEASE, {})
     assert server.connections == 2
+
+
+async def test_get_and_create_go_over_the_same_connection_and_a_get_has_no_body() -> None:
+    """NodeLease reads and creates its Lease through it too, so its client opens no second connection."""
+    answers = [_answer("404 Not Found", b""), _answer("201 Created", b'{"kind":"Lease"}')]
+    async with (
+        serving(Server(answers)) as server,
+        KubeClient(ClusterCredentials(server=f"http://127.0.0.1:{server.port}")) as client,
+    ):
+        with pytest.raises(NotFound):
+            await client.get_direct(LEASE)
+        assert await client.create_direct(LEASE.rsplit("/", 1)[0], {"kind": "Lease"}) == {"kind": "Lease"}
+    assert server.connections == 1
+    get_head = server.reads[0].decode()
+    assert get_head.startswith(f"GET {LEASE} HTTP/1.1\r\n") and get_head.endswith("\r\n\r\n")
+    assert "Content-Length" not in get_head and "Content-Type" not in get_head
+    assert server.reads[1].startswith(b"POST /apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases HTTP/1.1")
