@@ -73,7 +73,7 @@ def heartbeat_timeout(config: KubeletConfiguration) -> float:
 
 
 def _kube_client(kubeconfig: Path, timeout: float) -> KubeClient:
-    return KubeClient.from_kubeconfig(kubeconfig, timeout=timeout)
+    return KubeClient.from_kubeconfig(kubeconfig, timeout=timeout, direct=True)
 
 
 class LeaseHeartbeats:

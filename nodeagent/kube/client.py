@@ -124,6 +124,7 @@ class KubeClient:
         transport: httpx.AsyncBaseTransport | None = None,
         timeout: float = DEFAULT_TIMEOUT,
         user_agent: str = USER_AGENT,
+        direct: bool = False,
     ) -> None:
         self.credentials = credentials
         self._timeout = timeout
@@ -142,19 +143,21 @@ class KubeClient:
         # loads the new pair into it (`reload_client_certificate`) and closes the connections made with the old one
         # (`close_connections`). Ours closes a TLS handshake cut short (`transport`).
         self.tls_context: ssl.SSLContext | None = None
-        # `replace_direct`'s connection, beside httpx's pool (production only; with a test's transport, that
-        # method goes through it).
+        # `replace_direct`'s connection, beside httpx's pool: only for a client made with `direct=True` (the fleet's
+        # lease heartbeats, where its CPU counts), and never with a test's transport. Without it the `*_direct`
+        # methods go through httpx like every other request (a single agent: one HTTP client, one behaviour).
         self._direct: DirectConnection | None = None
         if transport is None:
             self.tls_context = ssl_context(credentials)
             transport = ApiTransport(self.tls_context)
-            self._direct = DirectConnection(
-                credentials.server,
-                self.tls_context,
-                server_hostname=credentials.tls_server_name,
-                user_agent=user_agent,
-                authorization=auth.current if auth is not None else lambda: None,
-            )
+            if direct:
+                self._direct = DirectConnection(
+                    credentials.server,
+                    self.tls_context,
+                    server_hostname=credentials.tls_server_name,
+                    user_agent=user_agent,
+                    authorization=auth.current if auth is not None else lambda: None,
+                )
         self._transport = transport
         self._http = httpx.AsyncClient(
             base_url=credentials.server,
@@ -186,8 +189,9 @@ class KubeClient:
         context: str | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         timeout: float = DEFAULT_TIMEOUT,
+        direct: bool = False,
     ) -> KubeClient:
-        return cls(load_kubeconfig(path, context=context), transport=transport, timeout=timeout)
+        return cls(load_kubeconfig(path, context=context), transport=transport, timeout=timeout, direct=direct)
 
     async def __aenter__(self) -> Self:
         return self

@@ -129,7 +129,7 @@ async def test_replace_direct_maps_answers_and_failures_as_send_does() -> None:
     answers = [_answer("200 OK", b'{"kind":"Lease"}'), _answer("409 Conflict", conflict), b"HTTP/1.1 200 OK\r\nCont"]
     async with (
         serving(Server(answers, requests_per_connection=3)) as server,
-        KubeClient(ClusterCredentials(server=f"http://127.0.0.1:{server.port}", token="t")) as client,
+        KubeClient(ClusterCredentials(server=f"http://127.0.0.1:{server.port}", token="t"), direct=True) as client,
     ):
         assert await client.replace_direct(LEASE, {"kind": "Lease"}) == {"kind": "Lease"}
         with pytest.raises(Conflict):
@@ -144,7 +144,7 @@ async def test_close_connections_closes_the_direct_connection_too() -> None:
     """A certificate rotation closes every connection: the next renewal handshakes again with the new pair."""
     async with (
         serving(Server([_answer("200 OK", b"{}")] * 2)) as server,
-        KubeClient(ClusterCredentials(server=f"http://127.0.0.1:{server.port}")) as client,
+        KubeClient(ClusterCredentials(server=f"http://127.0.0.1:{server.port}"), direct=True) as client,
     ):
         await client.replace_direct(LEASE, {})
         await client.close_connections()
@@ -157,7 +157,7 @@ async def test_get_and_create_go_over_the_same_connection_and_a_get_has_no_body(
     answers = [_answer("404 Not Found", b""), _answer("201 Created", b'{"kind":"Lease"}')]
     async with (
         serving(Server(answers)) as server,
-        KubeClient(ClusterCredentials(server=f"http://127.0.0.1:{server.port}")) as client,
+        KubeClient(ClusterCredentials(server=f"http://127.0.0.1:{server.port}"), direct=True) as client,
     ):
         with pytest.raises(NotFound):
             await client.get_direct(LEASE)
@@ -167,3 +167,16 @@ async def test_get_and_create_go_over_the_same_connection_and_a_get_has_no_body(
     assert get_head.startswith(f"GET {LEASE} HTTP/1.1\r\n") and get_head.endswith("\r\n\r\n")
     assert "Content-Length" not in get_head and "Content-Type" not in get_head
     assert server.reads[1].startswith(b"POST /apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases HTTP/1.1")
+
+
+async def test_without_direct_the_lease_calls_go_through_httpx() -> None:
+    """Only the fleet's heartbeat clients ask for the direct connection; a single agent's Lease goes as every other
+    request does (httpx: proxy settings honoured, one HTTP client)."""
+    async with (
+        serving(Server([_answer("200 OK", b'{"kind":"Lease"}')])) as server,
+        KubeClient(ClusterCredentials(server=f"http://127.0.0.1:{server.port}")) as client,
+    ):
+        assert await client.replace_direct(LEASE, {"kind": "Lease"}, request_timeout=5) == {"kind": "Lease"}
+    head = b"".join(server.reads).decode().lower()
+    assert head.startswith(f"put {LEASE.lower()} http/1.1\r\n")
+    assert "accept-encoding: gzip" in head  # httpx's own default header, which the direct connection never sends
