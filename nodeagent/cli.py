@@ -215,19 +215,27 @@ async def _conformance(args: argparse.Namespace) -> int:
 
 
 async def _node_suite(args: argparse.Namespace) -> int:
-    from nodeagent.conformance import noderun, nodesuite  # noqa: PLC0415
+    from nodeagent.conformance import noderun  # noqa: PLC0415
     from nodeagent.conformance.systemctl_shim import Kubelet  # noqa: PLC0415
 
     if args.certified or args.subset or args.preset or args.skip is not None or args.kubeconfig is not None:
-        raise ConformanceError("--suite runs its own selection on a testbed of its own: give only --focus, --dir, "
-                               "--kubelet, --timeout, --keep")  # fmt: skip
+        raise ConformanceError("--suite runs its own selection on a testbed of its own: give only --focus, --dir "
+                               "(or --resume / --report DIR), --shard, --shard-minutes, --time-budget, --kubelet, "
+                               "--timeout, --keep")  # fmt: skip
+    given = [path for path in (args.dir, args.resume, args.report) if path is not None]
+    if len({path.resolve() for path in given}) > 1:
+        raise ConformanceError("--dir, --resume and --report name the same run directory: give one of them")
     return await noderun.node_conformance(
         noderun.NodeRunOptions(
-            focus=args.focus if args.focus is not None else nodesuite.NODE_EVICTION.focus,
-            dir=args.dir,
+            focus=args.focus,
+            dir=given[0] if given else None,
             kubelet=Kubelet(args.kubelet),
             timeout=args.timeout if args.timeout != DEFAULT_TIMEOUT else noderun.DEFAULT_TIMEOUT,
             keep=args.keep,
+            shard=args.shard,
+            shard_minutes=args.shard_minutes,
+            time_budget_minutes=args.time_budget,
+            report_only=args.report is not None,
         )
     )
 
@@ -381,12 +389,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="the certified suite (focus [Conformance], no skip) in resumable shards of about 45 min, against "
         "`nodeagent cluster up` (--cluster) or --kubeconfig; see docs/conformance.md",
     )
-    certified_group = conf.add_argument_group("--certified")
+    certified_group = conf.add_argument_group("--certified, and --suite")
     certified_group.add_argument(
-        "--resume", type=Path, default=None, metavar="DIR", help="go on with the certified run in DIR: what is missing"
+        "--resume",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="go on with the certified (or --suite) run in DIR: what is missing",
     )
     certified_group.add_argument(
-        "--report", type=Path, default=None, metavar="DIR", help="print the merged report of the certified run in DIR"
+        "--report",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="print the merged report of the certified (or --suite) run in DIR",
     )
     certified_group.add_argument("--shard", type=int, default=None, metavar="K", help="run only shard K of the plan")
     certified_group.add_argument(
@@ -399,6 +415,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     certified_group.add_argument(
         "--shard-minutes", type=float, default=45.0, help="a shard's estimated length when planning (default 45)"
+    )
+    certified_group.add_argument(
+        "--time-budget",
+        type=float,
+        default=None,
+        metavar="MINUTES",
+        help="with --suite: start only the specs whose estimates fit in MINUTES from the command's start",
     )
     certified_group.add_argument(
         "--durations",

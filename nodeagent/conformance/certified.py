@@ -153,7 +153,7 @@ def run_lock(root: Path) -> Iterator[None]:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError as exc:
-            raise ConformanceError(f"another `nodeagent conformance --certified` is running in {root}") from exc
+            raise ConformanceError(f"another `nodeagent conformance` run is going on in {root}") from exc
         yield
 
 
@@ -187,16 +187,18 @@ async def make_plan(suite: build.Suite, options: CertifiedOptions, root: Path, p
         created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         version=version_text(),
     )
-    await _check_focus(suite, plan, root)
+    await check_focus(suite, plan, root)
     return plan
 
 
-async def _check_focus(suite: build.Suite, plan: Plan, root: Path) -> None:
+async def check_focus(
+    suite: build.Suite, plan: Plan, root: Path, suite_args: tuple[str, ...] = speclist.E2E_SUITE_ARGS
+) -> None:
     """Each shard's focus selects exactly its specs (a dry run each, 2 s): a spec that a focus missed or added would
     go unnoticed until the merged report counts it as not run."""
     for shard in plan.shards:
         focus = speclist.exact_focus(plan.description, shard.specs)
-        selected = await speclist.list_specs(suite, focus=focus, label_filter="", work_dir=root)
+        selected = await speclist.list_specs(suite, focus=focus, label_filter="", work_dir=root, suite_args=suite_args)
         names = {spec.name for spec in selected.specs}
         if names != set(shard.specs):
             raise ConformanceError(

@@ -100,8 +100,10 @@ def format_report(merged: Merged) -> str:
     results = merged.results
     counts = summary.count(results)
     not_run = merged.not_run
+    heading = "certified conformance" if plan.suite == "certified" else f"{plan.suite} suite"
     lines = [
-        f"certified conformance: focus {plan.focus}, no skip"
+        f"{heading}: focus {plan.focus}"
+        + (", no skip" if plan.suite == "certified" else "")
         + (f", narrowed by {plan.narrow}" if plan.narrow else "")
         + (f", label filter {plan.label_filter}" if plan.label_filter else ""),
         f"plan of {plan.created}; {plan.version}",
@@ -181,5 +183,6 @@ def write_report(root: Path, merged: Merged) -> str:
     """report.txt and junit_certified.xml into the run's directory; the report's text."""
     text = format_report(merged)
     (root / REPORT_FILE).write_text(text + "\n")
-    (root / JUNIT_FILE).write_text(junit_xml(merged.results, suite_name=merged.plan.description))
+    junit_file = JUNIT_FILE if merged.plan.suite == "certified" else f"junit_{merged.plan.suite}.xml"
+    (root / junit_file).write_text(junit_xml(merged.results, suite_name=merged.plan.description))
     return text

@@ -48,3 +48,72 @@ NODE_EVICTION = Preset(
 
 # What the v1.34.4 dry run lists per group (docs/conformance.md, "node-eviction suite").
 EXPECTED_COUNTS = {"eviction": 14, "image GC": 2, "critical pods": 4, "local-storage isolation": 2}
+
+# --- Shards of the selection (noderun's `--resume`, `--shard`, `--time-budget`) ---------------------------------
+# The 22 specs take hours one after the other, so a run is planned in shards (shards.Plan, as `--certified` is) and
+# resumed. The order puts first what the machine's other tenants disturb least, and the memory specs last: their
+# pressure is sized from the node's free memory when they begin, so memory that other processes take during the
+# spec counts as the pods' (PriorityMemoryEvictionOrdering failed so on 2026-11-29).
+RUN_ORDER = (
+    "CriticalPod",  # seconds each
+    "ImageGarbageCollect",
+    "PriorityPidEvictionOrdering",
+    "LocalStorageCapacityIsolationFSQuotaMonitoring",
+    "SystemNodeCriticalPod",
+    "InodeEviction",
+    "ImageGCNoEviction",
+    "LocalStorage",  # every LocalStorage*Eviction, and LocalStorageCapacityIsolationEviction
+    "PriorityLocalStorageEvictionOrdering",
+    "MemoryAllocatableEviction",
+    "PriorityMemoryEvictionOrdering",
+)
+# Seconds of one spec, measured here (docs/conformance.md, "node-eviction suite"), else by its tags below.
+MEASURED_SECONDS = {
+    "CriticalPod": 10.0,
+    "CriticalPodWithPodLevelResources": 10.0,
+    "PriorityPidEvictionOrdering": 490.0,
+    "MemoryAllocatableEviction": 680.0,
+    "PriorityMemoryEvictionOrdering": 600.0,
+}
+SLOW_SECONDS = 720.0  # an eviction spec: a config change, pressure, the 5 min transition period, 1 min stable
+OTHER_SECONDS = 120.0
+
+
+def spec_test(name: str) -> str:
+    """The spec's top container: `[sig-node] InodeEviction [Slow] ...` → `InodeEviction`."""
+    words = name.split()
+    return words[1] if len(words) > 1 and words[0] == "[sig-node]" else name
+
+
+def run_rank(name: str) -> int:
+    test = spec_test(name)
+    for rank, prefix in enumerate(RUN_ORDER):
+        if test.startswith(prefix):
+            return rank
+    return len(RUN_ORDER)
+
+
+def ordered(names: list[str]) -> list[str]:
+    """The specs in RUN_ORDER (stable: by text within one rank)."""
+    return sorted(names, key=lambda name: (run_rank(name), name))
+
+
+def estimated_seconds(name: str) -> float:
+    test = spec_test(name)
+    if test in MEASURED_SECONDS:
+        return MEASURED_SECONDS[test]
+    return SLOW_SECONDS if "[Slow]" in name else OTHER_SECONDS
+
+
+def within_budget(names: tuple[str, ...], seconds: dict[str, float], left: float | None) -> tuple[str, ...]:
+    """The longest prefix of `names` whose estimated seconds fit in `left` seconds (None: no budget)."""
+    if left is None:
+        return names
+    taken: list[str] = []
+    used = 0.0
+    for name in names:
+        used += seconds.get(name, SLOW_SECONDS)
+        if used > left:
+            break
+        taken.append(name)
+    return tuple(taken)

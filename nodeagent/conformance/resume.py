@@ -35,6 +35,8 @@ SHARDS_DIR = "shards"
 ATTEMPT_FILE = "attempt.json"
 GINKGO_PID_FILE = "ginkgo.pid"
 _ATTEMPT = re.compile(r"^attempt-(\d+)$")
+# What an attempt's PID runs: the ginkgo CLI (e2e.test's runs), or e2e_node.test itself (the node suite runs alone).
+_PROGRAMS = (b"ginkgo", b"e2e_node.test")
 
 
 @dataclass(frozen=True)
@@ -140,7 +142,8 @@ def missing(shard: Shard, attempts: Iterable[Attempt]) -> tuple[str, ...]:
 
 
 def running_ginkgo(attempt: Attempt, proc_root: Path = Path("/proc")) -> int | None:
-    """The PID of the attempt's ginkgo when the attempt has no recorded end and that process still runs ginkgo."""
+    """The PID of the attempt's ginkgo (or e2e_node.test) when the attempt has no recorded end and that process
+    still runs it."""
     if attempt.record is not None and attempt.record.exit_code is not None:
         return None
     try:
@@ -149,4 +152,4 @@ def running_ginkgo(attempt: Attempt, proc_root: Path = Path("/proc")) -> int | N
     except (OSError, ValueError):
         return None
     program = cmdline.split(b"\0", 1)[0]
-    return pid if program.endswith(b"ginkgo") else None
+    return pid if program.endswith(_PROGRAMS) else None

@@ -63,6 +63,7 @@ class Plan:
     shards: tuple[Shard, ...]
     created: str  # ISO time
     version: str  # nodeagent's version and commit, and the release of the suite
+    suite: str = "certified"  # the selection: "certified", or a node suite's name ("node-eviction")
 
     @property
     def total(self) -> int:

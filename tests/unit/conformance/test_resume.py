@@ -169,3 +169,7 @@ def test_running_ginkgo(tmp_path: Path) -> None:
     assert running_ginkgo(unended, proc) is None
     (report_dir / "ginkgo.pid").write_text("43\n")  # gone
     assert running_ginkgo(unended, proc) is None
+    (proc / "44").mkdir()
+    (proc / "44" / "cmdline").write_bytes(b"/cache/e2e_node.test\0--ginkgo.focus=x\0")  # the node suite runs alone
+    (report_dir / "ginkgo.pid").write_text("44\n")
+    assert running_ginkgo(unended, proc) == 44

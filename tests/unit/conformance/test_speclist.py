@@ -67,6 +67,20 @@ def test_exact_focus_selects_exactly_the_listed_texts() -> None:
     assert r"\ " not in focus  # RE2 refuses escaped spaces
 
 
+def test_exact_focus_matches_what_ginkgo_sees_of_a_name_with_an_empty_container() -> None:
+    # The dry run's name joins every container's text, the empty Context("") of eviction_test.go too (two spaces);
+    # ginkgo's focus sees the texts that are not empty, joined by one space (checked on e2e_node.test 2026-11-29).
+    name = (
+        "[sig-node] PriorityPidEvictionOrdering [Slow] [Serial] [Disruptive] [Feature:Eviction] when we run "
+        "containers with PodAndContainerStatsFromCRI=false that should cause PIDPressure  should eventually evict "
+        "all of the correct pods"
+    )
+    focus = exact_focus("E2eNode Suite", [name])
+    assert re.search(focus, "E2eNode Suite " + name.replace("  ", " "))
+    assert re.search(focus, "E2eNode Suite " + name)
+    assert not re.search(focus, "E2eNode Suite " + name.replace("  ", " x "))
+
+
 def test_exact_focus_refuses_what_one_argument_cannot_hold() -> None:
     with pytest.raises(ConformanceError, match="too long"):
         exact_focus("Kubernetes e2e suite", [f"spec {i} " + "x" * 200 for i in range(MAX_FOCUS // 200)])

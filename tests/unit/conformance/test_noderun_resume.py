@@ -1,0 +1,159 @@
+"""The node-eviction run in shards that resume: the order of the specs, what a time budget lets start, what a
+second command with the same directory runs, and the merged report with its counts per group."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+
+import pytest
+
+from nodeagent.conformance import nodesuite
+from nodeagent.conformance.errors import ConformanceError
+from nodeagent.conformance.junit import Outcome, SpecResult
+from nodeagent.conformance.merge import JUNIT_FILE, junit_xml
+from nodeagent.conformance.noderun import NodeRunOptions, node_conformance, report, todo
+from nodeagent.conformance.progress import Progress
+from nodeagent.conformance.resume import Attempt, AttemptRecord, attempt_dir
+from nodeagent.conformance.shards import Plan, plan_shards
+from nodeagent.conformance.speclist import ListedSpec, SpecList
+
+LISTED = Path(__file__).with_name("testdata") / "e2e_node" / "eviction-neighbourhood.txt"
+SELECTION = sorted(
+    line.strip()
+    for line in LISTED.read_text().splitlines()
+    if line.strip() and re.search(nodesuite.NODE_EVICTION.focus, f"E2eNode Suite {line.strip()}")
+)
+PID_CRI = (
+    "[sig-node] PriorityPidEvictionOrdering [Slow] [Serial] [Disruptive] [Feature:Eviction] when we run containers "
+    "with PodAndContainerStatsFromCRI=true that should cause PIDPressure  should eventually evict all of the correct "
+    "pods"
+)
+CRITICAL = (
+    "[sig-node] CriticalPod [Serial] [Disruptive] [Feature:CriticalPod] when we need to admit a critical pod should "
+    "be able to create and delete a critical pod"
+)
+INODE = (
+    "[sig-node] InodeEviction [Slow] [Serial] [Disruptive] [Feature:Eviction] when we run containers that should "
+    "cause DiskPressure  should eventually evict all of the correct pods"
+)
+MEMORY = (
+    "[sig-node] PriorityMemoryEvictionOrdering [Slow] [Serial] [Disruptive] [Feature:Eviction] when we run "
+    "containers that should cause MemoryPressure  should eventually evict all of the correct pods"
+)
+
+
+def _plan(names: list[str], minutes: float = 45.0) -> Plan:
+    """As make_plan cuts it, without the dry run: the specs in RUN_ORDER, one process, shards of `minutes`."""
+    specs = SpecList("E2eNode Suite", tuple(ListedSpec(n, ("Serial",)) for n in nodesuite.ordered(names)))
+    estimates = {n: nodesuite.estimated_seconds(n) for n in names}
+    shards, _ = plan_shards(specs, estimates, procs=1, budget=minutes * 60)
+    return Plan("E2eNode Suite", "f", "", "", minutes * 60, shards, "2026-11-29T15:00:00+00:00", "v", "node-eviction")
+
+
+def _result(name: str, outcome: Outcome, state: str | None = None) -> SpecResult:
+    return SpecResult(name, "It", state or outcome.value, outcome, 600.0, "boom" if outcome is Outcome.FAILED else "")
+
+
+def _attempt(root: Path, shard: int, number: int, results: list[SpecResult] | None) -> Attempt:
+    record = AttemptRecord((), 1, "t", "v", 0, 1.0)
+    return Attempt(number, attempt_dir(root, shard, number), record, tuple(results) if results is not None else None)
+
+
+def test_the_selection_is_22_and_memory_comes_last() -> None:
+    assert len(SELECTION) == 22
+    ordered = nodesuite.ordered(list(reversed(SELECTION)))
+    assert sorted(ordered) == SELECTION
+    assert ordered[0].startswith("[sig-node] CriticalPod ")
+    tests = [nodesuite.spec_test(name) for name in ordered]
+    assert set(tests[-4:]) == {
+        "MemoryAllocatableEviction",
+        "MemoryAllocatableEvictionPodLevelResources",
+        "PriorityMemoryEvictionOrdering",
+        "PriorityMemoryEvictionOrderingPodLevelResources",
+    }
+    assert tests.index("PriorityPidEvictionOrdering") < tests.index("InodeEviction")
+
+
+def test_estimates_measured_then_by_tag() -> None:
+    assert nodesuite.estimated_seconds(CRITICAL) == 10.0
+    assert nodesuite.estimated_seconds(PID_CRI) == 490.0
+    assert nodesuite.estimated_seconds(INODE) == nodesuite.SLOW_SECONDS
+    image_gc = next(n for n in SELECTION if "ImageGarbageCollect" in n)
+    assert nodesuite.estimated_seconds(image_gc) == nodesuite.OTHER_SECONDS
+
+
+def test_within_budget_takes_the_prefix_that_fits() -> None:
+    seconds = {"a": 100.0, "b": 200.0, "c": 50.0}
+    assert nodesuite.within_budget(("a", "b", "c"), seconds, None) == ("a", "b", "c")
+    assert nodesuite.within_budget(("a", "b", "c"), seconds, 350) == ("a", "b", "c")
+    assert nodesuite.within_budget(("a", "b", "c"), seconds, 299) == ("a",)  # c fits but must not overtake b
+    assert nodesuite.within_budget(("a", "b", "c"), seconds, 99) == ()
+
+
+def test_the_plan_cuts_the_22_into_shards_under_the_budget() -> None:
+    plan = _plan(SELECTION)
+    assert plan.total == 22
+    assert all(shard.procs == 1 for shard in plan.shards)
+    assert all(shard.estimate_seconds <= 45 * 60 or len(shard.specs) == 1 for shard in plan.shards)
+    assert len(plan.shards) >= 5  # 17 slow specs of 8-12 min do not fit in fewer 45 min shards
+    flat = [name for shard in plan.shards for name in shard.specs]
+    assert flat == nodesuite.ordered(SELECTION)
+
+
+def test_todo_skips_ends_and_runs_again_what_has_none(tmp_path: Path) -> None:
+    plan = _plan([CRITICAL, PID_CRI, INODE, MEMORY], minutes=30)
+    first = plan.shards[0]
+    assert first.specs == (CRITICAL, PID_CRI, INODE)  # 1220 s of estimates; the memory spec in a shard of its own
+    everything = todo(plan, {}, shard=None, left=None)
+    assert [name for _, names in everything for name in names] == [CRITICAL, PID_CRI, INODE, MEMORY]
+    # Attempt 1 of shard 1: CriticalPod failed (an end), the next spec interrupted (none), a third a bare skip.
+    results = [_result(CRITICAL, Outcome.FAILED)]
+    results += [_result(name, Outcome.FAILED, "interrupted") for name in first.specs[1:2]]
+    results += [_result(name, Outcome.NOT_SELECTED, "skipped") for name in first.specs[2:]]
+    attempts = {first.index: [_attempt(tmp_path, first.index, 1, results)]}
+    left = [name for _, names in todo(plan, attempts, shard=None, left=None) for name in names]
+    assert left == [PID_CRI, INODE, MEMORY]
+    # A killed attempt (no JUnit) ends nothing.
+    killed = {first.index: [_attempt(tmp_path, first.index, 1, None)]}
+    assert next(n for _, names in todo(plan, killed, shard=None, left=None) for n in names) == CRITICAL
+    # --shard K: only that shard.
+    last = plan.shards[-1]
+    assert todo(plan, attempts, shard=last.index, left=None) == [(last, last.specs)]
+    with pytest.raises(ConformanceError):
+        todo(plan, attempts, shard=99, left=None)
+
+
+def test_todo_under_a_time_budget(tmp_path: Path) -> None:
+    plan = _plan([CRITICAL, PID_CRI, INODE, MEMORY], minutes=30)
+    names = lambda chosen: [n for _, ns in chosen for n in ns]  # noqa: E731
+    assert names(todo(plan, {}, shard=None, left=10 * 60)) == [CRITICAL, PID_CRI]  # 10 s + 490 s
+    assert names(todo(plan, {}, shard=None, left=25 * 60)) == [CRITICAL, PID_CRI, INODE]
+    assert names(todo(plan, {}, shard=None, left=5)) == []
+
+
+def test_a_second_command_on_the_same_directory_reports_and_resumes(tmp_path: Path) -> None:
+    plan = _plan([CRITICAL, PID_CRI, INODE, MEMORY], minutes=30)
+    plan.save(tmp_path)
+    first = plan.shards[0]
+    directory = attempt_dir(tmp_path, first.index, 1)
+    directory.mkdir(parents=True)
+    (directory / "attempt.json").write_text(AttemptRecord(first.specs, 1, "t", "v", 1, 620.0).to_json())
+    (directory / "junit_01.xml").write_text(
+        _junit([_result(CRITICAL, Outcome.PASSED), _result(PID_CRI, Outcome.FAILED)])
+    )
+    text, ok = report(tmp_path)
+    assert not ok
+    assert text.startswith("node-eviction suite: focus f\n")
+    assert "passed 1, failed 1, skipped 0, not run 2 (of 4 specs)" in text
+    assert "critical pods" in text  # the counts per group follow the merged report
+    assert (tmp_path / "junit_node-eviction.xml").exists() and not (tmp_path / JUNIT_FILE).exists()
+    assert (tmp_path / "report.txt").read_text().rstrip("\n") == text
+    # The same directory with another focus is refused before anything runs.
+    with pytest.raises(ConformanceError, match="holds a plan"):
+        asyncio.run(node_conformance(NodeRunOptions(focus="other", dir=tmp_path), Progress()))
+
+
+def _junit(results: list[SpecResult]) -> str:
+    return junit_xml(results, suite_name="E2eNode Suite")
