@@ -103,6 +103,16 @@ def prepare(root: Path, *, testbed_root: Path, agent_config: Path, kubelet: Kube
     return d
 
 
+def read_only_target(d: SuiteDir) -> tuple[str, int] | None:
+    """Where the node's read-only server listens, when loopback does not reach it (loopbackforward.py): the
+    config's `address` and `readOnlyPort`; None when `address` is a wildcard or loopback already."""
+    config = yaml.safe_load(d.config.read_text()) or {}
+    address = str(config.get("address", "0.0.0.0"))
+    if address in {"0.0.0.0", "::", "127.0.0.1", "localhost"}:
+        return None
+    return address, int(config.get("readOnlyPort", READ_ONLY_PORT))
+
+
 def suite_path(d: SuiteDir, path: str | None = None) -> str:
     """The suite's PATH: the shims first."""
     rest = os.environ.get("PATH", "") if path is None else path

@@ -23,6 +23,7 @@ the results.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import datetime
 import os
@@ -31,7 +32,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from nodeagent.conformance import build, nodeadapter, nodesuite, repolist, speclist
+from nodeagent.conformance import build, loopbackforward, nodeadapter, nodesuite, repolist, speclist
 from nodeagent.conformance.certified import check_focus, run_lock, version_text
 from nodeagent.conformance.errors import ConformanceError
 from nodeagent.conformance.harness import prepare_images, run_dir, stop_event
@@ -74,6 +75,11 @@ class NodeRunOptions:
     shard_minutes: float = 45.0  # a new plan's shards are cut to this estimate
     time_budget_minutes: float | None = None  # start only the specs whose estimates fit in this, from the start
     report_only: bool = False
+
+    @property
+    def new_plan_focus(self) -> str:
+        """The focus a new plan lists: the given one, else the whole selection's."""
+        return self.focus if self.focus is not None else nodesuite.NODE_EVICTION.focus
 
 
 @dataclass(frozen=True)
@@ -213,9 +219,8 @@ async def node_conformance(options: NodeRunOptions, progress: Progress | None = 
                 )
             progress.step(f"resuming the plan of {plan.created}")
         else:
-            focus = options.focus if options.focus is not None else nodesuite.NODE_EVICTION.focus
             binary = await asyncio.to_thread(build.build_e2e_node, progress)
-            plan = await make_plan(binary, focus, root, options.shard_minutes, progress)
+            plan = await make_plan(binary, options.new_plan_focus, root, options.shard_minutes, progress)
             plan.save(root)
         progress.write(format_plan(plan).replace("certified plan", f"{plan.suite} plan"))
         attempts = {shard.index: await asyncio.to_thread(read_attempts, root, shard.index) for shard in plan.shards}
@@ -281,39 +286,24 @@ async def _run(
         repo_list = repolist.write_repo_list(root / "repo-list.yaml", settings.registry)
         await prepare_images(binary, repo_list, settings.registry, root, progress=progress)
         stop = stop_event()
-        for shard, planned in chosen:
-            specs = planned
-            if stop.is_set():
-                break
-            if deadline is not None:
-                left = deadline - time.monotonic()
-                specs = nodesuite.within_budget(specs, {n: nodesuite.estimated_seconds(n) for n in specs}, left)
-                if not specs:
-                    progress.step(
-                        f"time budget: {left / 60:.0f} min left, too little for shard {shard.index}'s next spec"
-                    )
-                    break
-            free = free_fraction(root)
-            if free < MIN_FREE_FRACTION:
-                progress.step(
-                    f"disk: {free:.0%} of {root}'s filesystem is free, under {MIN_FREE_FRACTION:.0%}: no further "
-                    "attempt (the testbed's imagefs threshold of 15 % would evict the pods)"
-                )
-                break
+        async with contextlib.AsyncExitStack() as stack:
+            if (read_only := nodeadapter.read_only_target(d)) is not None:
+                loopback = ("127.0.0.1", nodeadapter.READ_ONLY_PORT)
+                await stack.enter_async_context(loopbackforward.forward(loopback, read_only))
+                progress.step(f"metrics: 127.0.0.1:{loopback[1]} forwarded to the node's {read_only[0]}:{read_only[1]}")
             target = SuiteTarget(settings.apiserver_url, token, bed.layout.containerd_socket, root)
-            await _attempt(
+            await _shards(
                 plan,
-                shard,
-                specs,
+                chosen,
                 binary=binary,
                 target=target,
                 d=d,
                 repo_list=repo_list,
                 options=options,
                 progress=progress,
+                deadline=deadline,
                 stop=stop,
             )
-            await asyncio.to_thread(report, root)  # after every shard: a run killed later keeps what ended
     finally:
         if options.keep:
             progress.step(
@@ -322,6 +312,52 @@ async def _run(
         else:
             progress.step("testbed: down")
             await _down(bed, options.kubelet)
+
+
+async def _shards(
+    plan: Plan,
+    chosen: list[tuple[Shard, tuple[str, ...]]],
+    *,
+    binary: Path,
+    target: SuiteTarget,
+    d: nodeadapter.SuiteDir,
+    repo_list: Path,
+    options: NodeRunOptions,
+    progress: Progress,
+    deadline: float | None,
+    stop: asyncio.Event,
+) -> None:
+    """Each chosen shard's specs as one attempt, while time, disk and the user allow."""
+    for shard, planned in chosen:
+        specs = planned
+        if stop.is_set():
+            break
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            specs = nodesuite.within_budget(specs, {n: nodesuite.estimated_seconds(n) for n in specs}, left)
+            if not specs:
+                progress.step(f"time budget: {left / 60:.0f} min left, too little for shard {shard.index}'s next spec")
+                break
+        free = free_fraction(target.report_dir)
+        if free < MIN_FREE_FRACTION:
+            progress.step(
+                f"disk: {free:.0%} of {target.report_dir}'s filesystem is free, under {MIN_FREE_FRACTION:.0%}: no "
+                "further attempt (the testbed's imagefs threshold of 15 % would evict the pods)"
+            )
+            break
+        await _attempt(
+            plan,
+            shard,
+            specs,
+            binary=binary,
+            target=target,
+            d=d,
+            repo_list=repo_list,
+            options=options,
+            progress=progress,
+            stop=stop,
+        )
+        await asyncio.to_thread(report, target.report_dir)  # after every shard: a run killed later keeps what ended
 
 
 async def _attempt(

@@ -75,3 +75,9 @@ def test_the_node_suite_passes_its_options(monkeypatch: pytest.MonkeyPatch) -> N
     assert seen == [noderun.NodeRunOptions(focus="Inode", dir=Path("/tmp/x"), kubelet=Kubelet.UPSTREAM)]
     assert main(["conformance", "--suite", "node-eviction"]) == 0
     assert seen[1] == noderun.NodeRunOptions()  # the 22 specs' focus, a 4 h timeout
+    argv = ["conformance", "--suite", "node-eviction", "--resume", "/tmp/x", "--shard", "2", "--time-budget", "30"]
+    assert main(argv) == 0
+    assert seen[2] == noderun.NodeRunOptions(dir=Path("/tmp/x"), shard=2, time_budget_minutes=30.0)
+    assert main(["conformance", "--suite", "node-eviction", "--report", "/tmp/x"]) == 0
+    assert seen[3] == noderun.NodeRunOptions(dir=Path("/tmp/x"), report_only=True)
+    assert main(["conformance", "--suite", "node-eviction", "--dir", "/tmp/x", "--resume", "/tmp/y"]) == 1

@@ -108,7 +108,7 @@ def test_the_suite_argv_runs_without_services_against_the_testbed(tmp_path: Path
 
 
 def test_the_default_focus_selects_the_22_specs() -> None:
-    focus = re.compile(noderun.NodeRunOptions().focus)
+    focus = re.compile(noderun.NodeRunOptions().new_plan_focus)
     assert sum(1 for name in LISTED if focus.search(f"{SUITE_DESCRIPTION} {name}")) == 22
 
 
