@@ -71,6 +71,7 @@ RUN_ORDER = (
 MEASURED_SECONDS = {
     "CriticalPod": 10.0,
     "CriticalPodWithPodLevelResources": 10.0,
+    "ImageGarbageCollect": 345.0,  # the image GC period is 5 min, hardcoded
     "PriorityPidEvictionOrdering": 490.0,
     "MemoryAllocatableEviction": 680.0,
     "PriorityMemoryEvictionOrdering": 600.0,

@@ -81,7 +81,8 @@ def test_estimates_measured_then_by_tag() -> None:
     assert nodesuite.estimated_seconds(PID_CRI) == 490.0
     assert nodesuite.estimated_seconds(INODE) == nodesuite.SLOW_SECONDS
     image_gc = next(n for n in SELECTION if "ImageGarbageCollect" in n)
-    assert nodesuite.estimated_seconds(image_gc) == nodesuite.OTHER_SECONDS
+    assert nodesuite.estimated_seconds(image_gc) == 345.0
+    assert nodesuite.estimated_seconds("[sig-node] Other [Serial] spec") == nodesuite.OTHER_SECONDS
 
 
 def test_within_budget_takes_the_prefix_that_fits() -> None:
