@@ -74,6 +74,7 @@ MEASURED_SECONDS = {
     "ImageGarbageCollect": 345.0,  # the image GC period is 5 min, hardcoded
     "PriorityPidEvictionOrdering": 490.0,
     "MemoryAllocatableEviction": 680.0,
+    "SystemNodeCriticalPod": 860.0,  # 8 min of Consistently under DiskPressure, then the 5 min transition period
     "PriorityMemoryEvictionOrdering": 600.0,
 }
 SLOW_SECONDS = 720.0  # an eviction spec: a config change, pressure, the 5 min transition period, 1 min stable
