@@ -188,13 +188,14 @@ async def _conformance(args: argparse.Namespace) -> int:
     )
     default = preset.skip if preset is not None else default_skip(slow=args.slow)
     label_filter = args.label_filter if args.label_filter is not None else preset.label_filter if preset else ""
-    kubeconfig, registry = args.kubeconfig, args.registry
+    kubeconfig, registry, cluster = args.kubeconfig, args.registry, None
     if args.cluster is not None:
         # A `nodeagent cluster up` cluster (e.g. the devices preset's multi-node specs): its admin kubeconfig and its
         # registry, from its state.
         if kubeconfig is not None:
             raise ConformanceError("give --cluster or --kubeconfig, not both")
-        target = cluster_target(args.cluster.resolve())
+        cluster = args.cluster.resolve()
+        target = cluster_target(cluster)
         kubeconfig, registry = target.kubeconfig, target.registry
     return await conformance(
         HarnessOptions(
@@ -208,6 +209,7 @@ async def _conformance(args: argparse.Namespace) -> int:
             timeout=args.timeout,
             dir=args.dir,
             kubeconfig=kubeconfig,
+            cluster=cluster,
             registry=registry,
             keep=args.keep,
         )

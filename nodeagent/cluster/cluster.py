@@ -31,8 +31,8 @@ from nodeagent.cluster.node import Node, NodeError
 from nodeagent.testbed import controlplaneimages, coredns, hostnet, processes, registry
 from nodeagent.testbed.install import Progress as InstallProgress
 from nodeagent.testbed.kubeadm import build_kubeadm, kubeadm_path
+from nodeagent.testbed.kubectl import KubectlError, kubectl
 from nodeagent.testbed.layout import Layout
-from nodeagent.testbed.versions import kubernetes_bin_dir
 
 log = logging.getLogger(__name__)
 
@@ -264,18 +264,10 @@ class Cluster:
 
     async def kubectl(self, *args: str) -> str:
         """kubectl as the cluster's admin; its output, or ClusterError naming the command."""
-        proc = await asyncio.create_subprocess_exec(
-            str(kubernetes_bin_dir() / "kubectl"),
-            f"--kubeconfig={self.admin_kubeconfig}",
-            *args,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        out, err = await proc.communicate()
-        if proc.returncode != 0:
-            raise ClusterError(f"kubectl {' '.join(args)}: {err.decode(errors='replace').strip()}")
-        return out.decode()
+        try:
+            return await kubectl(self.admin_kubeconfig, *args)
+        except KubectlError as exc:
+            raise ClusterError(str(exc)) from exc
 
     def _join_command(self, first: Node) -> config.JoinCommand:
         """The endpoint, token and CA hash of the join line `kubeadm init` printed (its log)."""

@@ -16,12 +16,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from nodeagent.cluster.cluster import Cluster, ClusterError
 from nodeagent.conformance import build, images, junit, repolist, summary
 from nodeagent.conformance.errors import ConformanceError
 from nodeagent.conformance.presets import Preset, format_group_counts, group_counts, missing_api_versions
 from nodeagent.conformance.progress import Progress
 from nodeagent.conformance.run import RunOptions, ginkgo_argv, run_ginkgo
 from nodeagent.testbed import install as installer
+from nodeagent.testbed.kubectl import KubectlError, kubectl
 from nodeagent.testbed.testbed import Testbed
 from nodeagent.testbed.versions import kubernetes_bin_dir
 
@@ -37,6 +39,7 @@ class HarnessOptions:
     timeout: str
     dir: Path | None = None
     kubeconfig: Path | None = None
+    cluster: Path | None = None  # the `nodeagent cluster up` directory kubeconfig and registry were read from
     registry: str | None = None  # the registry the repo list points at, for a cluster given by kubeconfig
     keep: bool = False
     expected_specs: int = 0  # a fixed subset: exactly this many specs must run (0: any number)
@@ -69,7 +72,7 @@ async def conformance(options: HarnessOptions, progress: Progress | None = None)
         if options.kubeconfig is not None:
             kubeconfig, registry_addr, kubelet_root = options.kubeconfig.resolve(), options.registry, None
             if options.preset is not None and options.preset.runtime_config:
-                await check_api_versions(kubeconfig, options.preset)
+                await check_api_versions(options.preset, kubeconfig=kubeconfig, cluster=options.cluster)
         else:
             preset = options.preset
             bed = Testbed(root / "testbed", runtime_config=(preset.runtime_config or None) if preset else None)
@@ -153,21 +156,18 @@ async def conformance(options: HarnessOptions, progress: Progress | None = None)
                 await bed.down()
 
 
-async def check_api_versions(kubeconfig: Path, preset: Preset) -> None:
+async def check_api_versions(preset: Preset, *, kubeconfig: Path, cluster: Path | None = None) -> None:
     """A cluster given by kubeconfig must serve what the preset's testbed would (its --runtime-config); else the
-    specs that use those versions fail with "the server could not find the requested resource"."""
-    proc = await asyncio.create_subprocess_exec(
-        str(kubernetes_bin_dir() / "kubectl"),
-        f"--kubeconfig={kubeconfig}",
-        "api-versions",
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await proc.communicate()
-    if proc.returncode != 0:
-        raise ConformanceError(f"kubectl api-versions: {err.decode(errors='replace').strip()}")
-    missing = missing_api_versions(preset.runtime_config, out.decode().splitlines())
+    specs that use those versions fail with "the server could not find the requested resource". A `nodeagent
+    cluster up` cluster (--cluster) is asked as its admin, through its own kubectl."""
+    try:
+        if cluster is not None:
+            served = await Cluster(cluster).kubectl("api-versions")
+        else:
+            served = await kubectl(kubeconfig, "api-versions")
+    except (ClusterError, KubectlError) as exc:
+        raise ConformanceError(str(exc)) from exc
+    missing = missing_api_versions(preset.runtime_config, served.splitlines())
     if missing:
         raise ConformanceError(
             f"the cluster does not serve {', '.join(missing)}, which the {preset.name} preset's specs use: bring it "
