@@ -5,10 +5,9 @@ apiserver sends them (Content-Length, chunked, errors)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 
 import pytest
 
@@ -16,6 +15,7 @@ from nodeagent.kube.client import KubeClient
 from nodeagent.kube.direct import DirectConnection
 from nodeagent.kube.errors import ApiUnavailable, Conflict, NotFound
 from nodeagent.kube.kubeconfig import ClusterCredentials
+from tests.unit.kube.loopback import serving
 
 LEASE = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1"
 
@@ -51,17 +51,6 @@ class Server:
                     break
         finally:
             writer.close()
-
-
-@contextlib.asynccontextmanager
-async def serving(server: Server) -> AsyncIterator[Server]:
-    listener = await asyncio.start_server(server.handle, "127.0.0.1", 0)
-    server.port = listener.sockets[0].getsockname()[1]
-    try:
-        yield server
-    finally:
-        listener.close()
-        await listener.wait_closed()
 
 
 def _connection(server: Server, *, clock: Callable[[], float] = time.monotonic) -> DirectConnection:

@@ -4,12 +4,10 @@ handshake cut short by a cancel closes its socket."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import time
 import types
 import warnings
-from collections.abc import AsyncIterator
 
 import httpcore
 import pytest
@@ -17,6 +15,7 @@ import pytest
 from nodeagent.kube.client import KubeClient
 from nodeagent.kube.kubeconfig import ClusterCredentials
 from nodeagent.nodestatus.lease import LEASE_RENEW_FRACTION
+from tests.unit.kube.loopback import serving
 
 ANSWER = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
 
@@ -42,17 +41,6 @@ class Server:
             self.closed.set()
         finally:
             writer.close()
-
-
-@contextlib.asynccontextmanager
-async def serving(server: Server) -> AsyncIterator[Server]:
-    listener = await asyncio.start_server(server.handle, "127.0.0.1", 0)
-    server.port = listener.sockets[0].getsockname()[1]
-    try:
-        yield server
-    finally:
-        listener.close()
-        await listener.wait_closed()
 
 
 async def test_a_connection_outlives_the_lease_renew_interval(monkeypatch: pytest.MonkeyPatch) -> None:
