@@ -92,6 +92,21 @@ class SuiteTarget:
     report_dir: Path
 
 
+@dataclass(frozen=True)
+class SuiteRun:
+    """What every attempt of one command shares: the plan, the suite's binary, where it finds the cluster and the
+    node, its working directory and repo list, the command's options and output, and the stop its signals set."""
+
+    plan: Plan
+    binary: Path
+    target: SuiteTarget
+    d: nodeadapter.SuiteDir
+    repo_list: Path
+    options: NodeRunOptions
+    progress: Progress
+    stop: asyncio.Event
+
+
 def suite_argv(binary: Path, target: SuiteTarget, *, focus: str, timeout: str) -> list[str]:
     """`e2e_node.test` against an external apiserver (no services of its own), verbose, one process."""
     return [
@@ -292,18 +307,8 @@ async def _run(
                 await stack.enter_async_context(loopbackforward.forward(loopback, read_only))
                 progress.step(f"metrics: 127.0.0.1:{loopback[1]} forwarded to the node's {read_only[0]}:{read_only[1]}")
             target = SuiteTarget(settings.apiserver_url, token, bed.layout.containerd_socket, root)
-            await _shards(
-                plan,
-                chosen,
-                binary=binary,
-                target=target,
-                d=d,
-                repo_list=repo_list,
-                options=options,
-                progress=progress,
-                deadline=deadline,
-                stop=stop,
-            )
+            run = SuiteRun(plan, binary, target, d, repo_list, options, progress, stop)
+            await _shards(run, chosen, deadline=deadline)
     finally:
         if options.keep:
             progress.step(
@@ -314,23 +319,12 @@ async def _run(
             await _down(bed, options.kubelet)
 
 
-async def _shards(
-    plan: Plan,
-    chosen: list[tuple[Shard, tuple[str, ...]]],
-    *,
-    binary: Path,
-    target: SuiteTarget,
-    d: nodeadapter.SuiteDir,
-    repo_list: Path,
-    options: NodeRunOptions,
-    progress: Progress,
-    deadline: float | None,
-    stop: asyncio.Event,
-) -> None:
+async def _shards(run: SuiteRun, chosen: list[tuple[Shard, tuple[str, ...]]], *, deadline: float | None) -> None:
     """Each chosen shard's specs as one attempt, while time, disk and the user allow."""
+    progress, target = run.progress, run.target
     for shard, planned in chosen:
         specs = planned
-        if stop.is_set():
+        if run.stop.is_set():
             break
         if deadline is not None:
             left = deadline - time.monotonic()
@@ -345,34 +339,12 @@ async def _shards(
                 "further attempt (the testbed's imagefs threshold of 15 % would evict the pods)"
             )
             break
-        await _attempt(
-            plan,
-            shard,
-            specs,
-            binary=binary,
-            target=target,
-            d=d,
-            repo_list=repo_list,
-            options=options,
-            progress=progress,
-            stop=stop,
-        )
+        await _attempt(run, shard, specs)
         await asyncio.to_thread(report, target.report_dir)  # after every shard: a run killed later keeps what ended
 
 
-async def _attempt(
-    plan: Plan,
-    shard: Shard,
-    specs: tuple[str, ...],
-    *,
-    binary: Path,
-    target: SuiteTarget,
-    d: nodeadapter.SuiteDir,
-    repo_list: Path,
-    options: NodeRunOptions,
-    progress: Progress,
-    stop: asyncio.Event,
-) -> None:
+async def _attempt(run: SuiteRun, shard: Shard, specs: tuple[str, ...]) -> None:
+    progress, target = run.progress, run.target
     root = target.report_dir
     number = next_attempt(await asyncio.to_thread(read_attempts, root, shard.index))
     report_dir = attempt_dir(root, shard.index, number)
@@ -384,18 +356,20 @@ async def _attempt(
         version=version_text(),
     )
     (report_dir / "attempt.json").write_text(record.to_json())
-    focus = speclist.exact_focus(plan.description, specs)
-    argv = suite_argv(binary, dataclasses.replace(target, report_dir=report_dir), focus=focus, timeout=options.timeout)
+    focus = speclist.exact_focus(run.plan.description, specs)
+    argv = suite_argv(
+        run.binary, dataclasses.replace(target, report_dir=report_dir), focus=focus, timeout=run.options.timeout
+    )
     progress.step(f"{shard.label}: attempt {number}, {len(specs)} specs, output in {report_dir / 'ginkgo.log'}")
     started = time.monotonic()
     code = await run_ginkgo(
         argv,
-        env=suite_env(d, repo_list, dict(os.environ)),
+        env=suite_env(run.d, run.repo_list, dict(os.environ)),
         log_path=report_dir / "ginkgo.log",
         show=progress.write,
-        stop=stop,
+        stop=run.stop,
         on_start=lambda pid: _write_pid(report_dir, pid),
-        cwd=d.root,
+        cwd=run.d.root,
     )
     seconds = time.monotonic() - started
     (report_dir / "attempt.json").write_text(

@@ -5,17 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from nodeagent.conformance import nodesuite
+from nodeagent.conformance import nodeadapter, noderun, nodesuite, speclist
 from nodeagent.conformance.errors import ConformanceError
 from nodeagent.conformance.junit import Outcome, SpecResult
 from nodeagent.conformance.merge import JUNIT_FILE, junit_xml
-from nodeagent.conformance.noderun import NodeRunOptions, node_conformance, report, todo
+from nodeagent.conformance.noderun import NodeRunOptions, SuiteRun, SuiteTarget, node_conformance, report, todo
 from nodeagent.conformance.progress import Progress
-from nodeagent.conformance.resume import Attempt, AttemptRecord, attempt_dir
+from nodeagent.conformance.resume import GINKGO_PID_FILE, Attempt, AttemptRecord, attempt_dir
 from nodeagent.conformance.shards import Plan, plan_shards
 from nodeagent.conformance.speclist import ListedSpec, SpecList
 
@@ -158,3 +159,75 @@ def test_a_second_command_on_the_same_directory_reports_and_resumes(tmp_path: Pa
 
 def _junit(results: list[SpecResult]) -> str:
     return junit_xml(results, suite_name="E2eNode Suite")
+
+
+class FakeSuite:
+    """Stands in for run_ginkgo: records each e2e_node.test command and ends it with `code`."""
+
+    def __init__(self, code: int = 0) -> None:
+        self.code = code
+        self.runs: list[tuple[list[str], dict[str, str], Path | None]] = []
+
+    async def __call__(
+        self,
+        argv: list[str],
+        *,
+        env: dict[str, str],
+        log_path: Path,
+        show: Callable[[str], None],
+        stop: asyncio.Event | None = None,
+        on_start: Callable[[int], None] | None = None,
+        cwd: Path | None = None,
+    ) -> int:
+        if on_start is not None:
+            on_start(4242)
+        self.runs.append((argv, env, cwd))
+        return self.code
+
+
+def _suite_run(root: Path, plan: Plan, stop: asyncio.Event | None = None) -> SuiteRun:
+    target = SuiteTarget("https://198.18.0.1:6443", "tok", root / "containerd.sock", root)
+    d = nodeadapter.suite_dir(root / "node-e2e")
+    options = NodeRunOptions(dir=root, timeout="3h")
+    return SuiteRun(
+        plan, root / "e2e_node.test", target, d, root / "repo-list.yaml", options, Progress(), stop or asyncio.Event()
+    )
+
+
+async def test_each_chosen_shard_is_one_attempt_of_the_suite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    plan = _plan([CRITICAL, PID_CRI, INODE, MEMORY], minutes=30)
+    plan.save(tmp_path)
+    suite = FakeSuite(code=1)
+    monkeypatch.setattr(noderun, "run_ginkgo", suite)
+    monkeypatch.setattr(noderun, "free_fraction", lambda path: 0.5)
+    run = _suite_run(tmp_path, plan)
+    first, last = plan.shards[0], plan.shards[-1]
+    await noderun._shards(run, [(first, (PID_CRI, INODE)), (last, last.specs)], deadline=None)
+    assert len(suite.runs) == 2
+    argv, env, cwd = suite.runs[0]
+    assert f"--ginkgo.focus={speclist.exact_focus(plan.description, (PID_CRI, INODE))}" in argv
+    assert "--ginkgo.timeout=3h" in argv and argv[0] == str(tmp_path / "e2e_node.test")
+    assert f"--report-dir={attempt_dir(tmp_path, first.index, 1)}" in argv
+    assert env["PATH"].startswith(f"{run.d.bin}:") and env["KUBE_TEST_REPO_LIST"] == str(run.repo_list)
+    assert cwd == run.d.root
+    record = AttemptRecord.from_json((attempt_dir(tmp_path, first.index, 1) / "attempt.json").read_text())
+    assert (record.asked, record.exit_code) == ((PID_CRI, INODE), 1)
+    assert (attempt_dir(tmp_path, last.index, 1) / GINKGO_PID_FILE).read_text() == "4242\n"
+    assert (tmp_path / "report.txt").exists()  # merged after each shard
+    # A second command's attempt of the same shard is the next number.
+    await noderun._shards(run, [(first, (INODE,))], deadline=None)
+    assert f"--report-dir={attempt_dir(tmp_path, first.index, 2)}" in suite.runs[-1][0]
+
+
+async def test_no_attempt_once_stopped_or_short_of_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    plan = _plan([CRITICAL, PID_CRI, INODE, MEMORY], minutes=30)
+    plan.save(tmp_path)
+    suite = FakeSuite()
+    monkeypatch.setattr(noderun, "run_ginkgo", suite)
+    monkeypatch.setattr(noderun, "free_fraction", lambda path: 0.5)
+    stop = asyncio.Event()
+    stop.set()
+    await noderun._shards(_suite_run(tmp_path, plan, stop), [(plan.shards[0], (CRITICAL,))], deadline=None)
+    monkeypatch.setattr(noderun, "free_fraction", lambda path: noderun.MIN_FREE_FRACTION - 0.01)
+    await noderun._shards(_suite_run(tmp_path, plan), [(plan.shards[0], (CRITICAL,))], deadline=None)
+    assert suite.runs == []
