@@ -423,7 +423,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=None,
         metavar="MINUTES",
-        help="with --suite: start only the specs whose estimates fit in MINUTES from the command's start",
+        help="with --suite: start the pending specs in the plan's order (shards whose specs all ended passed over) "
+        "while their estimates fit in MINUTES from the command's start",
     )
     certified_group.add_argument(
         "--durations",

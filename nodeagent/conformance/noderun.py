@@ -14,8 +14,9 @@ The 22 specs take hours one after the other, so a run is a directory that later 
   repo-list.yaml, images.txt   as for e2e.test (harness.py)
 
 Running the command again with the same `--dir` (or `--resume DIR`) runs only the specs with no end yet (a
-failure is an end); `--shard K` only shard K; `--time-budget M` starts only the specs whose estimates fit in M
-minutes from the command's start; `--report DIR` prints the merged report. The agent is started through the shim
+failure is an end); `--shard K` only shard K; `--time-budget M` starts the specs with no end yet in the plan's
+order, passing over shards that have ended, until the next one's estimate does not fit in M minutes from the
+command's start; `--report DIR` prints the merged report. The agent is started through the shim
 (`systemctl start`), as the suite later restarts it. docs/conformance.md, "node-eviction suite", has the design and
 the results.
 """
@@ -29,6 +30,7 @@ import datetime
 import os
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -178,18 +180,21 @@ def todo(
     plan: Plan, attempts: dict[int, list[Attempt]], *, shard: int | None, left: float | None
 ) -> list[tuple[Shard, tuple[str, ...]]]:
     """Each selected shard with its specs that have no end yet, cut to the time `left` (seconds; None: no limit):
-    the specs, in the plan's order, whose estimates add up to no more than that."""
+    the specs, in the plan's order, whose estimates add up to no more than that. A shard whose specs all have an
+    end is passed over, as `--certified` does; the first spec that does not fit ends the list, so that no later
+    spec overtakes it."""
     shards = [plan.shard(shard)] if shard is not None else list(plan.shards)
     chosen: list[tuple[Shard, tuple[str, ...]]] = []
     for one in shards:
-        names = missing(one, attempts.get(one.index, ()))
+        pending = missing(one, attempts.get(one.index, ()))
+        names = pending
         if left is not None:
-            names = nodesuite.within_budget(names, {n: nodesuite.estimated_seconds(n) for n in names}, left)
+            names = nodesuite.within_budget(pending, {n: nodesuite.estimated_seconds(n) for n in pending}, left)
             left -= sum(nodesuite.estimated_seconds(n) for n in names)
-            if not names:
-                break  # the next spec does not fit: a later shard's must not overtake it
         if names:
             chosen.append((one, names))
+        if names != pending:
+            break  # the budget cut this shard short
     return chosen
 
 
@@ -319,15 +324,22 @@ async def _run(
             await _down(bed, options.kubelet)
 
 
-async def _shards(run: SuiteRun, chosen: list[tuple[Shard, tuple[str, ...]]], *, deadline: float | None) -> None:
-    """Each chosen shard's specs as one attempt, while time, disk and the user allow."""
+async def _shards(
+    run: SuiteRun,
+    chosen: list[tuple[Shard, tuple[str, ...]]],
+    *,
+    deadline: float | None,
+    clock: Callable[[], float] = time.monotonic,
+) -> None:
+    """Each chosen shard's specs as one attempt, while time, disk and the user allow. The time left is checked again
+    before each shard (the testbed took some); a shard it cuts short is the last one, as in `todo`."""
     progress, target = run.progress, run.target
     for shard, planned in chosen:
         specs = planned
         if run.stop.is_set():
             break
         if deadline is not None:
-            left = deadline - time.monotonic()
+            left = deadline - clock()
             specs = nodesuite.within_budget(specs, {n: nodesuite.estimated_seconds(n) for n in specs}, left)
             if not specs:
                 progress.step(f"time budget: {left / 60:.0f} min left, too little for shard {shard.index}'s next spec")
@@ -341,6 +353,12 @@ async def _shards(run: SuiteRun, chosen: list[tuple[Shard, tuple[str, ...]]], *,
             break
         await _attempt(run, shard, specs)
         await asyncio.to_thread(report, target.report_dir)  # after every shard: a run killed later keeps what ended
+        if specs != planned:
+            progress.step(
+                f"time budget: shard {shard.index}'s other {len(planned) - len(specs)} spec(s) did not fit; no later "
+                "shard starts before them"
+            )
+            break
 
 
 async def _attempt(run: SuiteRun, shard: Shard, specs: tuple[str, ...]) -> None:

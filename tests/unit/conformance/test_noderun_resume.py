@@ -4,20 +4,21 @@ second command with the same directory runs, and the merged report with its coun
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from nodeagent.conformance import nodeadapter, noderun, nodesuite, speclist
+from nodeagent.conformance import build, nodeadapter, noderun, nodesuite, speclist
 from nodeagent.conformance.errors import ConformanceError
 from nodeagent.conformance.junit import Outcome, SpecResult
 from nodeagent.conformance.merge import JUNIT_FILE, junit_xml
 from nodeagent.conformance.noderun import NodeRunOptions, SuiteRun, SuiteTarget, node_conformance, report, todo
 from nodeagent.conformance.progress import Progress
 from nodeagent.conformance.resume import GINKGO_PID_FILE, Attempt, AttemptRecord, attempt_dir
-from nodeagent.conformance.shards import Plan, plan_shards
+from nodeagent.conformance.shards import Plan, Shard, plan_shards
 from nodeagent.conformance.speclist import ListedSpec, SpecList
 
 LISTED = Path(__file__).with_name("testdata") / "e2e_node" / "eviction-neighbourhood.txt"
@@ -127,9 +128,12 @@ def test_todo_skips_ends_and_runs_again_what_has_none(tmp_path: Path) -> None:
         todo(plan, attempts, shard=99, left=None)
 
 
+def names(chosen: list[tuple[Shard, tuple[str, ...]]]) -> list[str]:
+    return [n for _, ns in chosen for n in ns]
+
+
 def test_todo_under_a_time_budget(tmp_path: Path) -> None:
     plan = _plan([CRITICAL, PID_CRI, INODE, MEMORY], minutes=30)
-    names = lambda chosen: [n for _, ns in chosen for n in ns]  # noqa: E731
     assert names(todo(plan, {}, shard=None, left=10 * 60)) == [CRITICAL, PID_CRI]  # 10 s + 490 s
     assert names(todo(plan, {}, shard=None, left=25 * 60)) == [CRITICAL, PID_CRI, INODE]
     assert names(todo(plan, {}, shard=None, left=5)) == []
@@ -231,3 +235,75 @@ async def test_no_attempt_once_stopped_or_short_of_disk(tmp_path: Path, monkeypa
     monkeypatch.setattr(noderun, "free_fraction", lambda path: noderun.MIN_FREE_FRACTION - 0.01)
     await noderun._shards(_suite_run(tmp_path, plan), [(plan.shards[0], (CRITICAL,))], deadline=None)
     assert suite.runs == []
+
+
+def test_a_time_budget_goes_past_the_shards_that_have_ended(tmp_path: Path) -> None:
+    """`--resume DIR --time-budget M` without `--shard`: shard 1 all ended must not stop the run before shard 2."""
+    plan = _plan(SELECTION)
+    first, second = plan.shards[0], plan.shards[1]
+    ended = {first.index: [_attempt(tmp_path, first.index, 1, [_result(n, Outcome.PASSED) for n in first.specs])]}
+    budget = 25 * 60
+    expected = nodesuite.within_budget(second.specs, {n: nodesuite.estimated_seconds(n) for n in second.specs}, budget)
+    assert expected  # shard 2's first spec fits in 25 min
+    assert todo(plan, ended, shard=None, left=budget) == [(second, expected)]
+    # The same with no budget, and with --shard: what `--shard K` always did.
+    assert todo(plan, ended, shard=None, left=None)[0] == (second, second.specs)
+    assert todo(plan, ended, shard=second.index, left=budget) == [(second, expected)]
+
+
+def test_a_time_budget_lets_no_later_spec_overtake_one_it_cut(tmp_path: Path) -> None:
+    """Shard 1's next spec does not fit what is left; shard 2's short one would, but runs only after it."""
+    plan = _plan([CRITICAL, PID_CRI, INODE, MEMORY], minutes=30)
+    shards = (
+        dataclasses.replace(plan.shards[0], specs=(PID_CRI, INODE)),
+        dataclasses.replace(plan.shards[1], specs=(CRITICAL, MEMORY)),
+    )
+    plan = dataclasses.replace(plan, shards=shards)
+    # PID_CRI is 490 s; INODE (720 s) does not fit the 110 s left, so CRITICAL (10 s) waits too.
+    assert names(todo(plan, {}, shard=None, left=10 * 60)) == [PID_CRI]
+
+
+async def test_a_resumed_command_with_a_time_budget_runs_the_next_pending_specs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plan = _plan(SELECTION)
+    plan.save(tmp_path)
+    first, second = plan.shards[0], plan.shards[1]
+    directory = attempt_dir(tmp_path, first.index, 1)
+    directory.mkdir(parents=True)
+    (directory / "attempt.json").write_text(AttemptRecord(first.specs, 1, "t", "v", 0, 600.0).to_json())
+    (directory / "junit_01.xml").write_text(_junit([_result(n, Outcome.PASSED) for n in first.specs]))
+    ran: list[list[tuple[Shard, tuple[str, ...]]]] = []
+
+    async def fake_run(plan: Plan, chosen: list[tuple[Shard, tuple[str, ...]]], **_: object) -> None:
+        ran.append(chosen)
+
+    monkeypatch.setattr(noderun, "_run", fake_run)
+    monkeypatch.setattr(build, "build_e2e_node", lambda progress: tmp_path / "e2e_node.test")
+    options = NodeRunOptions(dir=tmp_path, time_budget_minutes=25)
+    assert await node_conformance(options, Progress(write=lambda line: None)) == 1  # specs still not run
+    (chosen,) = ran
+    assert [shard.index for shard, _ in chosen] == [second.index]
+    assert chosen[0][1][0] == second.specs[0]
+
+
+async def test_the_time_left_is_checked_before_each_shard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    plan = _plan([CRITICAL, PID_CRI, INODE, MEMORY], minutes=30)
+    plan.save(tmp_path)
+    suite = FakeSuite()
+    monkeypatch.setattr(noderun, "run_ginkgo", suite)
+    monkeypatch.setattr(noderun, "free_fraction", lambda path: 0.5)
+    first, last = plan.shards[0], plan.shards[-1]
+    chosen = [(first, (PID_CRI, INODE)), (last, (CRITICAL,))]
+    now = [0.0]
+    # 1000 s left when shard 1 starts: PID_CRI (490 s) fits, INODE (720 s) does not, and CRITICAL must wait for it.
+    await noderun._shards(_suite_run(tmp_path, plan), chosen, deadline=1000.0, clock=lambda: now[0])
+    record = AttemptRecord.from_json((attempt_dir(tmp_path, first.index, 1) / "attempt.json").read_text())
+    assert record.asked == (PID_CRI,) and len(suite.runs) == 1
+    # Too little left for the first spec: no attempt at all.
+    now[0] = 600.0
+    await noderun._shards(_suite_run(tmp_path, plan), chosen, deadline=1000.0, clock=lambda: now[0])
+    assert len(suite.runs) == 1
+    # Enough for all: both shards.
+    await noderun._shards(_suite_run(tmp_path, plan), chosen, deadline=1e6, clock=lambda: now[0])
+    assert len(suite.runs) == 3
