@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import re
-from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -166,27 +166,27 @@ def _junit(results: list[SpecResult]) -> str:
 
 
 class FakeSuite:
-    """Stands in for run_ginkgo: records each e2e_node.test command and ends it with `code`."""
+    """Stands in for run_ginkgo (its keywords as run_ginkgo takes them): records each e2e_node.test command, its
+    environment and working directory, reports PID 4242 started, and ends it with `code`."""
 
-    def __init__(self, code: int = 0) -> None:
-        self.code = code
+    def __init__(self) -> None:
+        self.code = 0
         self.runs: list[tuple[list[str], dict[str, str], Path | None]] = []
 
-    async def __call__(
-        self,
-        argv: list[str],
-        *,
-        env: dict[str, str],
-        log_path: Path,
-        show: Callable[[str], None],
-        stop: asyncio.Event | None = None,
-        on_start: Callable[[int], None] | None = None,
-        cwd: Path | None = None,
-    ) -> int:
-        if on_start is not None:
+    async def __call__(self, argv: list[str], **kwargs: Any) -> int:
+        if (on_start := kwargs.get("on_start")) is not None:
             on_start(4242)
-        self.runs.append((argv, env, cwd))
+        self.runs.append((argv, kwargs["env"], kwargs.get("cwd")))
         return self.code
+
+
+@pytest.fixture
+def suite(monkeypatch: pytest.MonkeyPatch) -> FakeSuite:
+    """noderun's run_ginkgo stood in for, on a disk half free."""
+    fake = FakeSuite()
+    monkeypatch.setattr(noderun, "run_ginkgo", fake)
+    monkeypatch.setattr(noderun, "free_fraction", lambda path: 0.5)
+    return fake
 
 
 def _suite_run(root: Path, plan: Plan, stop: asyncio.Event | None = None) -> SuiteRun:
@@ -198,12 +198,10 @@ def _suite_run(root: Path, plan: Plan, stop: asyncio.Event | None = None) -> Sui
     )
 
 
-async def test_each_chosen_shard_is_one_attempt_of_the_suite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_each_chosen_shard_is_one_attempt_of_the_suite(tmp_path: Path, suite: FakeSuite) -> None:
     plan = _plan([CRITICAL, PID_CRI, INODE, MEMORY], minutes=30)
     plan.save(tmp_path)
-    suite = FakeSuite(code=1)
-    monkeypatch.setattr(noderun, "run_ginkgo", suite)
-    monkeypatch.setattr(noderun, "free_fraction", lambda path: 0.5)
+    suite.code = 1
     run = _suite_run(tmp_path, plan)
     first, last = plan.shards[0], plan.shards[-1]
     await noderun._shards(run, [(first, (PID_CRI, INODE)), (last, last.specs)], deadline=None)
@@ -223,12 +221,11 @@ async def test_each_chosen_shard_is_one_attempt_of_the_suite(tmp_path: Path, mon
     assert f"--report-dir={attempt_dir(tmp_path, first.index, 2)}" in suite.runs[-1][0]
 
 
-async def test_no_attempt_once_stopped_or_short_of_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_no_attempt_once_stopped_or_short_of_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, suite: FakeSuite
+) -> None:
     plan = _plan([CRITICAL, PID_CRI, INODE, MEMORY], minutes=30)
     plan.save(tmp_path)
-    suite = FakeSuite()
-    monkeypatch.setattr(noderun, "run_ginkgo", suite)
-    monkeypatch.setattr(noderun, "free_fraction", lambda path: 0.5)
     stop = asyncio.Event()
     stop.set()
     await noderun._shards(_suite_run(tmp_path, plan, stop), [(plan.shards[0], (CRITICAL,))], deadline=None)
@@ -287,12 +284,9 @@ async def test_a_resumed_command_with_a_time_budget_runs_the_next_pending_specs(
     assert chosen[0][1][0] == second.specs[0]
 
 
-async def test_the_time_left_is_checked_before_each_shard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_the_time_left_is_checked_before_each_shard(tmp_path: Path, suite: FakeSuite) -> None:
     plan = _plan([CRITICAL, PID_CRI, INODE, MEMORY], minutes=30)
     plan.save(tmp_path)
-    suite = FakeSuite()
-    monkeypatch.setattr(noderun, "run_ginkgo", suite)
-    monkeypatch.setattr(noderun, "free_fraction", lambda path: 0.5)
     first, last = plan.shards[0], plan.shards[-1]
     chosen = [(first, (PID_CRI, INODE)), (last, (CRITICAL,))]
     now = [0.0]
