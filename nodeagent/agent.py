@@ -121,7 +121,7 @@ from nodeagent.sources import url as url_source
 from nodeagent.sources.apiserver import SOURCE as API_SOURCE
 from nodeagent.sources.apiserver import run_apiserver_source
 from nodeagent.sources.problems import ManifestProblem
-from nodeagent.startup import RuntimeUnavailable, StopRequested, until_stopped, wait_for_runtime
+from nodeagent.startup import RuntimeUnavailable, RuntimeVersion, StopRequested, until_stopped, wait_for_runtime
 from nodeagent.staticpods import MirrorPods
 from nodeagent.stats.provider import StatsProvider
 from nodeagent.stats.volumemetrics import VolumeStatsCollector
@@ -413,7 +413,7 @@ async def _start(options: AgentOptions, stop: asyncio.Event, emulation: Emulatio
                 "reading the node's facts",
                 asyncio.to_thread(
                     gather_node_facts,
-                    container_runtime_version=runtime_version,
+                    container_runtime_version=str(runtime_version),
                     kubelet_version=kubelet_version,
                     hostname=node_name,
                     internal_ip=options.node_ip,
@@ -455,6 +455,7 @@ async def _start(options: AgentOptions, stop: asyncio.Event, emulation: Emulatio
                     config=config,
                     node_name=node_name,
                     facts=facts,
+                    runtime_version=runtime_version,
                     cri=cri,
                     client=client,
                     supervisor=supervisor,
@@ -477,6 +478,7 @@ async def _run(
     config: KubeletConfiguration,
     node_name: str,
     facts: NodeFacts,
+    runtime_version: RuntimeVersion,
     cri: RuntimeServices,
     client: KubeClient | None,
     supervisor: Supervisor,
@@ -733,9 +735,7 @@ async def _run(
         qos_cgroups=qos_cgroups,
         # containerd's own task API, when the runtime is containerd over gRPC (not an emulated node's fake).
         task_deleter=(
-            cri.containerd_tasks.end
-            if isinstance(cri, CRIClient) and facts.container_runtime_version.startswith("containerd:")
-            else None
+            cri.containerd_tasks.end if isinstance(cri, CRIClient) and runtime_version.name == "containerd" else None
         ),
     )
     sources = [API_SOURCE] if client is not None else []
@@ -774,6 +774,7 @@ async def _run(
         pod_cache=pod_cache,
         client=client,
         host_ips=(facts.internal_ip,),
+        runtime_type=runtime_version.name,
         record_event=pod_event,
         request_relist=pleg.request_relist,
         request_reinspect=pleg.request_reinspect,

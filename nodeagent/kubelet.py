@@ -292,6 +292,8 @@ class Kubelet:
     pod_cache: PodStatusSource
     client: KubeClient | None = None
     host_ips: tuple[str, ...] = ()
+    # The runtime's name from its Version answer: the type of the containerIDs in pod statuses (`<type>://<id>`).
+    runtime_type: str = "containerd"
     record_event: Callable[[Pod, str, str, str], None] = lambda pod, type_, reason, message: None
     prober: ProbeManager | None = None
     # The PLEG's on-demand relist of one pod (upstream: RequestPodRelist after a SyncPod that acted).
@@ -789,6 +791,7 @@ class Kubelet:
             pod_ips=pod_ips,
             host_ips=self.host_ips,
             pod_is_terminal=terminal,
+            runtime_type=self.runtime_type,
             old_status=published,
             supports_recursive_read_only=self.supports_recursive_read_only(pod),
             resize_conditions=resize_conditions,

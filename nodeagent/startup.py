@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable
+from dataclasses import dataclass
 from typing import Final, TypeVar
 
 from cri.errors import CRIError
@@ -83,8 +84,21 @@ def runtime_retry_delays(budget: float) -> list[float]:
     return delays
 
 
-async def wait_for_runtime(runtime: RuntimeService, endpoint: str, *, budget: float, clock: Clock) -> str:
-    """The runtime's `name://version` once it answers Version; RuntimeUnavailable when it has not within `budget`."""
+@dataclass(frozen=True)
+class RuntimeVersion:
+    """The runtime's name and version from its Version answer, read once at start as upstream's runtime manager
+    reads them. The name is the type of every containerID the agent reports (`<name>://<id>`,
+    kubecontainer.ContainerID); `str()` is the Node's containerRuntimeVersion, `containerd://1.7.24`."""
+
+    name: str
+    version: str
+
+    def __str__(self) -> str:
+        return f"{self.name}://{self.version}"
+
+
+async def wait_for_runtime(runtime: RuntimeService, endpoint: str, *, budget: float, clock: Clock) -> RuntimeVersion:
+    """The runtime's version once it answers Version; RuntimeUnavailable when it has not within `budget`."""
     delays = iter(runtime_retry_delays(budget))
     while True:
         try:
@@ -96,4 +110,4 @@ async def wait_for_runtime(runtime: RuntimeService, endpoint: str, *, budget: fl
             log.warning("container runtime not ready endpoint=%s retry_in=%.1fs error=%s", endpoint, delay, exc)
             await clock.sleep(delay)
             continue
-        return f"{version.runtime_name}://{version.runtime_version}"
+        return RuntimeVersion(version.runtime_name, version.runtime_version)

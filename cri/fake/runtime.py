@@ -43,7 +43,9 @@ from cri.v1 import api_pb2
 
 log = logging.getLogger(__name__)
 
-RUNTIME_NAME = "fake"
+# As kubemark's hollow nodes (cri-api's FakeRuntimeService): the agent types containerIDs with this name
+# (`fakeRuntime://<id>`) and the Node reports `fakeRuntime://0.1.0`, so an emulated pod or node says what it is.
+RUNTIME_NAME = "fakeRuntime"
 RUNTIME_VERSION = "0.1.0"
 SERVICE = "/runtime.v1.RuntimeService/"
 

@@ -212,6 +212,8 @@ def status_resources(
     resources: Mapping[str, Any],
     container: ContainerInput | None = None,
     previous: Mapping[str, Any] | None = None,
+    *,
+    runtime_type: str = "containerd",
 ) -> tuple[JSON, JSON | None]:
     """`resources` and `allocatedResources` of a status built from a runtime container (upstream
     convertContainerStatusResources and allocatedContainer.Resources.Requests). `resources` is the container's
@@ -225,7 +227,7 @@ def status_resources(
     if (
         previous is not None
         and "running" in state_of(previous)
-        and previous.get("containerID") == _full_id("containerd", container.container_id)
+        and previous.get("containerID") == _full_id(runtime_type, container.container_id)
     ):
         old = previous.get("resources") or {}
 
@@ -344,7 +346,7 @@ def container_status(
     else:
         status = _from_runtime_container(container, previous, runtime_type)
         if resources is not None:
-            status["resources"], allocated = status_resources(resources, container, previous)
+            status["resources"], allocated = status_resources(resources, container, previous, runtime_type=runtime_type)
             if allocated is not None:
                 status["allocatedResources"] = allocated
     if container.waiting_reason:

@@ -126,7 +126,7 @@ async def test_fleet_nodes_register_renew_and_run_a_deployment(
             for node in nodes:
                 # (the node controller's not-ready taint may still be there, for a moment)
                 assert {"key": FLEET_LABEL, "value": prefix, "effect": "NoSchedule"} in node["spec"]["taints"]
-                assert node["status"]["nodeInfo"]["containerRuntimeVersion"] == "fake://0.1.0"
+                assert node["status"]["nodeInfo"]["containerRuntimeVersion"] == "fakeRuntime://0.1.0"
             names = [n["metadata"]["name"] for n in nodes]
 
             async def all_leased() -> dict[str, dict[str, Any]] | None:
@@ -167,6 +167,8 @@ async def test_fleet_nodes_register_renew_and_run_a_deployment(
                 for pod in pods:
                     (status,) = pod["status"]["containerStatuses"]
                     assert status["ready"] and "running" in status["state"]
+                    # The type is the fake runtime's name from its Version answer, as kubemark's hollow nodes say.
+                    assert status["containerID"].startswith("fakeRuntime://")
 
                 # Leases renewed (every 10 s: a quarter of the 40 s lease) by every node.
                 async def all_renewed() -> bool:

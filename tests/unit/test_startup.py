@@ -106,7 +106,8 @@ async def test_the_runtime_is_waited_for_until_it_answers(runtime: ScriptedRunti
     runtime.script["Version"] = VERSION  # the runtime is up now
     await _until(lambda: clock.sleepers == 1)
     await clock.advance(1.0)
-    assert await asyncio.wait_for(task, 5) == "containerd://1.7.24"
+    version = await asyncio.wait_for(task, 5)
+    assert (version.name, version.version, str(version)) == ("containerd", "1.7.24", "containerd://1.7.24")
     assert len(runtime.calls_of("Version")) == 3
 
 

@@ -55,6 +55,16 @@ async def test_contract_outcomes(logs: str) -> None:
     assert not fake.runtime.sandboxes and not fake.runtime.containers
 
 
+async def test_version_names_the_runtime_as_kubemarks_fake_does() -> None:
+    # The name types the emulated pods' containerIDs (`fakeRuntime://<id>`), never containerd's.
+    version = await FakeCRI("n1").runtime.version("v1")
+    assert (version.runtime_name, version.runtime_version, version.runtime_api_version) == (
+        "fakeRuntime",
+        "0.1.0",
+        "v1",
+    )
+
+
 async def test_events_shapes(logs: str) -> None:
     fake = FakeCRI("n1")
     await fake.image.pull_image(api_pb2.ImageSpec(image=IMAGE))

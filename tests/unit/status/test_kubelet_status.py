@@ -96,7 +96,7 @@ class Workers:
         self.updates.append((options.update_type, options.pod["metadata"]["uid"]))
 
 
-def kubelet(statuses: Statuses) -> Kubelet:
+def kubelet(statuses: Statuses, runtime_type: str = "containerd") -> Kubelet:
     k = Kubelet(
         node_name="n1",
         pod_config=PodConfig(["api"]),
@@ -104,6 +104,7 @@ def kubelet(statuses: Statuses) -> Kubelet:
         status_manager=statuses,
         node=lambda: None,
         pod_cache=Cache(),
+        runtime_type=runtime_type,
         wall=lambda: NOW,
     )
     return k
@@ -197,6 +198,15 @@ async def test_ephemeral_containers_are_reported_from_the_runtime() -> None:
     assert debugger["containerID"] == "containerd://e1"
     assert debugger["ready"] is False and "started" not in debugger
     assert [c["name"] for c in published["containerStatuses"]] == ["app"]
+
+
+@pytest.mark.parametrize("runtime_type", ["containerd", "fakeRuntime"])
+async def test_container_ids_are_typed_with_the_runtimes_name(runtime_type: str) -> None:
+    statuses = Statuses()
+    k = kubelet(statuses, runtime_type=runtime_type)
+    await k.sync_pod(UpdateType.SYNC, pod(), cached(running("c1", "app")))
+    [app] = statuses.published["u1"]["containerStatuses"]
+    assert app["containerID"] == f"{runtime_type}://c1"
 
 
 async def test_a_terminated_pod_marks_containers_without_an_end() -> None:

@@ -50,6 +50,15 @@ def test_status_resources(case: str, given: ContainerInput, previous: Obj | None
     assert status["allocatedResources"] == ALLOCATED["requests"], case
 
 
+def test_the_same_instance_is_known_by_the_runtimes_type() -> None:
+    # The previous status's containerID carries the runtime's name (the fleet's fake runtime here), not containerd.
+    previous = {"name": "main", "state": {"running": {}}, "containerID": "fakeRuntime://c1",
+                "resources": {"limits": {"cpu": "250m"}}}  # fmt: skip
+    status = container_status(running(), previous=previous, resources=ALLOCATED, runtime_type="fakeRuntime")
+    assert status["containerID"] == "fakeRuntime://c1"
+    assert status["resources"]["limits"]["cpu"] == "250m"
+
+
 def test_a_cpu_limit_at_the_minimum_keeps_the_allocated_text() -> None:
     status = container_status(running(cpu_limit_milli=10), resources={"limits": {"cpu": "5m"}})
     assert status["resources"] == {"limits": {"cpu": "5m"}}
