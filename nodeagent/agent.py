@@ -112,7 +112,7 @@ from nodeagent.prober import Prober, ProberManager, ProberMetrics
 from nodeagent.processsettings import apply_process_settings, cgroup_v1_problem, host_is_unified
 from nodeagent.runtimeclass import RuntimeClassManager, UnresolvedRuntimeClasses
 from nodeagent.server.host import AgentHost
-from nodeagent.server.http import HTTPServer
+from nodeagent.server.http import Handler, HTTPServer
 from nodeagent.server.serve import build_auth, run_server, serving_files
 from nodeagent.server.server import KubeletServer
 from nodeagent.server.tls import server_context
@@ -169,6 +169,10 @@ class AgentOptions:
 # another thread, maybe), until cancelled: a fleet's heartbeat thread (`nodeagent.fleet.heartbeat`).
 LeaseRenewer = Callable[[str, Path, Callable[[], str]], Coroutine[Any, Any, None]]
 
+# Serves a node's kubelet API on a listener shared with other nodes: given the node's address and its server's
+# handler, routes that address's requests to it; the returned callable stops the routing (`nodeagent.fleet`).
+KubeletAPIRoute = Callable[[str, Handler], Callable[[], None]]
+
 
 @dataclass(frozen=True)
 class Emulation:
@@ -180,15 +184,18 @@ class Emulation:
     signal handlers (`stop` ends the node), the cgroup driver and SELinux checks, device plugins and the PodResources
     server (gRPC servers on sockets), CSI plugin registration, pod and QoS cgroups, the memory threshold notifiers
     and container log rotation; volumes are plain directories (no tmpfs mounts) and pod log directories are under
-    the node's root dir. The kubelet API, healthz and read-only servers follow `config` (the fleet turns them
-    off). With `lease_renewer` the node's Lease is renewed by it (on the fleet's own thread and client) instead of
-    beside the node status in this loop."""
+    the node's root dir. The healthz and read-only servers follow `config` (the fleet turns them off). The kubelet
+    API (authenticated and authorized as for a real node, with the node's own credential for the webhooks) is
+    served through `kubelet_api` on the fleet's shared listener, when `config` enables it; the node opens no port
+    of its own. With `lease_renewer` the node's Lease is renewed by it (on the fleet's own thread and client)
+    instead of beside the node status in this loop."""
 
     runtime: RuntimeServices
     facts: NodeFacts
     config: KubeletConfiguration
     stop: asyncio.Event
     lease_renewer: LeaseRenewer | None = None
+    kubelet_api: KubeletAPIRoute | None = None
 
 
 def read_resolv_conf(path: str) -> ResolvConf:
@@ -465,11 +472,23 @@ async def _start(options: AgentOptions, stop: asyncio.Event, emulation: Emulatio
                     started=started,
                     host=emulation is None,
                     lease_renewer=emulation.lease_renewer if emulation is not None else None,
+                    kubelet_api=emulation.kubelet_api if emulation is not None else None,
                 )
         finally:
             await supervisor.stop()
             if client is not None:
                 await client.aclose()
+
+
+async def _routed_kubelet_api(route: KubeletAPIRoute, address: str, api: KubeletServer) -> None:
+    """An emulated node's kubelet API: its requests routed to `api` from the fleet's listener until cancelled."""
+    unroute = route(address, api.handle)
+    log.info("kubelet api routed address=%s", address)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        unroute()
+        log.info("kubelet api unrouted address=%s active_streams=%d", address, api.active_streams)
 
 
 async def _run(
@@ -488,6 +507,7 @@ async def _run(
     started: contextlib.AsyncExitStack,
     host: bool = True,
     lease_renewer: LeaseRenewer | None = None,
+    kubelet_api: KubeletAPIRoute | None = None,
 ) -> None:
     """`host`: False for an emulated node (`Emulation`), which runs none of the host-level parts. `lease_renewer`:
     the Lease is renewed by it rather than by the node status manager (`Emulation.lease_renewer`)."""
@@ -1006,25 +1026,28 @@ async def _run(
             enable_debugging_handlers=config.enable_debugging_handlers,
             enable_system_log_handler=config.enable_system_log_handler,
         )
-        if config.server_tls_bootstrap and client is not None and not config.tls_cert_file:
-            # The serving certificate from the cluster's kubelet-serving signer, renewed before it expires.
-            tls = server_context(None, None, config.authentication.x509.client_ca_file)
-            serving = ServingCertificateManager(
-                client,
-                tls,
-                cert_dir=options.root_dir / "pki",
-                node_name=node_name,
-                addresses=(facts.hostname, facts.internal_ip),
-            )
-            serving.load_current()
-            supervisor.start("serving-certificate", serving.run())
+        if kubelet_api is not None:
+            supervisor.start("kubelet-server", _routed_kubelet_api(kubelet_api, facts.internal_ip, api))
         else:
-            cert, key = serving_files(config, options.root_dir, facts.hostname, (facts.internal_ip,))
-            tls = server_context(cert, key, config.authentication.x509.client_ca_file)
-        supervisor.start(
-            "kubelet-server",
-            run_server(api, HTTPServer(api.handle, ssl_context=tls), address=config.address, port=config.port),
-        )
+            if config.server_tls_bootstrap and client is not None and not config.tls_cert_file:
+                # The serving certificate from the cluster's kubelet-serving signer, renewed before it expires.
+                tls = server_context(None, None, config.authentication.x509.client_ca_file)
+                serving = ServingCertificateManager(
+                    client,
+                    tls,
+                    cert_dir=options.root_dir / "pki",
+                    node_name=node_name,
+                    addresses=(facts.hostname, facts.internal_ip),
+                )
+                serving.load_current()
+                supervisor.start("serving-certificate", serving.run())
+            else:
+                cert, key = serving_files(config, options.root_dir, facts.hostname, (facts.internal_ip,))
+                tls = server_context(cert, key, config.authentication.x509.client_ca_file)
+            supervisor.start(
+                "kubelet-server",
+                run_server(api, HTTPServer(api.handle, ssl_context=tls), address=config.address, port=config.port),
+            )
         if config.read_only_port:
             # As upstream's read-only server: plain HTTP, no authentication, and the debugging handlers (logs,
             # exec, attach, portForward, run, runningpods, /logs) answer 405 "Debug endpoints are disabled.".

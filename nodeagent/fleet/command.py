@@ -69,6 +69,20 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     fleet.add_argument("--pod-network", default=DEFAULT_POD_NETWORK)
     fleet.add_argument("--node-network", default=DEFAULT_NODE_NETWORK)
     fleet.add_argument("--pleg", default="evented", choices=("generic", "evented", "auto"))
+    fleet.add_argument(
+        "--kubelet-port",
+        type=int,
+        default=0,
+        help="serve every node's kubelet API (healthz, pods, stats/summary, metrics, containerLogs) on this port of "
+        "its own address (0: none). The node addresses must be local: `ip route add local <node-network> dev lo`",
+    )
+    fleet.add_argument(
+        "--tls-cert-file", type=Path, default=None, help="the kubelet API's certificate, for every node address"
+    )
+    fleet.add_argument("--tls-private-key-file", type=Path, default=None)
+    fleet.add_argument(
+        "--client-ca-file", type=Path, default=None, help="the CA of the apiserver's kubelet client certificate"
+    )
     fleet.add_argument("--pull-latency", type=float, default=0.0, help="seconds per image pull")
     fleet.add_argument("--start-latency", type=float, default=0.0, help="seconds per container start")
     fleet.add_argument("--cpu-millicores", type=int, default=1, help="each container's reported CPU use")
@@ -106,6 +120,10 @@ def options_from(args: argparse.Namespace) -> tuple[FleetOptions, Behaviour]:
         pod_prefix_length=args.pod_prefix_length,
         node_network=args.node_network,
         pleg=args.pleg,
+        kubelet_port=args.kubelet_port,
+        tls_cert_file=args.tls_cert_file,
+        tls_private_key_file=args.tls_private_key_file,
+        client_ca_file=args.client_ca_file,
     )
     behaviour = Behaviour(
         pull_latency=args.pull_latency,

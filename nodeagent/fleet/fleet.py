@@ -1,5 +1,6 @@
 """Run a planned fleet: every node a task in this event loop, started staggered, stopped together; their Leases
-renewed on a thread of their own (`heartbeat`), so that pod work in this loop does not delay them.
+renewed on a thread of their own (`heartbeat`), so that pod work in this loop does not delay them; with a kubelet
+port, every node's kubelet API on it, routed by the address a request came in on (`kubeletapi`).
 
 A node whose agent fails (a credential that may not register it, say) is logged and left down; the others go on.
 The fleet ends when `stop` is set, or when every node has failed (`FleetError`).
@@ -12,6 +13,8 @@ import logging
 from dataclasses import dataclass, field
 
 from cri.fake import Behaviour
+from nodeagent.agent import KubeletAPIRoute
+from nodeagent.fleet import kubeletapi
 from nodeagent.fleet.heartbeat import LeaseHeartbeats
 from nodeagent.fleet.node import run_node
 from nodeagent.fleet.plan import FleetError, FleetOptions, plan_nodes, shared_config
@@ -36,11 +39,25 @@ async def run_fleet(options: FleetOptions, behaviour: Behaviour, stop: asyncio.E
         plans[-1].name,
         options.stagger,
     )
+    route: KubeletAPIRoute | None = None
+    http = None
+    if options.kubelet_port:
+        router = kubeletapi.KubeletRouter()
+        addresses = [p.internal_ip for p in plans]
+        tls = kubeletapi.fleet_tls(
+            options.directory / "kubelet-api",
+            addresses,
+            cert_file=options.tls_cert_file,
+            key_file=options.tls_private_key_file,
+            client_ca_file=config.authentication.x509.client_ca_file,
+        )
+        http = await kubeletapi.listen(router, tls, addresses, options.kubelet_port)
+        route = router.route
     heartbeats = LeaseHeartbeats(config)
     heartbeats.start()
     tasks = {
         asyncio.create_task(
-            run_node(plan, options, config, behaviour, stop, lease_renewer=heartbeats.renew),
+            run_node(plan, options, config, behaviour, stop, lease_renewer=heartbeats.renew, kubelet_api=route),
             name=f"fleet-node-{plan.name}",
         ): plan.name
         for plan in plans
@@ -68,5 +85,7 @@ async def run_fleet(options: FleetOptions, behaviour: Behaviour, stop: asyncio.E
         await asyncio.gather(*pending, return_exceptions=True)
         # The nodes are down (each one's renewal cancelled with it): the thread ends and closes what is left.
         await asyncio.to_thread(heartbeats.stop)
+        if http is not None:
+            await http.close()
     log.info("fleet stopped nodes=%d failed=%d", len(plans), len(result.failed))
     return result

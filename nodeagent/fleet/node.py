@@ -9,7 +9,7 @@ import uuid
 
 from cri.fake import Behaviour, FakeCRI
 from cri.fake.runtime import RUNTIME_NAME, RUNTIME_VERSION
-from nodeagent.agent import AgentOptions, Emulation, LeaseRenewer, run_emulated_agent
+from nodeagent.agent import AgentOptions, Emulation, KubeletAPIRoute, LeaseRenewer, run_emulated_agent
 from nodeagent.config import KubeletConfiguration
 from nodeagent.fleet.plan import FLEET_LABEL, FleetOptions, NodePlan
 from nodeagent.nodestatus import NodeFacts
@@ -61,9 +61,11 @@ async def run_node(
     stop: asyncio.Event,
     *,
     lease_renewer: LeaseRenewer | None = None,
+    kubelet_api: KubeletAPIRoute | None = None,
 ) -> FakeCRI:
     """Run the node until `stop`; waits its turn first (the fleet's stagger). Returns its runtime (for reports).
-    `lease_renewer`: who renews the node's Lease (the fleet's heartbeat thread); None, the agent's own loop."""
+    `lease_renewer`: who renews the node's Lease (the fleet's heartbeat thread); None, the agent's own loop.
+    `kubelet_api`: the fleet's router of kubelet API requests, when the fleet serves it."""
     runtime = FakeCRI(plan.name, behaviour=behaviour, pod_network=plan.pod_network)
     try:
         await asyncio.wait_for(stop.wait(), plan.start_after)
@@ -78,6 +80,7 @@ async def run_node(
         config=config,
         stop=stop,
         lease_renewer=lease_renewer,
+        kubelet_api=kubelet_api,
     )
     async with runtime:
         await run_emulated_agent(agent_options(plan, options), emulation)

@@ -45,6 +45,11 @@ class FleetOptions:
     node_network: str = DEFAULT_NODE_NETWORK
     pod_prefix_length: int = DEFAULT_PODS_PER_NODE_PREFIX
     pleg: str = "evented"
+    # The kubelet API of every node on this one port (0: none), each node on its own address (`kubeletapi`).
+    kubelet_port: int = 0
+    tls_cert_file: Path | None = None  # None: a self-signed certificate for every node address
+    tls_private_key_file: Path | None = None
+    client_ca_file: Path | None = None  # the CA of client certificates (the apiserver's kubelet client)
 
 
 @dataclass(frozen=True)
@@ -76,8 +81,10 @@ def _taint_doc(text: str) -> dict[str, str]:
 
 
 def shared_config(options: FleetOptions) -> KubeletConfiguration:
-    """The KubeletConfiguration every node of the fleet runs with: no host-level servers (kubelet API, healthz,
-    read-only port), no QoS cgroups, no certificate rotation, no host DNS; the fleet's taints."""
+    """The KubeletConfiguration every node of the fleet runs with: no host-level servers (healthz, read-only port),
+    no QoS cgroups, no certificate rotation, no host DNS; the fleet's taints. The kubelet API only with
+    `kubelet_port`: then each node serves it through the fleet's listener, authenticated (client certificates of
+    `client_ca_file`, bearer tokens by TokenReview) and authorized (SubjectAccessReview) as upstream's defaults do."""
     taints = options.taints if options.taints is not None else (default_taint(options.prefix),)
     doc = {
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
@@ -85,7 +92,14 @@ def shared_config(options: FleetOptions) -> KubeletConfiguration:
         "cgroupDriver": "cgroupfs",
         "cgroupsPerQOS": False,
         "enforceNodeAllocatable": [],
-        "enableServer": False,
+        "enableServer": bool(options.kubelet_port),
+        "port": options.kubelet_port or 10250,
+        "authentication": {
+            "anonymous": {"enabled": False},
+            "webhook": {"enabled": True},
+            "x509": {"clientCAFile": str(options.client_ca_file) if options.client_ca_file else ""},
+        },
+        "authorization": {"mode": "Webhook"},
         "healthzPort": 0,
         "readOnlyPort": 0,
         "failSwapOn": False,

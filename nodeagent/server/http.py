@@ -66,6 +66,8 @@ class Request:
     body: bytes = b""
     peer_cert: Mapping[str, Any] | None = None
     remote: str = ""
+    # The address the connection came in on (no port): the emulated node it is for, on a fleet's shared port.
+    local: str = ""
 
     def header(self, name: str) -> str | None:
         wanted = name.lower()
@@ -189,8 +191,9 @@ class HTTPServer:
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
 
-    async def listen(self, host: str, port: int) -> int:
-        """Bind and start accepting; returns the bound port (useful with port 0)."""
+    async def listen(self, host: str | Sequence[str], port: int) -> int:
+        """Bind and start accepting, on one address or on each of several (one port); returns the bound port
+        (useful with port 0)."""
         self._server = await asyncio.start_server(
             self._on_connection, host or None, port, ssl=self._ssl, ssl_handshake_timeout=10 if self._ssl else None
         )
@@ -235,6 +238,8 @@ class HTTPServer:
         peer_cert = writer.get_extra_info("peercert")
         peer = writer.get_extra_info("peername")
         remote = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else ""
+        sockname = writer.get_extra_info("sockname")
+        local = str(sockname[0]) if isinstance(sockname, tuple) else ""
         loop = asyncio.get_running_loop()
         first = True
         while True:
@@ -267,6 +272,7 @@ class HTTPServer:
                 headers=_decode_headers(event.headers),
                 peer_cert=peer_cert,
                 remote=remote,
+                local=local,
             )
             responder = Responder(conn, writer, reader)
             body = _BodyState()
