@@ -1,9 +1,11 @@
 """The kubelet API of every emulated node, on one port per fleet process.
 
 The apiserver reaches a node's kubelet at `https://<InternalIP>:<daemonEndpoints.kubeletEndpoint.Port>` (logs, exec,
-`nodes/<name>/proxy`, metrics-server's scrapes). Nothing else in its request names the node: the path is the
-kubelet's own (`/healthz`, `/stats/summary`), the Host header is that same address and port, and Go sends no TLS
-server name for an IP address. So the node is told by the address the connection came in on. Every node advertises
+`nodes/<name>/proxy`, metrics-server's scrapes). Seen on the testbed (apiserver v1.34.4, `nodes/N/proxy/healthz`):
+the path is the kubelet's own (`/healthz`), no TLS server name (an IP address), and a Host header with the
+apiserver's own address, not the node's. Only the node proxy adds `X-Forwarded-Uri: /api/v1/nodes/N/proxy/...`;
+`pods/log` and metrics-server's scrapes name no node at all. So the node is told by the address the connection came
+in on. Every node advertises
 its own InternalIP and the fleet's one port; the fleet listens on that port on each node's address (one socket per
 node, one port), and `KubeletRouter` hands each request to the `KubeletServer` of the node whose address it came in
 on, each with its own host, stats, metrics and auth (webhooks through the node's own credential).

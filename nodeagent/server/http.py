@@ -190,6 +190,7 @@ class HTTPServer:
         self._idle_timeout = idle_timeout
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        self._closing = False
 
     async def listen(self, host: str | Sequence[str], port: int) -> int:
         """Bind and start accepting, on one address or on each of several (one port); returns the bound port
@@ -205,6 +206,10 @@ class HTTPServer:
         return len(self._connections)
 
     async def close(self) -> None:
+        """Stop listening and end every connection at once, as Go's Server.Close: a TLS connection is not shut down
+        gracefully, which would wait for the client's close_notify (asyncio's SSL shutdown, up to 30 s); an
+        apiserver keeps idle connections open and a fleet stopping would wait on each."""
+        self._closing = True
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
@@ -229,9 +234,12 @@ class HTTPServer:
             log.debug("kubelet server connection ended error=%r", exc)
         finally:
             self._connections.discard(task)
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+            if self._closing:
+                writer.transport.abort()
+            else:
+                writer.close()
+                with contextlib.suppress(Exception):
+                    await writer.wait_closed()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=HEADER_LIMIT)
