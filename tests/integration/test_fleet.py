@@ -6,7 +6,7 @@ answers (its node addresses made local to the machine by a `local` route on lo f
 
 The fleet runs as `python -m nodeagent fleet` in a process of its own, stopped by SIGTERM at the end (exit 0: no
 node failed). About 15 s on a quiet 2-core machine, most of it waiting for the first lease renewal (10 s); 40 s at a
-load average of 60, 113 s at 270."""
+load average of 60, 113 s at 270. The kubelet API check took 3.4 s of a 46 s run at load average 39."""
 
 from __future__ import annotations
 
@@ -138,7 +138,7 @@ async def check_kubelet_api(testbed: Testbed, pods: list[dict[str, Any]]) -> Non
         async def get(path: str, node: str = node) -> str:
             return await kubectl(testbed.layout.admin_kubeconfig, "get", "--raw", f"/api/v1/nodes/{node}/proxy{path}")
 
-        assert await get("/healthz") == "ok"
+        assert await get("/healthz") == "ok\n"
         served = {p["metadata"]["name"] for p in json.loads(await get("/pods"))["items"]}
         assert served == names, (node, served, names)
         summary = json.loads(await get("/stats/summary"))
