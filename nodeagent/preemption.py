@@ -22,8 +22,8 @@ worker is done, at most max(10 s, 1.5 x grace); past it: an `ExceededGracePeriod
 decision is taken inside admission (sync); the kills are carried out by `evict_preempted`, which the kubelet awaits
 right after admission and before the critical pod goes to its worker.
 
-Pod-level resources (spec.resources) are not counted here, as nodeagent's admission does not count them either (a
-known gap of the pod field audit).
+Requests are nodeagent.admission.resources' PodRequests, pod-level resources (spec.resources) in place of the
+containers' sums where set, as admission counts them.
 """
 
 from __future__ import annotations
@@ -93,8 +93,7 @@ def resource_request(pod: Pod, name: str) -> int:
     if name == PODS:
         return 1
     spec: Mapping[str, Any] = pod.get("spec") or {}
-    without_overhead = {"spec": {key: value for key, value in spec.items() if key != "overhead"}}
-    request = pod_requests(without_overhead).get(name, Decimal(0))
+    request = pod_requests(pod, overhead=False).get(name, Decimal(0))
     overhead = (spec.get("overhead") or {}).get(name)
     if overhead is not None and request != 0:
         request += pod_requests({"spec": {"overhead": {name: overhead}}}).get(name, Decimal(0))
