@@ -117,16 +117,29 @@ def _overhead(pod: Mapping[str, Any]) -> Resources:
     return {str(name): parse_quantity(str(value)) for name, value in raw.items()}
 
 
-def pod_requests(pod: Mapping[str, Any], *, pod_level: bool = True, overhead: bool = True) -> Resources:
+def pod_requests(
+    pod: Mapping[str, Any], *, pod_level: bool = True, container_level: bool = True, overhead: bool = True
+) -> Resources:
     """The pod's requests by resource name, exact (cpu in cores, memory in bytes). `pod_level=False` is upstream's
-    SkipPodLevelResources (the containers' aggregate only), `overhead=False` its ExcludeOverhead."""
-    total = _aggregate(pod, _requests)
+    SkipPodLevelResources (the containers' aggregate only), `container_level=False` its SkipContainerLevelResources
+    (the pod-level requests only), `overhead=False` its ExcludeOverhead."""
+    total = _aggregate(pod, _requests) if container_level else {}
     if pod_level:
         # Upstream checks IsPodLevelRequestsSet on the defaulted pod: the requests, or the limits they default to.
         total.update(pod_level_requests(pod))
     if overhead:
         _add(total, _overhead(pod))
     return total
+
+
+def resource_request(pod: Mapping[str, Any], name: str) -> Decimal:
+    """Upstream GetResourceRequestQuantity (eviction ranking, critical-pod preemption): with pod-level resources set,
+    the pod-level request alone (zero for a resource they do not cover); else the containers' aggregate; plus the
+    overhead when that is not zero."""
+    request = pod_requests(pod, container_level=not is_pod_level_resources_set(pod), overhead=False).get(name)
+    if not request:
+        return Decimal(0)
+    return request + _overhead(pod).get(name, Decimal(0))
 
 
 def pod_limits(pod: Mapping[str, Any], *, pod_level: bool = True, overhead: bool = True) -> Resources:

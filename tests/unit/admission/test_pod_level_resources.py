@@ -16,6 +16,7 @@ from nodeagent.admission.resources import (
     pod_level_requests,
     pod_limits,
     pod_requests,
+    resource_request,
 )
 
 MI = 1024 * 1024
@@ -141,3 +142,29 @@ def test_pod_level_hugepages_count_at_admission() -> None:
     )
     node = {**NODE, "status": {"allocatable": {**NODE["status"]["allocatable"], "hugepages-2Mi": "8Mi"}}}
     assert admit(pod, node, []) == AdmitResult(admit=True)
+
+
+@pytest.mark.parametrize(
+    ("resources", "name", "expected"),
+    [
+        # No pod-level resources: the containers' aggregate, plus the overhead.
+        (None, "memory", Decimal(48 * MI)),
+        (None, "ephemeral-storage", Decimal(1024 * MI + 512 * MI)),
+        # Pod-level resources set: the pod-level request alone, plus the overhead.
+        ({"requests": {"memory": "100Mi"}}, "memory", Decimal(108 * MI)),
+        # ... a resource they do not name counts zero, the containers' requests are not read (and no overhead).
+        ({"requests": {"cpu": "1"}}, "memory", Decimal(0)),
+        ({"requests": {"memory": "100Mi"}}, "ephemeral-storage", Decimal(0)),
+        # A pod-level limit alone is the request (API defaulting).
+        ({"limits": {"memory": "200Mi"}}, "memory", Decimal(208 * MI)),
+    ],
+)
+def test_resource_request_for_eviction_and_preemption(
+    resources: dict[str, Any] | None, name: str, expected: Decimal
+) -> None:
+    pod = the_pod(
+        resources,
+        ctr("a", {"memory": "40Mi", "ephemeral-storage": "1Gi"}),
+        overhead={"memory": "8Mi", "ephemeral-storage": "512Mi"},
+    )
+    assert resource_request(pod, name) == expected
