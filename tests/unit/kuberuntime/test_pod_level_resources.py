@@ -13,6 +13,7 @@ from cri.v1 import api_pb2
 from nodeagent.kuberuntime.cgroups import PodResourceConfig, pod_resource_config
 from nodeagent.kuberuntime.container_config import make_environment, make_linux_resources
 from nodeagent.kuberuntime.qos import QOSClass, compute_pod_qos
+from nodeagent.kuberuntime.qos_cgroups import qos_cpu_shares
 from nodeagent.kuberuntime.sandbox_config import sandbox_resources
 from nodeagent.kuberuntime.swap import SwapSupport
 from nodeagent.volume.downwardapi import collect_data
@@ -192,3 +193,8 @@ def test_memory_emptydir_is_sized_by_the_pod_level_limit() -> None:
     the_pod = pod({"limits": {"memory": "256Mi"}}, ctr("a"), volumes=[volume])
     assert tmpfs_size(the_pod, volume, 8 * GI) == 256 * MI
     assert tmpfs_size(pod(None, ctr("a"), volumes=[volume]), volume, 8 * GI) == 8 * GI
+
+
+def test_burstable_tier_counts_the_pod_level_cpu_request() -> None:
+    pods = [pod({"requests": {"cpu": "1"}}, ctr("a", {"cpu": "100m"})), pod(None, ctr("b", {"cpu": "500m"}))]
+    assert qos_cpu_shares(pods)[QOSClass.BURSTABLE] == 1536
