@@ -4,7 +4,8 @@ Upstream's plugin manager in one asyncio task (pluginwatcher + reconciler + oper
 
 - the directory is created (0755) and watched with inotify (`inotify.Inotify`), each subdirectory too, as upstream
   does; the watches are in place before the first scan. Names starting with "." and anything that is not a unix
-  socket are ignored;
+  socket are ignored; a symbolic link to a socket counts as a socket (the socket itself may be anywhere), as
+  upstream's os.Stat;
 - on every change, and every `resync` seconds (upstream's reconciler loop period, 1 s), the directory is scanned and
   the desired state updated (`reconcile.update_desired`): a socket that appears, or is created again (a create
   event, or a new inode when the removal and the creation fell between two scans), gets a new generation;
@@ -58,9 +59,11 @@ def scan_sockets(root: str) -> Scan:
                 continue
             path = os.path.join(directory, name)
             try:
-                info = os.lstat(path)
+                # Followed, as upstream's IsUnixDomainSocket (os.Stat): a symlink here to a socket elsewhere is a
+                # plugin, dialed through the link.
+                info = os.stat(path)
             except OSError:
-                continue  # gone since the listing
+                continue  # gone since the listing, or a dangling link
             if stat.S_ISSOCK(info.st_mode):
                 sockets[path] = (info.st_dev, info.st_ino)
     return Scan(sockets)

@@ -44,8 +44,10 @@ class PluginEndpoint:
         socket_path: str,
         *,
         on_devices: Callable[[str, Sequence[api_pb2.Device]], None],
+        dial_timeout: float = DIAL_TIMEOUT,
     ) -> None:
         self.resource = resource
+        self._dial_timeout = dial_timeout
         self.socket_path = socket_path
         self.options = api_pb2.DevicePluginOptions()
         self._on_devices = on_devices
@@ -60,12 +62,11 @@ class PluginEndpoint:
             f"unix://{self.socket_path}", options=[("grpc.default_authority", "localhost")]
         )
         try:
-            await asyncio.wait_for(channel.channel_ready(), DIAL_TIMEOUT)
+            await asyncio.wait_for(channel.channel_ready(), self._dial_timeout)
         except TimeoutError as exc:
             await channel.close(None)
-            raise PluginCallError(
-                f"failed to dial device plugin: context deadline exceeded ({self.socket_path})"
-            ) from exc
+            # Upstream's words exactly: the path is not in them (its log line names it).
+            raise PluginCallError("failed to dial device plugin: context deadline exceeded") from exc
         stub = api_pb2_grpc.DevicePluginStub(channel)
         try:
             self.options = await stub.GetDevicePluginOptions(api_pb2.Empty())

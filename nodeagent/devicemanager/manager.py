@@ -28,6 +28,7 @@ import contextlib
 import logging
 import math
 import os
+import posixpath
 import stat
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -45,9 +46,11 @@ from nodeagent.devicemanager.checkpoint import (
     read_checkpoint,
     write_checkpoint,
 )
-from nodeagent.devicemanager.endpoint import PluginCallError, PluginEndpoint
+from nodeagent.devicemanager.endpoint import DIAL_TIMEOUT, PluginCallError, PluginEndpoint
 from nodeagent.devicemanager.poddevices import DeviceRunContainerOptions, PodDevices
 from nodeagent.devicemanager.v1beta1 import api_pb2, api_pb2_grpc
+from nodeagent.grpctarget import dial_context_error
+from nodeagent.prober.probe import go_quote
 from nodeagent.sources.validation import qualified_name_error
 from pleg.status import PodStatus
 
@@ -86,6 +89,17 @@ def running_containers(statuses: Iterable[PodStatus]) -> set[tuple[str, str]]:
         for record in status.containers
         if record.status.state == cri_pb2.CONTAINER_RUNNING
     }
+
+
+def plugin_socket_path(socket_dir: str, endpoint: str) -> str:
+    """Where the kubelet dials a plugin that registered `endpoint`: upstream's filepath.Join(socketDir, endpoint),
+    which joins and then cleans. So "../x.sock" leaves the directory for its parent, "/tmp/x.sock" stays under it
+    (`<dir>/tmp/x.sock`, unlike os.path.join, which would take the absolute path as is), "a/../../x.sock" is the
+    parent's x.sock even when no "a" exists, and "" is the directory itself. Upstream checks nothing else: the
+    endpoint is not refused, only dialed."""
+    joined = posixpath.normpath("/".join(part for part in (socket_dir, endpoint) if part))
+    # Go's Clean keeps one leading slash where POSIX normpath keeps two.
+    return joined[1:] if joined.startswith("//") else joined
 
 
 def _uid(pod: Pod) -> str:
@@ -136,7 +150,9 @@ class DeviceManager:
         active_pods: Callable[[], Sequence[Pod]] = list,
         sources_ready: Callable[[], bool] = lambda: True,
         monotonic: Callable[[], float] = time.monotonic,
+        dial_timeout: float = DIAL_TIMEOUT,
     ) -> None:
+        self._dial_timeout = dial_timeout
         self.socket_dir = os.path.join(root_dir, DEVICE_PLUGINS_DIR)
         self.socket_path = os.path.join(self.socket_dir, KUBELET_SOCKET)
         self.checkpoint_path = os.path.join(self.socket_dir, CHECKPOINT_NAME)
@@ -204,7 +220,12 @@ class DeviceManager:
     async def register(self, request: api_pb2.RegisterRequest) -> str | None:
         """Registers a plugin; the error text upstream sends back, or None."""
         resource = request.resource_name
-        log.info("device plugin registration resource=%s version=%s", resource, request.version)
+        log.info(
+            "device plugin registration resource=%s version=%s endpoint=%s",
+            resource,
+            request.version,
+            go_quote(request.endpoint),
+        )
         if request.version not in SUPPORTED_VERSIONS:
             supported = "[" + " ".join(f'"{v}"' for v in SUPPORTED_VERSIONS) + "]"
             problem = (
@@ -217,13 +238,31 @@ class DeviceManager:
             problem = f'the ResourceName "{resource}" is invalid'
             log.error("device plugin registration refused resource=%s error=%s", resource, problem)
             return problem
-        endpoint = PluginEndpoint(
-            resource, os.path.join(self.socket_dir, request.endpoint), on_devices=self._devices_updated
-        )
+        path = plugin_socket_path(self.socket_dir, request.endpoint)
+        # As upstream: the endpoint is not checked against the directory; what its gRPC cannot parse as a target
+        # (a control character, a bad %-escape) is refused before any dial, the rest is dialed.
+        unparsable = dial_context_error(path)
+        if unparsable is not None:
+            problem = f"failed to dial device plugin: {unparsable}"
+            log.error(
+                "device plugin connect failed resource=%s endpoint=%s path=%s error=%s",
+                resource,
+                go_quote(request.endpoint),
+                go_quote(path),
+                problem,
+            )
+            return problem
+        endpoint = PluginEndpoint(resource, path, on_devices=self._devices_updated, dial_timeout=self._dial_timeout)
         try:
             await endpoint.connect()
         except PluginCallError as exc:
-            log.error("device plugin connect failed resource=%s error=%s", resource, exc)
+            log.error(
+                "device plugin connect failed resource=%s endpoint=%s path=%s error=%s",
+                resource,
+                go_quote(request.endpoint),
+                go_quote(path),
+                exc,
+            )
             return str(exc)
         previous = self._endpoints.get(resource)
         self._endpoints[resource] = endpoint
@@ -233,8 +272,9 @@ class DeviceManager:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         log.info(
-            "device plugin connected resource=%s pre_start=%s preferred_allocation=%s",
+            "device plugin connected resource=%s path=%s pre_start=%s preferred_allocation=%s",
             resource,
+            go_quote(path),
             endpoint.options.pre_start_required,
             endpoint.options.get_preferred_allocation_available,
         )

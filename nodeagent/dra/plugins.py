@@ -25,10 +25,12 @@ import grpc
 
 from csi.registration.handler import HandlerError
 from nodeagent.dra.v1 import api_pb2
+from nodeagent.grpctarget import new_client_error
 from nodeagent.kube import paths
 from nodeagent.kube.client import KubeClient
 from nodeagent.kube.errors import KubeError, NotFound
 from nodeagent.kube.request import ApiRequest
+from nodeagent.prober.probe import go_quote
 
 log = logging.getLogger(__name__)
 
@@ -176,12 +178,27 @@ class DRAPluginManager:
             raise HandlerError(
                 f"invalid supported gRPC versions of DRA driver plugin {name} at endpoint {endpoint}: {exc}"
             ) from exc
-        plugins = self._store.setdefault(name, [])
+        plugins = self._store.get(name, [])
         if any(plugin.endpoint == endpoint for plugin in plugins):
             raise HandlerError(f"endpoint {endpoint} already registered for DRA driver plugin {name}")
-        plugins.append(DRAPlugin(name, endpoint, service))
+        # As upstream, the endpoint is whatever the plugin says (absolute, relative to the kubelet's working
+        # directory, outside the plugins directory): only a target its gRPC cannot parse is refused.
+        unparsable = new_client_error(f"unix:{endpoint}")
+        if unparsable is not None:
+            raise HandlerError(
+                f"create gRPC connection to DRA driver {name} plugin at endpoint {endpoint}: {unparsable}"
+            )
+        plugin = DRAPlugin(name, endpoint, service)
+        # Connect now, not at the first call, as upstream's conn.Connect(): an unusable endpoint shows early.
+        plugin.channel().get_state(try_to_connect=True)
+        plugins.append(plugin)
+        self._store[name] = plugins
         log.info(
-            "DRA plugin registered driver=%s endpoint=%s service=%s plugins=%d", name, endpoint, service, len(plugins)
+            "DRA plugin registered driver=%s endpoint=%s service=%s plugins=%d",
+            name,
+            go_quote(endpoint),
+            service,
+            len(plugins),
         )
         self._sync(name)
 
@@ -194,7 +211,10 @@ class DRAPluginManager:
         if not self._store[name]:
             del self._store[name]
         log.info(
-            "DRA plugin deregistered driver=%s endpoint=%s plugins=%d", name, endpoint, len(self._store.get(name, []))
+            "DRA plugin deregistered driver=%s endpoint=%s plugins=%d",
+            name,
+            go_quote(endpoint),
+            len(self._store.get(name, [])),
         )
         for plugin in gone:
             await plugin.close()

@@ -20,6 +20,7 @@ from typing import Protocol
 from csi.errors import CSIError
 from csi.registration.handler import HandlerError
 from csi.registration.versions import VersionError, highest_supported_version
+from nodeagent.grpctarget import dial_context_error
 from nodeagent.pluginmanager.nodeinfo import DriverNodeInfo, NodeInfoError
 from nodeagent.pluginmanager.registry import CSIDriverRegistry, RegisteredDriver
 
@@ -99,6 +100,12 @@ class CSIRegistrationHandler:
         highest = self._highest("RegisterPlugin", name, versions).highest_supported_version
         # Recorded before NodeGetInfo, as upstream: the volume plugin may dial the driver from now on.
         self._registry.set(RegisteredDriver(name, endpoint, highest))
+        # Upstream's CSI client dials the endpoint with grpc-go, which refuses a target it cannot parse (a control
+        # character, a bad %-escape) before any dial; the endpoint is otherwise taken as it is, in any directory.
+        unparsable = dial_context_error(endpoint)
+        if unparsable is not None:
+            await self._unregister(name)
+            raise HandlerError(unparsable)
         try:
             info = await self._get_info(endpoint)
             await self._node_info.install_driver(name, info)

@@ -31,10 +31,15 @@ class FakePlugin(api_pb2_grpc.DevicePluginServicer):
         initial: Sequence[api_pb2.Device] = (),
         pre_start_required: bool = False,
         preferred_available: bool = False,
+        socket: Path | None = None,
     ) -> None:
         self.plugin_dir = plugin_dir
         self.resource = resource
         self.endpoint = endpoint
+        # Where it listens: by default `endpoint` in the plugin directory; elsewhere for a plugin whose registered
+        # endpoint the kubelet resolves to another path.
+        self.socket = socket if socket is not None else plugin_dir / endpoint
+        self.options_calls = 0
         self.options = api_pb2.DevicePluginOptions(
             pre_start_required=pre_start_required, get_preferred_allocation_available=preferred_available
         )
@@ -49,6 +54,7 @@ class FakePlugin(api_pb2_grpc.DevicePluginServicer):
         self._server: grpc.aio.Server | None = None
 
     async def GetDevicePluginOptions(self, request: api_pb2.Empty, context: Any) -> api_pb2.DevicePluginOptions:
+        self.options_calls += 1
         return self.options
 
     async def ListAndWatch(self, request: api_pb2.Empty, context: Any) -> AsyncIterator[api_pb2.ListAndWatchResponse]:
@@ -104,7 +110,7 @@ class FakePlugin(api_pb2_grpc.DevicePluginServicer):
     async def serve(self) -> None:
         self._server = grpc.aio.server()
         api_pb2_grpc.add_DevicePluginServicer_to_server(self, self._server)
-        self._server.add_insecure_port(f"unix://{self.plugin_dir / self.endpoint}")
+        self._server.add_insecure_port(f"unix://{self.socket}")
         await self._server.start()
 
     async def register(self, *, version: str = "v1beta1", resource: str | None = None) -> None:
@@ -124,4 +130,4 @@ class FakePlugin(api_pb2_grpc.DevicePluginServicer):
         if self._server is not None:
             await self._server.stop(grace=None)
             self._server = None
-        (self.plugin_dir / self.endpoint).unlink(missing_ok=True)
+        self.socket.unlink(missing_ok=True)

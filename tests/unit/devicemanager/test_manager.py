@@ -19,7 +19,7 @@ from nodeagent.devicemanager import (
     apply_device_options,
     is_extended_resource_name,
 )
-from nodeagent.devicemanager.manager import ENDPOINT_STOP_GRACE_PERIOD
+from nodeagent.devicemanager.manager import ENDPOINT_STOP_GRACE_PERIOD, plugin_socket_path
 from tests.unit.devicemanager.fakeplugin import FakePlugin, devices
 
 RESOURCE = "example.com/dev"
@@ -53,9 +53,13 @@ class Harness:
         self.managers: list[DeviceManager] = []
         self.plugins: list[FakePlugin] = []
 
-    async def manager(self, running: tuple[tuple[str, str], ...] = ()) -> DeviceManager:
+    async def manager(self, running: tuple[tuple[str, str], ...] = (), dial_timeout: float = 10.0) -> DeviceManager:
         manager = DeviceManager(
-            str(self.root), active_pods=lambda: self.active, sources_ready=lambda: self.ready, monotonic=self.clock
+            str(self.root),
+            active_pods=lambda: self.active,
+            sources_ready=lambda: self.ready,
+            monotonic=self.clock,
+            dial_timeout=dial_timeout,
         )
         await manager.start(running)
         self.managers.append(manager)
@@ -348,3 +352,83 @@ async def test_a_pod_holding_devices_sees_them_in_allocatable(harness: Harness) 
     assert manager.sanitize_node(pod("other", {"name": "x"}), node) is node
     enough: dict[str, Any] = {"status": {"allocatable": {RESOURCE: "5"}}}
     assert manager.sanitize_node(p, enough) is enough
+
+
+# --- endpoints outside the plugin directory (upstream v1.34.4, seen on the testbed: docs/devices.md) ---------------
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "path"),
+    [
+        ("x.sock", "/k/device-plugins/x.sock"),
+        ("../x.sock", "/k/x.sock"),
+        ("/tmp/x.sock", "/k/device-plugins/tmp/x.sock"),
+        ("a/../../x.sock", "/k/x.sock"),
+        ("../../../../x.sock", "/x.sock"),
+        ("", "/k/device-plugins"),
+        ("./d//x.sock/", "/k/device-plugins/d/x.sock"),
+    ],
+)
+def test_the_plugin_socket_is_the_endpoint_joined_and_cleaned_as_go_does(endpoint: str, path: str) -> None:
+    assert plugin_socket_path("/k/device-plugins", endpoint) == path
+
+
+async def test_an_absolute_endpoint_is_dialed_under_the_plugin_directory(harness: Harness) -> None:
+    manager = await harness.manager()
+    outside = harness.root / "abs.sock"
+    # What upstream's filepath.Join makes of the absolute endpoint: the path again, under device-plugins.
+    inside = harness.root / "device-plugins" / str(outside).lstrip("/")
+    inside.parent.mkdir(parents=True)
+    decoy = await harness.plugin(register=False, endpoint=str(outside), initial=devices("out"))
+    plugin = await harness.plugin(register=False, endpoint=str(outside), socket=inside, initial=devices("in"))
+    await plugin.register()
+    await plugin.wait_pushed()
+    assert (plugin.options_calls, decoy.options_calls) == (1, 0)
+    await eventually(lambda: manager.get_capacity()[0] == {RESOURCE: 1})
+    assert set(manager.allocatable_devices()[RESOURCE]) == {"in"}
+
+
+async def test_an_endpoint_through_a_missing_directory_is_cleaned_before_the_dial(harness: Harness) -> None:
+    manager = await harness.manager()
+    # "a" does not exist: the kernel would refuse device-plugins/a/../../x.sock; Go's Join cleans it first.
+    plugin = await harness.plugin(
+        register=False, endpoint="a/../../up.sock", socket=harness.root / "up.sock", initial=devices("d")
+    )
+    await plugin.register()
+    await plugin.wait_pushed()
+    assert plugin.options_calls == 1
+    await eventually(lambda: manager.get_capacity()[0] == {RESOURCE: 1})
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "why"),
+    [
+        ("x.sock\x00junk", 'x.sock\\x00junk": net/url: invalid control character in URL'),
+        ("x.sock\njunk", 'x.sock\\njunk": net/url: invalid control character in URL'),
+        ("x%zz.sock", 'x%zz.sock": invalid URL escape "%zz"'),
+    ],
+)
+async def test_an_endpoint_grpc_go_cannot_parse_is_refused_without_a_dial(
+    harness: Harness, endpoint: str, why: str
+) -> None:
+    manager = await harness.manager()
+    # A socket where grpc's C core would go (it stops at the NUL, keeps the bad escape): never dialed.
+    plugin = await harness.plugin(register=False, endpoint=endpoint, socket=harness.root / "device-plugins" / "x.sock")
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await plugin.register()
+    assert refused.value.code() == grpc.StatusCode.UNKNOWN
+    directory = harness.root / "device-plugins"
+    assert refused.value.details() == f'failed to dial device plugin: parse "passthrough:///{directory}/{why}'
+    assert plugin.options_calls == 0
+    assert manager.get_capacity() == ({}, {}, [])
+
+
+async def test_an_empty_endpoint_fails_to_dial_with_upstreams_words(harness: Harness) -> None:
+    manager = await harness.manager(dial_timeout=0.2)
+    # Upstream dials the directory itself (connection refused) until its 10 s pass.
+    plugin = await harness.plugin(register=False, endpoint="", socket=harness.root / "elsewhere.sock")
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await plugin.register()
+    assert refused.value.code() == grpc.StatusCode.UNKNOWN
+    assert refused.value.details() == "failed to dial device plugin: context deadline exceeded"
+    assert manager.get_capacity() == ({}, {}, [])

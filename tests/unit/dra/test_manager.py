@@ -385,3 +385,46 @@ async def test_resource_slices_are_wiped_at_start_and_after_the_last_plugin_left
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+
+
+# --- endpoints outside the plugins directory (upstream v1.34.4, seen on the testbed: docs/devices.md) --------------
+
+
+async def test_any_endpoint_is_registered_and_dialed_at_once() -> None:
+    # Upstream checks no directory: an absolute path elsewhere, or one relative to the kubelet's working directory,
+    # is registered, and its gRPC connection is started at registration (conn.Connect()), before any call.
+    directory = Path(tempfile.mkdtemp(prefix="dra-", dir="/tmp"))
+    dialed = asyncio.Event()
+
+    async def accepted(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        dialed.set()
+        writer.close()
+
+    server = await asyncio.start_unix_server(accepted, path=str(directory / "elsewhere.sock"))
+    plugins = DRAPluginManager()
+    try:
+        await plugins.register_plugin("d", str(directory / "elsewhere.sock"), ["v1.DRAPlugin"])
+        await plugins.register_plugin("d", "../relative.sock", ["v1.DRAPlugin"])
+        await asyncio.wait_for(dialed.wait(), 5.0)
+        assert plugins.registered() == {"d": [str(directory / "elsewhere.sock"), "../relative.sock"]}
+    finally:
+        for endpoint in (str(directory / "elsewhere.sock"), "../relative.sock"):
+            await plugins.deregister_plugin("d", endpoint)
+        server.close()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "why"),
+    [
+        ("/r/.x\x00junk", 'parse "dns:///unix:/r/.x\\x00junk": net/url: invalid control character in URL'),
+        ("/r/x%zz.sock", 'parse "dns:///unix:/r/x%zz.sock": invalid URL escape "%zz"'),
+    ],
+)
+async def test_an_endpoint_grpc_go_cannot_parse_is_refused(endpoint: str, why: str) -> None:
+    plugins = DRAPluginManager()
+    await plugins.validate_plugin("d", endpoint, ["v1.DRAPlugin"])  # as upstream: only the services are validated
+    with pytest.raises(HandlerError) as caught:
+        await plugins.register_plugin("d", endpoint, ["v1.DRAPlugin"])
+    assert str(caught.value) == f"create gRPC connection to DRA driver d plugin at endpoint {endpoint}: {why}"
+    assert plugins.registered() == {}

@@ -123,3 +123,20 @@ async def test_deregister_forgets_the_driver_and_its_node_info() -> None:
     await handler(registry, node_info).deregister_plugin("d.csi", "/csi.sock")
     assert registry.endpoint("d.csi") is None and registry.names() == []
     assert node_info.calls == [("uninstall", "d.csi")]
+
+
+async def test_an_endpoint_grpc_go_cannot_parse_fails_registration_without_a_dial() -> None:
+    # The upstream kubelet v1.34.4's words for a CSI plugin whose endpoint holds a NUL (docs/devices.md); an endpoint
+    # in any other directory is dialed as it is.
+    registry, node_info = CSIDriverRegistry(), RecordingNodeInfo()
+    driver = Driver(DriverNodeInfo("id-1", 0, {}))
+    with pytest.raises(HandlerError) as raised:
+        await handler(registry, node_info, driver).register_plugin("d.csi", "/tmp/d.sock\x00junk", ["1.0.0"])
+    assert str(raised.value) == (
+        'parse "passthrough:////tmp/d.sock\\x00junk": net/url: invalid control character in URL'
+    )
+    assert driver.endpoints == []
+    assert registry.endpoint("d.csi") is None
+    assert node_info.calls == [("uninstall", "d.csi")]
+    await handler(registry, node_info, driver).register_plugin("d.csi", "../elsewhere/d.sock", ["1.0.0"])
+    assert driver.endpoints == ["../elsewhere/d.sock"]

@@ -246,3 +246,23 @@ async def test_the_directory_is_created_and_non_sockets_and_hidden_names_ignored
     (registry / "plain-file").write_text("x")
     (registry / ".hidden").mkdir()
     assert scan_sockets(str(registry)).sockets == {}
+
+
+async def test_a_link_to_a_socket_outside_the_directory_registers_through_the_link(
+    registry: Path, handler: RecordingHandler, clock: Clock, registrars: list[Registrar]
+) -> None:
+    # Upstream stats the path (os.Stat follows links): the kubelet v1.34.4 registered such a plugin and dialed the
+    # link. A link to nothing, or to something that is not a socket, is no plugin.
+    outside = registry.parent / "outside-reg.sock"
+    await _registrar(registrars, outside, name="linked.csi")
+    (registry / "linked.sock").symlink_to(outside)
+    (registry / "dangling.sock").symlink_to(registry.parent / "gone.sock")
+    (registry.parent / "plain").write_text("x")
+    (registry / "to-plain.sock").symlink_to(registry.parent / "plain")
+    assert set(scan_sockets(str(registry)).sockets) == {str(registry / "linked.sock")}
+    async with _running(_watcher(registry, handler, clock)) as watcher:
+        assert await handler.next() == ("validate", "linked.csi", "/csi/csi.sock", "1.0.0")
+        assert await handler.next() == ("register", "linked.csi", "/csi/csi.sock", "1.0.0")
+        assert list(watcher.registered()) == [str(registry / "linked.sock")]
+        (registry / "linked.sock").unlink()
+        assert await handler.next() == ("deregister", "linked.csi", "/csi/csi.sock")
