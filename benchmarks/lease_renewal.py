@@ -83,7 +83,7 @@ class _Busy:
         self._thread.join()
 
 
-class _SelectCounter:
+class SelectCounter:
     """Counts the event loop's turns (one selector.select each): each turn gives up the GIL and takes it back."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -126,7 +126,7 @@ async def run(
         # What one renewing node holds: its client (TLS context, pools) and its open connection(s).
         result["rss_per_lease_kib"] = round((process.memory_info().rss - rss_before) / nodes / 1024, 1)
         profiler = cProfile.Profile(time.process_time) if profile is not None else None
-        counter = _SelectCounter(asyncio.get_running_loop())
+        counter = SelectCounter(asyncio.get_running_loop())
         with _Busy() if busy else contextlib.nullcontext():
             turns_before = counter.turns
             cpu_before = time.process_time()
