@@ -64,8 +64,8 @@ class PodInfo:
     priority: int = 0  # spec.priority; unset is 0, as upstream's PodPriority
     static: bool = False  # from a file or URL source, not the apiserver
     mirror: bool = False  # carries kubernetes.io/config.mirror
-    # The pod's effective requests, as upstream's GetResourceRequestQuantity (pod-level resources if set, else the
-    # larger of the containers' sum and the largest init container, plus overhead).
+    # The pod's effective requests, as upstream's GetResourceRequestQuantity (the pod-level request alone when
+    # pod-level resources are set, else the containers' as the scheduler sums them; plus the overhead when not zero).
     memory_request: int = 0
     ephemeral_storage_request: int = 0
     # Pod-level resources (spec.resources): its memory request is quoted in the message when set.

@@ -51,6 +51,7 @@ from eviction.signals import (
     pid_observation,
 )
 from eviction.thresholds import parse_thresholds
+from nodeagent.admission.resources import resource_request
 from nodeagent.clock import Clock
 from nodeagent.config import KubeletConfiguration
 from nodeagent.config.durations import parse_go_duration
@@ -206,16 +207,9 @@ def _request(container: Mapping[str, Any], name: str) -> Quantity:
     return _quantity(((container.get("resources") or {}).get("requests") or {}).get(name)) or ZERO
 
 
-def _pod_request(spec: Mapping[str, Any], name: str) -> int:
-    """Upstream's effective request: the larger of the containers' sum and the largest init container, plus
-    overhead; pod-level resources when set."""
-    pod_level = _quantity(((spec.get("resources") or {}).get("requests") or {}).get(name))
-    if pod_level is not None:
-        return pod_level.value
-    total = sum(_request(c, name).value for c in spec.get("containers") or ())
-    init = max((_request(c, name).value for c in spec.get("initContainers") or ()), default=0)
-    overhead = _quantity((spec.get("overhead") or {}).get(name))
-    return max(total, init) + (overhead.value if overhead is not None else 0)
+def _request_value(pod: Mapping[str, Any], name: str) -> int:
+    """Upstream GetResourceRequestQuantity's Value(), rounded up (nodeagent.admission.resources)."""
+    return int(resource_request(pod, name).to_integral_value(rounding=ROUND_CEILING))
 
 
 def _limit(container: Mapping[str, Any], name: str) -> Quantity | None:
@@ -296,8 +290,8 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo:
         priority=priority if isinstance(priority, int) else 0,
         static=is_static_pod(dict(pod)),
         mirror=is_mirror_pod(dict(pod)),
-        memory_request=_pod_request(spec, "memory"),
-        ephemeral_storage_request=_pod_request(spec, "ephemeral-storage"),
+        memory_request=_request_value(pod, "memory"),
+        ephemeral_storage_request=_request_value(pod, "ephemeral-storage"),
         pod_level_memory_request=_quantity(((spec.get("resources") or {}).get("requests") or {}).get("memory")),
         ephemeral_storage_limit=_pod_limit(spec, "ephemeral-storage"),
         containers=tuple(containers),

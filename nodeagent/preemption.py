@@ -22,8 +22,8 @@ worker is done, at most max(10 s, 1.5 x grace); past it: an `ExceededGracePeriod
 decision is taken inside admission (sync); the kills are carried out by `evict_preempted`, which the kubelet awaits
 right after admission and before the critical pod goes to its worker.
 
-Pod-level resources (spec.resources) are not counted here, as nodeagent's admission does not count them either (a
-known gap of the pod field audit).
+Requests are nodeagent.admission.resources' GetResourceRequestQuantity: the pod-level request when pod-level
+resources (spec.resources) are set, else the containers'.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import Any
 
 from nodeagent.admission import (
@@ -41,7 +40,8 @@ from nodeagent.admission import (
     general_predicate_failures,
     is_insufficient_resource,
 )
-from nodeagent.admission.resources import CPU, MEMORY, PODS, pod_requests, scaled
+from nodeagent.admission.resources import CPU, MEMORY, PODS, scaled
+from nodeagent.admission.resources import resource_request as pod_resource_request
 from nodeagent.clock import Clock, SystemClock
 from nodeagent.criticalpod import is_critical_pod, preemptable
 from nodeagent.kuberuntime.qos import QOSClass, pod_qos
@@ -88,17 +88,12 @@ def _ref(pod: Pod) -> str:
 
 
 def resource_request(pod: Pod, name: str) -> int:
-    """Upstream resource.GetResourceRequest: 1 for pods; else the pod's request (init containers and sidecars as
-    the scheduler counts them) plus the overhead when that request is not zero; millicores for cpu."""
+    """Upstream resource.GetResourceRequest: 1 for pods; else GetResourceRequestQuantity (the pod-level request when
+    pod-level resources are set, else init containers and sidecars as the scheduler counts them; plus the overhead
+    when that request is not zero); millicores for cpu."""
     if name == PODS:
         return 1
-    spec: Mapping[str, Any] = pod.get("spec") or {}
-    without_overhead = {"spec": {key: value for key, value in spec.items() if key != "overhead"}}
-    request = pod_requests(without_overhead).get(name, Decimal(0))
-    overhead = (spec.get("overhead") or {}).get(name)
-    if overhead is not None and request != 0:
-        request += pod_requests({"spec": {"overhead": {name: overhead}}}).get(name, Decimal(0))
-    return scaled(name, request)
+    return scaled(name, pod_resource_request(pod, name))
 
 
 def distance(requirements: Sequence[Requirement], pod: Pod) -> float:

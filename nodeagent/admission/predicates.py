@@ -6,7 +6,9 @@ finally untolerated NoExecute taints (static pods exempt). Only the first failur
 Before them, as upstream's admit handlers are ordered, the sysctl allowlist (`sysctls`, SysctlForbidden); after
 them the AppArmor handler (reason `AppArmor`: a profile asked for on a host that cannot enforce it; see
 nodeagent.apparmor). Among the predicates, right after the OS checks, supplementalGroupsPolicy Strict on a node
-whose runtime does not report the feature (SupplementalGroupsPolicyNotSupported).
+whose runtime does not report the feature (SupplementalGroupsPolicyNotSupported). Resources fit counts the pod's
+requests as upstream's PodRequests: pod-level resources (`spec.resources`, PodLevelResources, beta and on in v1.34)
+in place of the containers' sums where set (nodeagent.admission.resources); their pods are admitted like any other.
 """
 
 from __future__ import annotations
@@ -30,7 +32,6 @@ POD_OS_SELECTOR_NODE_LABEL_DOES_NOT_MATCH = "PodOSSelectorNodeLabelDoesNotMatch"
 POD_OS_NOT_SUPPORTED = "PodOSNotSupported"
 SUPPLEMENTAL_GROUPS_POLICY_NOT_SUPPORTED = "SupplementalGroupsPolicyNotSupported"
 APPARMOR = apparmor.NOT_ADMITTED_REASON
-POD_LEVEL_RESOURCES_NOT_SUPPORTED = "PodLevelResourcesNotSupported"
 
 NODE_AFFINITY = "NodeAffinity"
 NODE_NAME = "NodeName"
@@ -270,29 +271,8 @@ def _apparmor(pod: Mapping[str, Any], host_apparmor: bool | None) -> AdmitResult
     return AdmitResult(admit=False, reason=APPARMOR, message=f"Cannot enforce AppArmor: {why}")
 
 
-def _pod_level_resources_set(pod: Mapping[str, Any]) -> bool:
-    """Upstream's IsPodLevelResourcesSet: spec.resources names cpu, memory or a hugepages size."""
-    resources = (pod.get("spec") or {}).get("resources") or {}
-    names = [*((resources.get("requests") or {}).keys()), *((resources.get("limits") or {}).keys())]
-    return any(name in ("cpu", "memory") or str(name).startswith("hugepages-") for name in names)
-
-
-def _pod_features(pod: Mapping[str, Any]) -> AdmitResult:
-    """Upstream's podFeaturesAdmitHandler, the last of its admit handlers after AppArmor. nodeagent does not size
-    QoS, the pod cgroup or admission from pod-level resources (PodLevelResources), so a pod that sets them is
-    refused in upstream's words for a node without the feature, never run as if the field were absent."""
-    if _pod_level_resources_set(pod):
-        return AdmitResult(
-            admit=False,
-            reason=POD_LEVEL_RESOURCES_NOT_SUPPORTED,
-            message="pod-level resources are not supported on the node",
-        )
-    return ADMITTED
-
-
 def _after_predicates(pod: Mapping[str, Any], host_apparmor: bool | None) -> AdmitResult:
-    verdict = _apparmor(pod, host_apparmor)
-    return verdict if not verdict.admit else _pod_features(pod)
+    return _apparmor(pod, host_apparmor)
 
 
 def _active_others(pod: Mapping[str, Any], other_pods: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:

@@ -5,8 +5,10 @@ Removing: runc creates a container's parent cgroups but removes only its own, so
 (one tree per controller) and v2 (one tree).
 
 Sizing: `pod_resource_config` is upstream's ResourceConfigForPod (cpu shares from the pod's requests; cfs quota and
-period, and a memory limit, from its limits when every container declares one, always for a Guaranteed pod;
-BestEffort gets the minimum shares only). `CgroupfsPodCgroups` writes it into the pod cgroup before the sandbox
+period, and a memory limit, from its limits when every container declares one or the pod sets a pod-level limit of
+that resource, always for a Guaranteed pod; BestEffort gets the minimum shares only). Requests and limits are
+nodeagent.admission.resources' PodRequests / PodLimits, pod-level resources (`spec.resources`) in place of the
+containers' sums where set. `CgroupfsPodCgroups` writes it into the pod cgroup before the sandbox
 starts (upstream's EnsureExists) and, resource by resource, during an in-place resize (SetPodCgroupConfig), and reads
 it back (GetPodCgroupConfig). cgroup v1: cpu.shares, cpu.cfs_quota_us, cpu.cfs_period_us, memory.limit_in_bytes;
 v2: cpu.weight, cpu.max, memory.max (never memory.high: upstream writes it only under the MemoryQoS feature gate,
@@ -26,11 +28,10 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Protocol
 
-from nodeagent.admission.resources import pod_requests
+from nodeagent.admission.resources import is_pod_level_resources_set, pod_level_limits, pod_limits, pod_requests
 from nodeagent.config.quantity import parse_quantity
 from nodeagent.kuberuntime import cgroup_v2
 from nodeagent.kuberuntime.qos import QOSClass, pod_qos
-from nodeagent.kuberuntime.sandbox_config import pod_limits
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
@@ -117,9 +118,9 @@ class PodResourceConfig:
     memory: int | None = None
 
 
-def _limits_sum(pod: Mapping[str, Any]) -> tuple[dict[str, Decimal], bool, bool]:
-    """Upstream PodLimits: the containers' aggregate (sandbox_config.pod_limits, AggregateContainerLimits) with the
-    overhead on top; and whether every container declared a cpu / memory limit."""
+def _limits_declared(pod: Mapping[str, Any]) -> tuple[bool, bool]:
+    """Whether the pod's cgroup gets a cpu / memory limit outside Guaranteed: every container declares one (upstream
+    PodLimits' ContainerFn), or the pod sets a non-zero pod-level limit of it."""
     spec: Mapping[str, Any] = pod.get("spec") or {}
     declared = [
         (container.get("resources") or {}).get("limits") or {}
@@ -127,16 +128,18 @@ def _limits_sum(pod: Mapping[str, Any]) -> tuple[dict[str, Decimal], bool, bool]
     ]
     cpu_declared = all(parse_quantity(str(limits.get("cpu") or 0)) for limits in declared)
     memory_declared = all(parse_quantity(str(limits.get("memory") or 0)) for limits in declared)
-    total = pod_limits(pod)
-    for name, value in (spec.get("overhead") or {}).items():
-        total[str(name)] = total.get(str(name), Decimal(0)) + parse_quantity(str(value))
-    return total, cpu_declared, memory_declared
+    if is_pod_level_resources_set(pod):
+        pod_level = pod_level_limits(pod)
+        cpu_declared = cpu_declared or bool(pod_level.get("cpu"))
+        memory_declared = memory_declared or bool(pod_level.get("memory"))
+    return cpu_declared, memory_declared
 
 
 def pod_resource_config(pod: Mapping[str, Any], *, period: int = QUOTA_PERIOD) -> PodResourceConfig:
     """Upstream ResourceConfigForPod (cpu CFS quota enforced, no memory QoS) for the pod as allocated."""
     requests = pod_requests(pod)
-    limits, cpu_declared, memory_declared = _limits_sum(pod)
+    limits = pod_limits(pod)
+    cpu_declared, memory_declared = _limits_declared(pod)
     shares = milli_cpu_to_shares(math.ceil(requests.get("cpu", Decimal(0)) * 1000))
     quota = milli_cpu_to_quota(math.ceil(limits.get("cpu", Decimal(0)) * 1000), period)
     memory = math.ceil(limits.get("memory", Decimal(0)))

@@ -9,10 +9,13 @@ Choices, each as upstream unless said:
   variable has the same name. Command and args expand against the final environment.
 - ConfigMaps and Secrets come from injected lookups returning the data (decoded) or None when the object does not
   exist; a missing object or key raises `CreateContainerConfigError` unless the reference is optional.
-- `resourceFieldRef` without a limit uses node allocatable (upstream MergeContainerResourceLimits); cpu rounds up to
-  the divisor, memory and ephemeral-storage too. An unset or zero divisor means 1.
+- `resourceFieldRef` without a limit uses node allocatable (upstream MergeContainerResourceLimits), or the pod-level
+  cpu / memory limit when the pod sets one (defaultPodLimitsForDownwardAPI); cpu rounds up to the divisor, memory
+  and ephemeral-storage too. An unset or zero divisor means 1.
 - Resources: cpu shares from the request (or the limit when there is no request; at least 2, at most 262144),
-  period 100000 always and quota from the cpu limit (at least 1000 when set, 0 without), memory limit in bytes,
+  period 100000 always and quota from the cpu limit (at least 1000 when set, 0 without), memory limit in bytes; a
+  container without its own cpu / memory limit in a pod with pod-level resources takes the pod-level limit there
+  (upstream getCPULimit / getMemoryLimit), its cpu shares too when it has no cpu request;
   oom_score_adj as upstream's GetContainerOOMScoreAdjust (`oom_score_adj`): node-critical pods and Guaranteed -997,
   BestEffort 1000, Burstable 1000 - 1000*request/capacity clamped to 3..999 (the request with the pod-level memory
   request's unclaimed share; a sidecar never above the regular containers). Hugepage limits: one per page size of
@@ -47,7 +50,12 @@ from typing import Any
 
 from cri.v1 import api_pb2
 from nodeagent import apparmor
-from nodeagent.admission.resources import pod_requests
+from nodeagent.admission.resources import (
+    is_pod_level_limits_set,
+    is_pod_level_resources_set,
+    pod_level_limits,
+    pod_requests,
+)
 from nodeagent.config.errors import QuantityError
 from nodeagent.config.quantity import INT64_MAX, INT64_MIN, ceil_int64, parse_quantity
 from nodeagent.criticalpod import is_node_critical_pod
@@ -114,6 +122,19 @@ def _field_ref_value(pod: Mapping[str, Any], path: str, *, node_name: str, host_
     if path not in simple:
         raise CreateContainerConfigError(f"unsupported fieldPath: {path}")
     return simple[path]
+
+
+def downward_api_allocatable(pod: Mapping[str, Any], node_allocatable: Mapping[str, str]) -> Mapping[str, str]:
+    """Upstream defaultPodLimitsForDownwardAPI: the defaults for a container's unset limits are node allocatable,
+    except cpu and memory where the pod sets a non-zero pod-level limit (and allocatable has the resource)."""
+    if not is_pod_level_limits_set(pod):
+        return node_allocatable
+    raw = ((pod.get("spec") or {}).get("resources") or {}).get("limits") or {}
+    out = dict(node_allocatable)
+    for name, value in pod_level_limits(pod).items():
+        if name in ("cpu", "memory") and value and name in out:
+            out[name] = str(raw[name])
+    return out
 
 
 def _resource_field_value(
@@ -202,7 +223,10 @@ def make_environment(
                     raise CreateContainerConfigError(f"container {resource_ref['containerName']} not found")
                 target = found[0]
             value = _resource_field_value(
-                target, str(resource_ref.get("resource", "")), resource_ref.get("divisor"), node_allocatable
+                target,
+                str(resource_ref.get("resource", "")),
+                resource_ref.get("divisor"),
+                downward_api_allocatable(pod, node_allocatable),
             )
         else:
             value = None
@@ -260,7 +284,7 @@ def _remaining_pod_memory_per_container(pod: Mapping[str, Any]) -> int:
         return 0
     count = len(spec.get("containers") or ()) + len(spec.get("initContainers") or ())
     # The containers' aggregate (sidecar-aware) request, without the overhead (upstream AggregateContainerRequests).
-    aggregate = pod_requests({"spec": {k: v for k, v in spec.items() if k != "overhead"}}).get("memory", Decimal(0))
+    aggregate = pod_requests(pod, pod_level=False, overhead=False).get("memory", Decimal(0))
     remaining = ceil_int64(parse_quantity(str(pod_memory))) - ceil_int64(aggregate)
     share = abs(remaining) // count if count else 0
     return share if remaining >= 0 else -share  # Go's integer division truncates toward zero
@@ -318,6 +342,11 @@ def make_linux_resources(
     """Upstream generateLinuxContainerResources (without MemoryQoS, alpha and off), for CreateContainer and resize
     alike. `hugepage_sizes` (the host's page sizes) and `swap` (the host's swap controller) default to this host's."""
     requests, limits = effective_requests(container), effective_limits(container)
+    if pod is not None and is_pod_level_resources_set(pod):
+        # Upstream getCPULimit / getMemoryLimit: a container without its own limit takes the pod-level one.
+        for name, value in pod_level_limits(pod).items():
+            if name in ("cpu", "memory") and name not in limits and value:
+                limits[name] = value
     # Saturated at int64 (the CRI's fields): the apiserver stores quantities as large as 1e999999.
     cpu_request_milli = ceil_int64(requests.get("cpu", Decimal(0)), milli=True)
     cpu_limit_milli = ceil_int64(limits.get("cpu", Decimal(0)), milli=True)

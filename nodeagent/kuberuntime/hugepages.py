@@ -9,8 +9,9 @@ As the kubelet v1.34 does:
 - A `hugepages-<quantity>` limit's page size is the quantity in bytes written in the largest unit that divides it
   ("2Mi" → "2MB"); a name that does not parse, or a size no unit divides, is skipped (upstream logs and goes on). A
   limit for a size the host lacks is dropped: only the host's sizes are sent.
-- Pod-level hugepage limits (`spec.resources`, PodLevelResources) are not read: admission refuses pods that set
-  pod-level resources on this node (nodeagent.admission), so none reaches the runtime.
+- Pod-level hugepage limits (`spec.resources`, PodLevelResources) are not read here: upstream v1.34 too builds a
+  container's hugepage limits from the container's own limits only. They count at admission
+  (nodeagent.admission.resources).
 
 containerd 1.7 leaves zero limits out of the OCI spec, so the zero limits change nothing that runc does here; they are
 sent because the kubelet sends them (the CRI config is compared with the kubelet's, tests/differential).

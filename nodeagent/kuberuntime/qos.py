@@ -2,7 +2,10 @@
 
 Requests and limits of cpu and memory are summed over init and regular containers. A request missing where a limit
 is set defaults to the limit, as API defaulting would have done (static pods reach us undefaulted). Zero quantities
-count as unset. `pod_qos` trusts `status.qosClass` when the apiserver already set it, as upstream does.
+count as unset. When the pod has `spec.resources` (PodLevelResources, beta and on in v1.34), only the pod-level
+requests and limits count, as upstream's ComputePodQOS: Guaranteed needs pod-level cpu and memory limits equal to
+the requests, whatever the containers say. `pod_qos` trusts `status.qosClass` when the apiserver already set it, as
+upstream does.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
+from nodeagent.admission.resources import pod_level_limits, pod_level_requests
 from nodeagent.config.quantity import parse_quantity
 
 _QOS_RESOURCES = ("cpu", "memory")
@@ -37,12 +41,23 @@ def effective_limits(container: Mapping[str, Any]) -> dict[str, Decimal]:
     return {name: v for name, v in out.items() if v != 0}
 
 
+def _qos_resources(values: Mapping[str, Decimal]) -> dict[str, Decimal]:
+    return {name: value for name, value in values.items() if name in _QOS_RESOURCES and value > 0}
+
+
 def compute_pod_qos(pod: Mapping[str, Any]) -> QOSClass:
     spec: Mapping[str, Any] = pod.get("spec") or {}
     requests: dict[str, Decimal] = {}
     limits: dict[str, Decimal] = {}
     guaranteed = True
-    for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+    containers = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+    # As upstream: a non-nil spec.resources (even one naming nothing) decides alone; the containers are not read.
+    if spec.get("resources") is not None:
+        requests = _qos_resources(pod_level_requests(pod))
+        limits = _qos_resources(pod_level_limits(pod))
+        guaranteed = all(name in limits for name in _QOS_RESOURCES)
+        containers = []
+    for container in containers:
         container_requests = effective_requests(container)
         container_limits = effective_limits(container)
         for name in _QOS_RESOURCES:

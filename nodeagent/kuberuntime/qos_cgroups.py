@@ -2,7 +2,8 @@
 keeps them (cgroupfs driver, cgroup v1 and v2).
 
 BestEffort always has the minimum cpu shares (2); Burstable has the shares of the summed cpu requests of the active
-Burstable pods (MilliCPUToShares, so 2 when there are none). Upstream sets them when it starts, before it makes a new
+Burstable pods (PodRequests: a pod-level cpu request in place of its containers' sum; MilliCPUToShares, so 2 when
+there are none). Upstream sets them when it starts, before it makes a new
 pod's cgroup (SyncPod: UpdateQOSCgroups when the pod cgroup does not exist yet) and every minute. On v1 the shares
 go to cpu.shares, on v2 to cpu.weight through upstream's conversion, with the tier made as every v2 cgroup here
 (`cgroup_v2.create_cgroup_path`: the controllers on, down to it). Guaranteed pods sit directly under kubepods and have

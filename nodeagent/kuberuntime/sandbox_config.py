@@ -25,8 +25,8 @@ Choices, each as upstream unless said:
 - seLinuxOptions are passed as they are: on a host without SELinux the runtime ignores them, as it does for upstream.
 - Overhead (`spec.overhead`, set by the RuntimeClass admission plugin) as CRI resources, as upstream's
   convertOverheadToLinuxResources; `resources` the containers' requests and limits summed as the scheduler sums them
-  (overhead excluded), as upstream's calculateSandboxResources (containerd turns them into the pause container's
-  io.kubernetes.cri.sandbox-* annotations). Pod-level `spec.resources` are not summed here.
+  (overhead excluded), pod-level `spec.resources` in their place where set, as upstream's calculateSandboxResources
+  (containerd turns them into the pause container's io.kubernetes.cri.sandbox-* annotations).
 
 `pod_cgroup_parent` spells the cgroupfs driver's pod cgroup; `systemd_cgroup_names.driver_cgroup` turns it into the
 systemd driver's slices, which the runtime manager passes as cgroup_parent with cgroupDriver: systemd.
@@ -41,7 +41,7 @@ from decimal import Decimal
 from typing import Any
 
 from cri.v1 import api_pb2
-from nodeagent.admission.resources import pod_requests
+from nodeagent.admission.resources import pod_limits, pod_requests
 from nodeagent.config.quantity import INT64_MAX, ceil_int64, parse_quantity
 from nodeagent.kuberuntime import labels as kubelabels
 from nodeagent.kuberuntime.errors import CreatePodSandboxConfigError
@@ -340,43 +340,10 @@ def _linux_resources(
     )
 
 
-def _limits(container: Mapping[str, Any]) -> dict[str, Decimal]:
-    raw = (container.get("resources") or {}).get("limits") or {}
-    return {str(name): parse_quantity(str(value)) for name, value in raw.items()}
-
-
-def pod_limits(pod: Mapping[str, Any]) -> dict[str, Decimal]:
-    """The pod's limits without overhead, as upstream's AggregateContainerLimits: app containers and sidecars add up,
-    other init containers count by their peak (each with the sidecars started before it)."""
-    spec = _spec(pod)
-    total: dict[str, Decimal] = {}
-    for container in spec.get("containers") or ():
-        for name, value in _limits(container).items():
-            total[name] = total.get(name, Decimal(0)) + value
-    sidecars: dict[str, Decimal] = {}
-    init_peak: dict[str, Decimal] = {}
-    for container in spec.get("initContainers") or ():
-        own = _limits(container)
-        if container.get("restartPolicy") == "Always":
-            for name, value in own.items():
-                total[name] = total.get(name, Decimal(0)) + value
-                sidecars[name] = sidecars.get(name, Decimal(0)) + value
-            step = dict(sidecars)
-        else:
-            step = dict(own)
-            for name, value in sidecars.items():
-                step[name] = step.get(name, Decimal(0)) + value
-        for name, value in step.items():
-            init_peak[name] = max(init_peak.get(name, Decimal(0)), value)
-    for name, value in init_peak.items():
-        total[name] = max(total.get(name, Decimal(0)), value)
-    return total
-
-
 def sandbox_resources(pod: Mapping[str, Any]) -> api_pb2.LinuxContainerResources:
     """Upstream calculateSandboxResources: the pod's requests and limits, overhead excluded, as CRI resources."""
-    requests = pod_requests({**pod, "spec": {**_spec(pod), "overhead": None}})
-    limits = pod_limits(pod)
+    requests = pod_requests(pod, overhead=False)
+    limits = pod_limits(pod, overhead=False)
     return _linux_resources(requests.get("cpu"), limits.get("cpu", Decimal(0)), limits.get("memory", Decimal(0)))
 
 

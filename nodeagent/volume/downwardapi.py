@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from nodeagent.kuberuntime.container_config import _resource_field_value
+from nodeagent.kuberuntime.container_config import _resource_field_value, downward_api_allocatable
 from nodeagent.kuberuntime.errors import KubeRuntimeError
 from nodeagent.volume.atomic_writer import FileProjection
 from nodeagent.volume.errors import SetUpError
@@ -73,7 +73,9 @@ def resource_field_value(pod: Pod, ref: Mapping[str, Any], node_allocatable: Map
     if not found:
         raise SetUpError(f"container {name} not found")
     try:
-        return _resource_field_value(found[0], str(ref.get("resource", "")), ref.get("divisor"), node_allocatable)
+        return _resource_field_value(
+            found[0], str(ref.get("resource", "")), ref.get("divisor"), downward_api_allocatable(pod, node_allocatable)
+        )
     except KubeRuntimeError as exc:
         raise SetUpError(str(exc)) from exc
 

@@ -1,10 +1,10 @@
 """emptyDir (upstream pkg/volume/emptydir): a directory on the node's disk, or a tmpfs with `medium: Memory`.
 
 The tmpfs size is upstream's calculateEmptyDirMemorySize: node allocatable memory, lowered to the pod's memory
-limit when the pod has one (every container declares a memory limit), lowered again to `sizeLimit` when that is
-smaller. `medium: HugePages*` needs hugetlbfs, which this node does not offer: a clear FailedMount, never a silent
-disk directory. The API data volumes (configMap, downwardAPI on disk; secret, projected on tmpfs) sit on the same
-directory setup, as upstream wraps an emptyDir for them.
+limit when the pod cgroup has one (every container declares a memory limit, or a pod-level one is set), lowered
+again to `sizeLimit` when that is smaller. `medium: HugePages*` needs hugetlbfs, which this node does not offer: a
+clear FailedMount, never a silent disk directory. The API data volumes (configMap, downwardAPI on disk; secret,
+projected on tmpfs) sit on the same directory setup, as upstream wraps an emptyDir for them.
 """
 
 from __future__ import annotations
@@ -12,13 +12,12 @@ from __future__ import annotations
 import asyncio
 import os
 import posixpath
-from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
 from nodeagent.config.errors import QuantityError
 from nodeagent.config.quantity import parse_quantity
-from nodeagent.kuberuntime.qos import effective_limits
+from nodeagent.kuberuntime.cgroups import pod_resource_config
 from nodeagent.volume.errors import MountError, SetUpError, TearDownError
 from nodeagent.volume.fsutil import os_error_text, remove_all_one_filesystem
 from nodeagent.volume.layout import EMPTY_DIR
@@ -39,31 +38,11 @@ def _quantity(value: Any) -> Decimal | None:
 
 
 def pod_memory_limit(pod: Pod) -> int | None:
-    """The pod's memory limit as its cgroup gets it (upstream ResourceConfigForPod), or None when a container
-    declares none: the regular containers and sidecars add up, an init container counts with the sidecars started
-    before it, the larger wins, and the pod overhead is added."""
-    spec: Mapping[str, Any] = pod.get("spec") or {}
-    containers = list(spec.get("containers") or [])
-    inits = list(spec.get("initContainers") or [])
-    if not containers:
-        return None
-    limits: list[Decimal] = []
-    for container in [*inits, *containers]:
-        limit = effective_limits(container).get("memory")
-        if limit is None:
-            return None
-        limits.append(limit)
-    init_limits, app_limits = limits[: len(inits)], limits[len(inits) :]
-    sidecars = Decimal(0)
-    largest_init = Decimal(0)
-    for container, limit in zip(inits, init_limits, strict=True):
-        if container.get("restartPolicy") == "Always":
-            sidecars += limit
-        else:
-            largest_init = max(largest_init, limit + sidecars)
-    total = max(sum(app_limits, Decimal(0)) + sidecars, largest_init)
-    overhead = _quantity(((spec.get("overhead") or {}).get("memory")) or 0) or Decimal(0)
-    return int(total + overhead)
+    """The pod's memory limit as its cgroup gets it (upstream ResourceConfigForPod, which calculateEmptyDirMemorySize
+    calls), or None when the cgroup gets none: the containers' aggregate with the overhead when every container
+    declares a memory limit, or the pod-level memory limit (`spec.resources`) when the pod sets one."""
+    memory = pod_resource_config(pod).memory
+    return memory if memory else None
 
 
 def tmpfs_size(pod: Pod, volume: Volume, node_allocatable_memory: int) -> int:

@@ -13,6 +13,11 @@ namespace, each agent's root dir (`<root>`) and pod log dir (`<podlogs>`), the t
 scrubbed as the status is. Lists of scalars become one sorted value (capabilities, masked paths, mount options,
 groups: a set, not a sequence), except argv; lists of objects are keyed by their destination/path/type/name;
 seccomp's syscall list becomes its count and a hash.
+
+Each sandbox also brings its pod cgroup (`sandbox[POD].podCgroup.…`): the values the agent itself wrote into the
+cgroup its `cgroup_parent` names (upstream's ResourceConfigForPod; no runtime spec holds them), read from the host's
+cgroupfs: cpu.shares, cpu.cfs_quota_us, cpu.cfs_period_us and memory.limit_in_bytes on cgroup v1; cpu.weight,
+cpu.max and memory.max on v2. A file that is not there is left out.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import json
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 from cri.client import CRIClient
@@ -132,6 +138,35 @@ def object_state(prefix: str, info: Obj, ctx: Context, roots: Roots) -> State:
     return out
 
 
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+# (controller directory on cgroup v1, file) of the pod cgroup values the kubelet writes.
+POD_CGROUP_V1 = (
+    ("cpu", "cpu.shares"),
+    ("cpu", "cpu.cfs_quota_us"),
+    ("cpu", "cpu.cfs_period_us"),
+    ("memory", "memory.limit_in_bytes"),
+)
+POD_CGROUP_V2 = ("cpu.weight", "cpu.max", "memory.max")
+
+
+def pod_cgroup_state(prefix: str, cgroup_parent: str, ctx: Context, root: Path = CGROUP_ROOT) -> State:
+    """The pod cgroup's values as `prefix.podCgroup.FILE -> value` lines (the cgroupfs driver's path)."""
+    relative = cgroup_parent.strip("/")
+    if not relative:
+        return {}
+    unified = (root / "cgroup.controllers").is_file()
+    files = (
+        [(root / relative / name, name) for name in POD_CGROUP_V2]
+        if unified
+        else [(root / controller / relative / name, name) for controller, name in POD_CGROUP_V1]
+    )
+    out: State = {}
+    for path, name in files:
+        with contextlib.suppress(OSError):
+            out[f"{prefix}.podCgroup.{name}"] = scrub(path.read_text().strip(), ctx)
+    return out
+
+
 def _latest(items: Iterable[_Item], key: Callable[[_Item], str]) -> dict[str, _Item]:
     newest: dict[str, _Item] = {}
     for item in items:
@@ -154,6 +189,8 @@ async def snapshot(cri: CRIClient, namespace: str, ctx: Context, roots: Roots) -
             info = json.loads(response.info.get("info", "{}"))
             info["runtimeHandler"] = response.status.runtime_handler or info.get("runtimeHandler", "")
             out.update(object_state(f"sandbox[{pod}]", info, ctx, roots))
+            parent = str((((info.get("config") or {}).get("linux") or {}).get("cgroup_parent")) or "")
+            out.update(pod_cgroup_state(f"sandbox[{pod}]", parent, ctx))
     containers = await cri.runtime.list_containers(api_pb2.ContainerFilter(label_selector=selector))
     by_name = _latest(containers, lambda c: f"{c.labels.get(POD_NAME, '?')}/{c.labels.get(CONTAINER_NAME, '?')}")
     for name, container in by_name.items():

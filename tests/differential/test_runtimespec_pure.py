@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.differential.compare import Recording, compare
 from tests.differential.normalise import Context
-from tests.differential.runtimespec import Roots, merge, object_state
+from tests.differential.runtimespec import Roots, merge, object_state, pod_cgroup_state
 from tests.differential.scenario import KnownDifference
 
 UID = "0d4c5c1e-1111-2222-3333-444455556666"
@@ -175,3 +176,35 @@ def test_merge_keeps_each_object_as_first_seen() -> None:
     seen: dict[str, str] = {"container[p/a].x": "1"}
     merge(seen, {"container[p/a].x": "2", "container[p/a].y": "2", "sandbox[p].z": "3"})
     assert seen == {"container[p/a].x": "1", "sandbox[p].z": "3"}
+
+
+def test_pod_cgroup_values_are_read_from_the_sandbox_cgroup_parent(tmp_path: Path) -> None:
+    parent = f"/kubepods/burstable/pod{UID}"
+    for controller, name, value in (
+        ("cpu", "cpu.shares", "204"),
+        ("cpu", "cpu.cfs_quota_us", "100000"),
+        ("cpu", "cpu.cfs_period_us", "100000"),
+        ("memory", "memory.limit_in_bytes", "268435456"),
+    ):
+        directory = tmp_path / controller / parent.strip("/")
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / name).write_text(value + "\n")
+    assert pod_cgroup_state("sandbox[p]", parent, CTX, tmp_path) == {
+        "sandbox[p].podCgroup.cpu.shares": "204",
+        "sandbox[p].podCgroup.cpu.cfs_quota_us": "100000",
+        "sandbox[p].podCgroup.cpu.cfs_period_us": "100000",
+        "sandbox[p].podCgroup.memory.limit_in_bytes": "268435456",
+    }
+    assert pod_cgroup_state("sandbox[p]", "", CTX, tmp_path) == {}
+
+
+def test_pod_cgroup_values_on_cgroup_v2(tmp_path: Path) -> None:
+    (tmp_path / "cgroup.controllers").write_text("cpu memory\n")
+    directory = tmp_path / "kubepods" / "burstable" / "podx"
+    directory.mkdir(parents=True)
+    (directory / "cpu.max").write_text("100000 100000\n")
+    (directory / "memory.max").write_text("max\n")
+    assert pod_cgroup_state("sandbox[p]", "/kubepods/burstable/podx", CTX, tmp_path) == {
+        "sandbox[p].podCgroup.cpu.max": "100000 100000",
+        "sandbox[p].podCgroup.memory.max": "max",
+    }

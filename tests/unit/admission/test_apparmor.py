@@ -124,32 +124,21 @@ def test_supplemental_groups_policy_strict_needs_the_runtime(
         )
 
 
-POD_LEVEL = AdmitResult(
-    admit=False, reason="PodLevelResourcesNotSupported", message="pod-level resources are not supported on the node"
-)
-
-
 @pytest.mark.parametrize(
-    ("resources", "expected"),
+    "resources",
     [
-        (None, OK),
-        ({}, OK),
-        ({"requests": {"cpu": "100m"}}, POD_LEVEL),
-        ({"limits": {"memory": "64Mi"}}, POD_LEVEL),
-        ({"limits": {"hugepages-2Mi": "2Mi"}}, POD_LEVEL),
-        # Only cpu, memory and hugepages are pod-level resources upstream (IsSupportedPodLevelResource).
-        ({"requests": {"example.com/widget": "1"}}, OK),
+        None,
+        {},
+        {"requests": {"cpu": "100m"}},
+        {"limits": {"memory": "64Mi"}},
+        {"requests": {"example.com/widget": "1"}},
     ],
 )
-def test_pod_level_resources_are_refused_not_ignored(resources: dict[str, Any] | None, expected: AdmitResult) -> None:
-    """nodeagent does not size QoS, the pod cgroup or admission from spec.resources: upstream's podFeaturesAdmitHandler
-    refusal, after AppArmor, with a Node and without one."""
+def test_pod_level_resources_are_admitted(resources: dict[str, Any] | None) -> None:
+    """PodLevelResources is beta and on in v1.34: upstream's podFeaturesAdmitHandler admits pods that set
+    spec.resources, and so does nodeagent now that it honours them (with a Node and without one)."""
     the_pod = pod()
     if resources is not None:
         the_pod["spec"]["resources"] = resources
-    assert admit(the_pod, NODE, [], host_apparmor=False) == expected
-    assert admit(the_pod, None, [], host_apparmor=False) == expected
-    # AppArmor's handler comes first, as upstream's order.
-    if expected == POD_LEVEL:
-        the_pod["spec"]["securityContext"] = {"appArmorProfile": {"type": "RuntimeDefault"}}
-        assert admit(the_pod, NODE, [], host_apparmor=False) == NOT_ENABLED
+    assert admit(the_pod, NODE, [], host_apparmor=False) == OK
+    assert admit(the_pod, None, [], host_apparmor=False) == OK
