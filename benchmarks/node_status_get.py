@@ -3,14 +3,16 @@ direct connection (`KubeClient(direct=True)`, `kube/direct.py`), in one run agai
 
 Every node's status loop GETs its Node every 10 s, the first try from the watch cache (`resourceVersion=0`,
 `NodeStatusManager.sync_node_status`): at 300 nodes a fleet makes 30 a second, as many as its Lease renewals. This
-benchmark makes one Node (`<prefix>`, admin credential, deleted at the end) and --nodes clients of each kind, and
-in each of --rounds rounds every client of one kind GETs it once, then every client of the other (the order
-alternating round by round), at most --concurrency at a time. A round's CPU time (the process's user + system)
+benchmark makes one Node with no status (`nsbench-<id>`, admin credential, deleted at the end), or reads an
+existing one (--node, a fleet node's: its status is most of its bytes), and --nodes clients of each kind. In each
+of --rounds rounds every client of one kind GETs it once, then every client of the other (the order alternating
+round by round), at most --concurrency at a time. A round's CPU time (the process's user + system)
 over its GETs is one sample; the medians of each kind and their ratio are what to quote on a loaded machine. It
 also gives the event loop's turns per GET and the GET latency p50/p99 of each kind. The status PATCH (once in
 nodeStatusReportFrequency, 5 min, or on a change) is not measured: its path is the same code with a body.
 
-Run: `python -m benchmarks.node_status_get --testbed DIR [--nodes 100] [--rounds 20] [--concurrency 1]`.
+Run: `python -m benchmarks.node_status_get --testbed DIR [--nodes 100] [--rounds 20] [--concurrency 1]
+[--node NAME]`.
 """
 
 from __future__ import annotations
@@ -52,19 +54,21 @@ async def _pass(clients: list[KubeClient], path: str, concurrency: int, latencie
     await asyncio.gather(*(one(client) for client in clients))
 
 
-async def run(kubeconfig: Path, nodes: int, rounds: int, concurrency: int) -> dict[str, Any]:
-    name = f"nsbench-{uuid.uuid4().hex[:5]}"
+async def run(kubeconfig: Path, nodes: int, rounds: int, concurrency: int, node: str | None = None) -> dict[str, Any]:
+    name = node or f"nsbench-{uuid.uuid4().hex[:5]}"
     path = paths.node(name)
     clients = {
         kind: [KubeClient.from_kubeconfig(kubeconfig, direct=kind == "direct") for _ in range(nodes)] for kind in KINDS
     }
     result: dict[str, Any] = {"bench": "node_status_get", "nodes": nodes, "rounds": rounds, "concurrency": concurrency}
+    result["node"] = name
     result["loadavg_start"] = [round(x, 2) for x in os.getloadavg()]
     cpu: dict[str, list[float]] = {kind: [] for kind in KINDS}
     turns: dict[str, int] = dict.fromkeys(KINDS, 0)
     latencies: dict[str, list[float]] = {kind: [] for kind in KINDS}
     async with KubeClient.from_kubeconfig(kubeconfig) as admin:
-        await admin.create(paths.nodes(), {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
+        if node is None:
+            await admin.create(paths.nodes(), {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
         try:
             for kind in KINDS:  # each client's connection opened (and its TLS handshake done) before the rounds
                 await _pass(clients[kind], path, concurrency, [])
@@ -76,8 +80,9 @@ async def run(kubeconfig: Path, nodes: int, rounds: int, concurrency: int) -> di
                     cpu[kind].append((time.process_time() - cpu_before) / nodes)
                     turns[kind] += counter.turns - turns_before
         finally:
-            with contextlib.suppress(NotFound):
-                await admin.delete(path)
+            if node is None:
+                with contextlib.suppress(NotFound):
+                    await admin.delete(path)
             for kind in KINDS:
                 for client in clients[kind]:
                     await client.aclose()
@@ -102,8 +107,10 @@ async def main(argv: list[str]) -> int:
     parser.add_argument("--nodes", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--concurrency", type=int, default=1)
+    parser.add_argument("--node", default=None, help="GET this existing Node (a fleet node's) instead of an empty one")
     args = parser.parse_args(argv)
-    result = await run(Testbed(args.testbed).layout.admin_kubeconfig, args.nodes, args.rounds, args.concurrency)
+    kubeconfig = Testbed(args.testbed).layout.admin_kubeconfig
+    result = await run(kubeconfig, args.nodes, args.rounds, args.concurrency, args.node)
     result["date"] = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     print(json.dumps(result))
     return 0

@@ -54,6 +54,8 @@ DEFAULT_TIMEOUT = 30.0
 # A watch asks the server to end it after timeoutSeconds; the read timeout leaves the server room to do so first.
 WATCH_READ_GRACE = 30.0
 TOKEN_FILE_REFRESH = 60.0
+# How often a direct request also closes httpx's expired idle connections (`send_direct`).
+SWEEP_INTERVAL = 30.0
 
 
 class BearerToken(httpx.Auth):
@@ -149,6 +151,7 @@ class KubeClient:
         # the `*_direct` methods go through httpx like every other request (a single agent: one HTTP client, one
         # behaviour).
         self._direct: DirectConnection | None = None
+        self._swept = float("-inf")  # when send_direct last closed httpx's expired idle connections
         if transport is None:
             self.tls_context = ssl_context(credentials)
             transport = ApiTransport(self.tls_context)
@@ -341,6 +344,11 @@ class KubeClient:
         `send` does. Same answers and errors as `send`."""
         if self._direct is None:
             return await self.send(request, request_timeout=request_timeout)
+        if isinstance(self._transport, ApiTransport) and time.monotonic() - self._swept >= SWEEP_INTERVAL:
+            # httpx's pool closes its expired connections only when a request comes to it, and a fleet node's
+            # periodic ones come here instead.
+            self._swept = time.monotonic()
+            await self._transport.close_expired()
         method, path = request.method, request.path
         target = f"{path}?{urlencode(request.params)}" if request.params else path
         body = _encode(request.body) if request.body is not None else None

@@ -211,3 +211,22 @@ async def test_without_direct_the_node_status_calls_go_through_httpx() -> None:
     assert f"patch {NODE}/status http/1.1\r\n" in sent
     assert "content-type: application/strategic-merge-patch+json" in sent
     assert sent.count("accept-encoding: gzip") == 2  # httpx's own header, which the direct connection never sends
+
+
+async def test_a_direct_request_closes_httpx_connections_past_their_keepalive(monkeypatch: pytest.MonkeyPatch) -> None:
+    """httpcore closes an expired connection only when a request comes to its pool; a fleet node's periodic requests
+    go over the direct connection, so they close it (the connections opened at the node's start-up)."""
+    answers = [_answer("200 OK", b'{"kind":"Node"}')] * 6
+    async with (
+        serving(Server(answers)) as server,
+        KubeClient(ClusterCredentials(server=f"http://127.0.0.1:{server.port}"), direct=True) as client,
+    ):
+        await client.get(NODE, request_timeout=5)  # through httpx: its connection stays in the pool, idle
+        assert server.connections == 1
+        pool = client._transport._pool  # type: ignore[attr-defined]
+        assert len(pool.connections) == 1
+        now = time.monotonic()
+        monkeypatch.setattr("httpcore._async.http11.time.monotonic", lambda: now + 91.0)  # past the 90 s keep-alive
+        await client.get_direct(NODE)
+        assert pool.connections == []
+        assert server.connections == 2  # the direct connection; httpx's was closed
