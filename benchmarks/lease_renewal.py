@@ -13,9 +13,11 @@ cProfile and prints the 30 functions with the most own time (FILE keeps the psta
 end.
 
 The leases are named `<prefix>-N` in kube-node-lease, renewed with the admin credential and no owner (no Node).
+The clients are the fleet's heartbeat clients (`direct=True`, `kube/direct.py`); `--httpx` makes them as the single
+agent's, through httpx.
 
 Run: `python -m benchmarks.lease_renewal --testbed DIR [--nodes 100] [--rounds 20] [--concurrency 1]
-[--busy-thread] [--profile FILE]`.
+[--busy-thread] [--profile FILE] [--httpx]`.
 """
 
 from __future__ import annotations
@@ -83,7 +85,7 @@ class _Busy:
         self._thread.join()
 
 
-class _SelectCounter:
+class SelectCounter:
     """Counts the event loop's turns (one selector.select each): each turn gives up the GIL and takes it back."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -108,25 +110,32 @@ async def run(
     profile: Path | None = None,
     *,
     busy: bool = False,
+    direct: bool = True,
 ) -> dict[str, Any]:
     prefix = f"leasebench-{uuid.uuid4().hex[:5]}"
     config = KubeletConfiguration()
     clock = SystemClock()
     process = psutil.Process()
     rss_before = process.memory_info().rss
-    clients = [KubeClient.from_kubeconfig(kubeconfig, timeout=10.0) for _ in range(nodes)]
+    clients = [KubeClient.from_kubeconfig(kubeconfig, timeout=10.0, direct=direct) for _ in range(nodes)]
     leases = [
         NodeLease(client, node_name=f"{prefix}-{i}", config=config, clock=clock, node_uid=lambda: "")
         for i, client in enumerate(clients)
     ]
-    result: dict[str, Any] = {"bench": "lease_renewal", "nodes": nodes, "rounds": rounds, "concurrency": concurrency}
+    result: dict[str, Any] = {
+        "bench": "lease_renewal",
+        "nodes": nodes,
+        "rounds": rounds,
+        "concurrency": concurrency,
+        "direct": direct,
+    }
     result["loadavg_start"] = [round(x, 2) for x in os.getloadavg()]
     try:
         await _rounds(leases, 1, concurrency)  # create each Lease and open each client's connection
         # What one renewing node holds: its client (TLS context, pools) and its open connection(s).
         result["rss_per_lease_kib"] = round((process.memory_info().rss - rss_before) / nodes / 1024, 1)
         profiler = cProfile.Profile(time.process_time) if profile is not None else None
-        counter = _SelectCounter(asyncio.get_running_loop())
+        counter = SelectCounter(asyncio.get_running_loop())
         with _Busy() if busy else contextlib.nullcontext():
             turns_before = counter.turns
             cpu_before = time.process_time()
@@ -176,10 +185,17 @@ async def main(argv: list[str]) -> int:
     parser.add_argument("--concurrency", type=int, default=1)
     parser.add_argument("--busy-thread", action="store_true", help="a thread computing beside the renewals")
     parser.add_argument("--profile", type=Path, default=None, help="run the rounds under cProfile; pstats here")
+    parser.add_argument("--httpx", action="store_true", help="clients without direct=True (the single agent's path)")
     args = parser.parse_args(argv)
     bed = Testbed(args.testbed)
     result = await run(
-        bed.layout.admin_kubeconfig, args.nodes, args.rounds, args.concurrency, args.profile, busy=args.busy_thread
+        bed.layout.admin_kubeconfig,
+        args.nodes,
+        args.rounds,
+        args.concurrency,
+        args.profile,
+        busy=args.busy_thread,
+        direct=not args.httpx,
     )
     result["date"] = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     print(json.dumps(result))

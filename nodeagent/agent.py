@@ -438,7 +438,13 @@ async def _start(options: AgentOptions, stop: asyncio.Event, emulation: Emulatio
             NODEAGENT_VERSION,
         )
         try:
-            client = None if options.standalone else KubeClient.from_kubeconfig(options.kubeconfig)  # type: ignore[arg-type]
+            # An emulated node's client also keeps a direct connection (`KubeClient(direct=True)`) for its Node GET and
+            # status PATCH every 10 s (docs/fleet.md); a single agent sends everything through httpx.
+            client = (
+                None
+                if options.standalone
+                else KubeClient.from_kubeconfig(options.kubeconfig, direct=emulation is not None)  # type: ignore[arg-type]
+            )
         except KubeconfigError as exc:
             raise AgentError(f"the kubeconfig {options.kubeconfig} cannot be used: {exc}") from exc
         try:

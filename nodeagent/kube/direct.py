@@ -1,5 +1,5 @@
-"""`DirectConnection`: one kept-alive HTTP/1.1 connection for a small, frequent JSON request (the Lease renewal),
-written straight on an asyncio stream, not through httpx.
+"""`DirectConnection`: one kept-alive HTTP/1.1 connection for small, frequent JSON requests (a fleet node's Lease
+renewal, its Node GET and status PATCH), written straight on an asyncio stream, not through httpx.
 
 Measured with `benchmarks/lease_renewal.py` against a testbed apiserver (docs/fleet.md): a Lease PUT through httpx
 costs about 1.2-1.4 ms of CPU and 8 turns of the event loop. The CPU goes to httpx's request and URL building,
@@ -250,13 +250,22 @@ class DirectConnection:
         self._idle_since = 0.0
         self.connects = 0  # for tests and benchmarks
 
-    async def request(self, method: str, path: str, body: bytes | None, *, timeout: float) -> DirectResponse:
-        """Send one request, with a JSON body or none, and read the whole answer. Raises OSError (ssl.SSLError
-        included), TimeoutError, asyncio.IncompleteReadError or ProtocolError; the caller maps them."""
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None,
+        *,
+        timeout: float,
+        content_type: str = "application/json",
+    ) -> DirectResponse:
+        """Send one request, with a body of `content_type` or none, and read the whole answer. `path` may carry a
+        query, already encoded. Raises OSError (ssl.SSLError included), TimeoutError, asyncio.IncompleteReadError or
+        ProtocolError; the caller maps them."""
         token = self._authorization()
         head = (
             f"{method} {self._prefix}{path} HTTP/1.1\r\n{self._fixed}"
-            + (f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n" if body is not None else "")
+            + (f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n" if body is not None else "")
             + (f"Authorization: Bearer {token}\r\n" if token else "")
             + "\r\n"
         ).encode("latin-1")

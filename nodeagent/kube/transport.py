@@ -10,6 +10,10 @@ Three things differ from httpx's defaults, measured on `nodeagent fleet` (docs/f
   handshake, and with a request every few seconds a kept one is never idle long enough to go. Without that, a
   certificate that expired during an apiserver outage and was renewed went on being presented: 401 Unauthorized
   until the test gave up (the clean-clone CI runs at 866475f with 90 s, and at 556e353 even with 5 s).
+- **Expired idle connections can be closed without a request** (`close_expired`). httpcore closes them only when a
+  request comes to the pool. A fleet node's client sends its periodic requests over the direct connection
+  (`kube/direct.py`), so the connections its start-up opened stayed open, idle, for the node's life: a fleet of
+  5 nodes held 40 connections to the apiserver against main's 30 (docs/fleet.md).
 - **A TLS handshake cancelled half-way closes its socket.** httpcore closes the TCP stream when the handshake fails
   with an Exception, not when the task is cancelled (a BaseException): the stream is then referenced by nothing that
   the pool closes, and the garbage collector finds an open asyncio transport ("unclosed transport"). An agent that
@@ -116,6 +120,18 @@ class ApiTransport(httpx.AsyncHTTPTransport):
             http2=False,
             network_backend=_ClosingBackend(),
         )
+
+    async def close_expired(self) -> int:
+        """Close the pool's connections that are closed, past their keep-alive, or closed by the server, as httpcore
+        does when a request comes to the pool (`_assign_requests_to_connections`); how many were closed."""
+        pool = self._pool
+        with pool._optional_thread_lock:
+            gone = [c for c in pool._connections if c.is_closed() or c.has_expired()]
+            for connection in gone:
+                pool._connections.remove(connection)
+        for connection in gone:
+            await connection.aclose()
+        return len(gone)
 
     async def close_connections(self) -> None:
         """Close every connection, idle or in use (a watch, a request waiting for its answer), as upstream's kubelet

@@ -310,7 +310,9 @@ class NodeStatusManager:
             try:
                 # As upstream's tryUpdateNodeStatus: the Node as the apiserver has it now (the first try from its
                 # watch cache), so what others wrote since the last post is seen and corrected at this tick.
-                self._node = await self._client.get(
+                # Over the client's direct connection when it has one (a fleet node: 30 such GETs a second at 300
+                # nodes), else through httpx as every other request.
+                self._node = await self._client.get_direct(
                     paths.node(self._name), resource_version="0" if attempt == 0 else None
                 )
                 await self._try_update_node_status()
@@ -349,7 +351,7 @@ class NodeStatusManager:
             report_frequency=self._config.node_status_report_frequency,
         ):
             return
-        self._node = await self._client.patch(
+        self._node = await self._client.patch_direct(
             paths.node(self._name), _status_patch(old_status, new_status), subresource="status"
         )
         self.status_patches += 1

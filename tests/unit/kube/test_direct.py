@@ -169,3 +169,64 @@ async def test_without_direct_the_lease_calls_go_through_httpx() -> None:
     head = b"".join(server.reads).decode().lower()
     assert head.startswith(f"put {LEASE.lower()} http/1.1\r\n")
     assert "accept-encoding: gzip" in head  # httpx's own default header, which the direct connection never sends
+
+
+NODE = "/api/v1/nodes/n1"
+
+
+async def test_the_node_status_get_and_patch_go_over_the_direct_connection() -> None:
+    """A fleet node's status loop: GET its Node from the watch cache (resourceVersion=0), then PATCH the status
+    subresource with a strategic merge patch, both on the one kept connection."""
+    answers = [_answer("200 OK", b'{"kind":"Node"}'), _answer("200 OK", b'{"kind":"Node","status":{}}')]
+    async with (
+        serving(Server(answers)) as server,
+        KubeClient(ClusterCredentials(server=f"http://127.0.0.1:{server.port}"), direct=True) as client,
+    ):
+        assert await client.get_direct(NODE, resource_version="0") == {"kind": "Node"}
+        patched = await client.patch_direct(NODE, {"status": {"phase": "x"}}, subresource="status")
+    assert patched == {"kind": "Node", "status": {}}
+    assert server.connections == 1 and len(server.reads) == 2
+    get_head = server.reads[0].decode()
+    assert get_head.startswith(f"GET {NODE}?resourceVersion=0 HTTP/1.1\r\n")
+    assert "Content-Type" not in get_head
+    head, _, body = server.reads[1].partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    assert lines[0] == f"PATCH {NODE}/status HTTP/1.1"
+    assert "Content-Type: application/strategic-merge-patch+json" in lines
+    assert f"Content-Length: {len(body)}" in lines
+    assert json.loads(body) == {"status": {"phase": "x"}}
+
+
+async def test_without_direct_the_node_status_calls_go_through_httpx() -> None:
+    """The single agent's node status loop sends through httpx, its query and patch type the same."""
+    answers = [_answer("200 OK", b'{"kind":"Node"}')] * 4  # one a read: httpx may write a body apart from its head
+    async with (
+        serving(Server(answers)) as server,
+        KubeClient(ClusterCredentials(server=f"http://127.0.0.1:{server.port}")) as client,
+    ):
+        await client.get_direct(NODE, resource_version="0", request_timeout=5)
+        await client.patch_direct(NODE, {"status": {}}, subresource="status", request_timeout=5)
+    sent = b"".join(server.reads).decode().lower()
+    assert sent.startswith(f"get {NODE}?resourceversion=0 http/1.1\r\n")
+    assert f"patch {NODE}/status http/1.1\r\n" in sent
+    assert "content-type: application/strategic-merge-patch+json" in sent
+    assert sent.count("accept-encoding: gzip") == 2  # httpx's own header, which the direct connection never sends
+
+
+async def test_a_direct_request_closes_httpx_connections_past_their_keepalive(monkeypatch: pytest.MonkeyPatch) -> None:
+    """httpcore closes an expired connection only when a request comes to its pool; a fleet node's periodic requests
+    go over the direct connection, so they close it (the connections opened at the node's start-up)."""
+    answers = [_answer("200 OK", b'{"kind":"Node"}')] * 6
+    async with (
+        serving(Server(answers)) as server,
+        KubeClient(ClusterCredentials(server=f"http://127.0.0.1:{server.port}"), direct=True) as client,
+    ):
+        await client.get(NODE, request_timeout=5)  # through httpx: its connection stays in the pool, idle
+        assert server.connections == 1
+        pool = client._transport._pool  # type: ignore[attr-defined]
+        assert len(pool.connections) == 1
+        now = time.monotonic()
+        monkeypatch.setattr("httpcore._async.http11.time.monotonic", lambda: now + 91.0)  # past the 90 s keep-alive
+        await client.get_direct(NODE)
+        assert pool.connections == []
+        assert server.connections == 2  # the direct connection; httpx's was closed
