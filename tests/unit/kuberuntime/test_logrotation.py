@@ -385,8 +385,8 @@ async def test_run_passes_every_interval(client: CRIClient, runtime: ScriptedRun
     clock = FakeClock()
     task = asyncio.create_task(_manager(client, clock, monitor_interval=10.0).run())
     try:
-        for _ in range(50):
-            if runtime.calls_of("ListContainers"):
+        for _ in range(1000):  # the clock moves only once the manager sleeps after its first pass
+            if runtime.calls_of("ListContainers") and clock.sleepers:
                 break
             await asyncio.sleep(0.01)
         assert len(runtime.calls_of("ListContainers")) == 1
@@ -394,7 +394,7 @@ async def test_run_passes_every_interval(client: CRIClient, runtime: ScriptedRun
         await asyncio.sleep(0.05)
         assert len(runtime.calls_of("ListContainers")) == 1
         await clock.advance(1)
-        for _ in range(50):
+        for _ in range(1000):
             if len(runtime.calls_of("ListContainers")) == 2:
                 break
             await asyncio.sleep(0.01)
@@ -410,12 +410,14 @@ async def test_run_survives_a_failed_listing(client: CRIClient, runtime: Scripte
     clock = FakeClock()
     task = asyncio.create_task(_manager(client, clock).run())
     try:
-        for _ in range(50):
-            if runtime.calls_of("ListContainers"):
+        # The failed listing is answered over real gRPC: under load that takes a while, and the clock is advanced
+        # only once the manager has gone to sleep after it (advancing earlier would wake nobody).
+        for _ in range(1000):
+            if runtime.calls_of("ListContainers") and clock.sleepers:
                 break
             await asyncio.sleep(0.01)
         await clock.advance(10)
-        for _ in range(50):
+        for _ in range(1000):
             if len(runtime.calls_of("ListContainers")) == 2:
                 break
             await asyncio.sleep(0.01)
