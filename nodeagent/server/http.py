@@ -317,8 +317,10 @@ class HTTPServer:
             if watcher in done and not handler.done():
                 responder.gone.set()
                 handler.cancel()
-            with contextlib.suppress(asyncio.CancelledError, ClientGone):
+            try:
                 await handler
+            except (asyncio.CancelledError, ClientGone):
+                _raise_if_cancelled()
         except Exception:
             log.exception("kubelet server handler failed path=%s", request.path)
             if not responder.started:
@@ -326,12 +328,22 @@ class HTTPServer:
                     await responder.text(500, "Internal Server Error")
         finally:
             watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await watcher
             if not handler.done():
                 handler.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await handler
+            # asyncio.wait raises neither task's end, only this task's own cancellation (close() ending the
+            # connection), which must go on: swallowing it left close() waiting on the connection's next idle read.
+            await asyncio.wait({watcher, handler})
+            for task in (watcher, handler):
+                if not task.cancelled():
+                    task.exception()  # retrieved: an end already handled above, or a watcher's, not worth a log
+
+
+def _raise_if_cancelled() -> None:
+    """Awaiting a sub-task that was cancelled raises CancelledError too; only that one may be swallowed. When the
+    current task itself is being cancelled, its cancellation goes on."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
 
 
 @dataclass
