@@ -58,7 +58,8 @@ class PodStatusCache(Protocol):
     def delete(self, uid: str) -> None: ...
 
     def update_time(self, timestamp: float) -> None:
-        """Every entry is at least as fresh as `timestamp` (a relist finished that started then)."""
+        """Every entry is at least as fresh as `timestamp` (a relist finished that started then, or an event made
+        then was received). The time never moves back."""
         ...
 
 
@@ -125,6 +126,8 @@ class Cache:
         self._pods.pop(uid, None)
 
     def update_time(self, timestamp: float) -> None:
+        if self._timestamp is not None and timestamp <= self._timestamp:
+            return
         self._timestamp = timestamp
         for uid in list(self._subscribers):
             self._notify(uid, timestamp)

@@ -7,9 +7,13 @@ that status goes into the pod status cache at the event's own time, and the even
     CONTAINER_CREATED_EVENT  → (cache only)            CONTAINER_DELETED_EVENT → ContainerDied, ContainerRemoved
 
 The GenericPLEG keeps running underneath with upstream's evented settings (relist every 5 min, unhealthy after 10)
-as a safety net, and does the relists the stream needs. Every 2 s the cache's global timestamp moves to now, so a
-worker waiting for a newer status is never stuck behind a lost event (only while a stream is open: without one,
-the worker waits for a relist).
+as a safety net, and does the relists the stream needs. Every 2 s the cache's global timestamp moves to the time of
+the last event received (only while a stream is open: without one, the worker waits for a relist). Not to "now", as
+upstream's evented PLEG does: the runtime sends events in the order it makes them, so an event received proves that
+every earlier one has arrived, while "now" does not. A StartContainer's event still in flight when the tick said
+"fresh as of now" let the pod's next sync read the container as created, never started, and remove it while it ran
+(the soak's churn: 139 of 2,271 pods; docs/reliability.md). A worker whose pod had no event since its last sync
+asks for a relist of its pod (nodeagent/podworkers.py), which stamps the time before it lists.
 
 When the stream fails it is opened again after a back-off (0.5 s doubling), each failure forcing a relist. That
 relist usually fails too (the runtime is away), and containerd drops the events of a death while nobody listens, so a
@@ -130,6 +134,7 @@ class EventedPLEG:
         self.relist_owed = True
         self.events_received = 0
         self.fallbacks = 0
+        self._last_event_time: float | None = None  # created_at of the newest event received (wall seconds)
 
     # --- the PodLifecycleEventGenerator interface --------------------------------------------------------------
 
@@ -250,8 +255,9 @@ class EventedPLEG:
         while True:
             await self._clock.sleep(self._cache_period)
             # Only while events can arrive: with the stream down, a waiting worker waits for a relist instead.
-            if self.in_use and self.streaming and not self.relist_owed:
-                self._cache.update_time(wall_seconds(self._clock))
+            seen = self._last_event_time
+            if self.in_use and self.streaming and not self.relist_owed and seen is not None:
+                self._cache.update_time(seen)
 
     # --- one event ---------------------------------------------------------------------------------------------
 
@@ -262,6 +268,8 @@ class EventedPLEG:
         if last_relist is not None and created < last_relist:
             log.debug("evented pleg event older than the last relist dropped container=%s", event.container_id[:12])
             return
+        if self._last_event_time is None or created > self._last_event_time:
+            self._last_event_time = created
         self._metrics.connection_latency.observe(max(wall_seconds(self._clock) - created, 0.0))
         deleted = event.container_event_type == api_pb2.CONTAINER_DELETED_EVENT
         if not event.HasField("pod_sandbox_status") or not event.pod_sandbox_status.HasField("metadata"):

@@ -178,11 +178,12 @@ async def test_running_follows_the_stream_with_a_slow_relist_underneath(
     assert generic.relists == relists + 1
     assert E("u1", T.CONTAINER_STARTED, sb) in drain(channel)
     c = runtime.run_container(sb, "main")
+    ran_at = clock.wall().timestamp()
     await clock.advance(0)
     assert drain(channel) == [E("u1", T.CONTAINER_STARTED, c)]
     assert generic.relists == relists + 1  # later events do not relist
     await clock.advance(2)
-    assert cache.timestamp == clock.wall().timestamp()  # the 2 s tick: nobody waits behind a lost event
+    assert cache.timestamp == ran_at  # the 2 s tick: as fresh as the last event received, never "now"
     await clock.advance(298)
     assert generic.relists == relists + 2  # the 5-minute safety net
 
@@ -261,8 +262,11 @@ async def test_a_death_during_a_short_outage_is_seen_once_the_stream_is_back(
 async def test_the_cache_tick_holds_while_a_relist_is_owed(
     running: EventedPLEG, runtime: FakeRuntime, clock: FakeClock, cache: Cache
 ) -> None:
+    runtime.run_sandbox("u1")
+    sent = clock.wall().timestamp()
+    await clock.advance(0)  # the event, and the relist the first event of a stream brings, both at `sent`
     await clock.advance(2)
-    assert not running.relist_owed and cache.timestamp == clock.wall().timestamp()
+    assert not running.relist_owed and cache.timestamp == sent
     runtime.fail["ListPodSandbox"] = DOWN
     runtime.break_stream(DOWN)
     for delay in (0, 0.5):
@@ -275,8 +279,11 @@ async def test_the_cache_tick_holds_while_a_relist_is_owed(
     del runtime.fail["ListPodSandbox"]
     await clock.advance(1)  # the owed relist is retried every second and now succeeds
     assert not running.relist_owed
+    runtime.run_sandbox("u2")
+    sent = clock.wall().timestamp()
+    await clock.advance(0)  # the event, and the relist the first event of a stream brings, both at `sent`
     await clock.advance(2)
-    assert cache.timestamp == clock.wall().timestamp()
+    assert cache.timestamp == sent
 
 
 def _state(cache: Cache, uid: str) -> int:
@@ -326,8 +333,11 @@ async def test_a_runtime_without_the_call(
 async def test_without_a_stream_the_cache_is_not_declared_fresh(
     running: EventedPLEG, runtime: FakeRuntime, clock: FakeClock, cache: Cache
 ) -> None:
+    runtime.run_sandbox("u1")
+    sent = clock.wall().timestamp()
+    await clock.advance(0)  # the event, and the relist the first event of a stream brings, both at `sent`
     await clock.advance(2)
-    assert cache.timestamp == clock.wall().timestamp()  # the tick, while the stream is open
+    assert cache.timestamp == sent  # the tick, while the stream is open
     runtime.fail["ListPodSandbox"] = DOWN  # the runtime is gone: relists fail too
     runtime.open_failures = [DOWN] * 3
     runtime.break_stream(DOWN)
@@ -336,3 +346,23 @@ async def test_without_a_stream_the_cache_is_not_declared_fresh(
         await clock.advance(delay)
     assert running.in_use and not running.streaming
     assert cache.timestamp == stamp  # a worker waiting for a newer status keeps waiting
+
+
+async def test_the_tick_never_declares_fresh_a_start_whose_event_has_not_arrived(
+    running: EventedPLEG, runtime: FakeRuntime, clock: FakeClock, cache: Cache
+) -> None:
+    """The soak's killed containers (docs/reliability.md): StartContainer returned, the worker's sync ended, and the
+    STARTED event was still in flight when the tick moved the cache's time to "now", past the sync's end. The next
+    sync read the container as created, never started, and removed it while it ran."""
+    sb = runtime.run_sandbox("u1")
+    c = runtime.create_container(sb, "main")
+    await clock.advance(0)
+    assert _state(cache, "u1") == api_pb2.CONTAINER_CREATED
+    container = runtime.containers[c]
+    container.state = api_pb2.CONTAINER_RUNNING  # started in the runtime; its event not delivered yet
+    sync_ended = clock.wall().timestamp() + 0.01
+    await clock.advance(2)  # the tick
+    assert not cache.has_newer_than("u1", sync_ended)  # the worker asks for a relist of its pod instead
+    runtime.start_container(c)  # the event arrives
+    await clock.advance(0)
+    assert cache.has_newer_than("u1", sync_ended) and _state(cache, "u1") == api_pb2.CONTAINER_RUNNING
