@@ -258,11 +258,13 @@ async def test_startup_probe_holds_off_a_strict_liveness_probe(
 
     async def started() -> Obj | None:
         got = await get_pod(admin, name)
-        return got if cstatus(got, "slow").get("started") else None
+        # No readiness probe: ready once started. The two may reach the apiserver in two status updates (as
+        # upstream: `started` is set when the probe succeeds, `ready` at the pod's next sync), so wait for both.
+        status = cstatus(got, "slow")
+        return got if status.get("started") and status.get("ready") else None
 
-    pod = await eventually(started, timeout=120, what="startup probe succeeds", agent=agent)
+    pod = await eventually(started, timeout=120, what="startup probe succeeds and the container is ready", agent=agent)
     assert cstatus(pod, "slow")["restartCount"] == 0
-    assert cstatus(pod, "slow")["ready"] is True  # no readiness probe: ready once started
     killing = [e for e in await events(admin, pod, "Killing") if "probe" in e["message"]]
     assert killing == []
     unhealthy = await events(admin, pod, "Unhealthy")
