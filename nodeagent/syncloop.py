@@ -1,6 +1,9 @@
 """The syncLoop: one dispatcher over config updates, PLEG events, probe results and two ticks. It only dispatches.
 
-As upstream's syncLoopIteration, each wake-up handles exactly one thing and hands it to a SyncHandler:
+As upstream's syncLoopIteration, each wake-up handles exactly one thing and hands it to a SyncHandler. When several
+are ready at once, one is chosen at random, as Go's select chooses among its ready cases (upstream's comment: the
+cases are not evaluated in order), so that a flood on one channel (the apiserver echoing every status update of a
+100-pod churn) cannot starve the others (the PLEG's channel filling up, the node NotReady):
 
 - a PodUpdate from PodConfig → handle_pod_additions / _updates / _removes / _reconcile (DELETE is an update:
   the pod carries its deletionTimestamp, and the worker goes terminating);
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -75,6 +79,7 @@ class SyncLoop:
         clock: Clock | None = None,
         sync_period: float = SYNC_PERIOD,
         housekeeping_period: float = HOUSEKEEPING_PERIOD,
+        choose: Callable[[Sequence[str]], str] = random.choice,
     ) -> None:
         self._channels = channels
         self._handler = handler
@@ -82,6 +87,7 @@ class SyncLoop:
         self._pods_due = pods_due
         self._sources_ready = sources_ready
         self._clock = clock or SystemClock()
+        self._choose = choose
         self._sync_period = sync_period
         self._housekeeping_period = housekeeping_period
         self.iterations = 0
@@ -108,15 +114,15 @@ class SyncLoop:
                 done, _ = await asyncio.wait([*getters.values(), ticker], return_when=asyncio.FIRST_COMPLETED)
                 if ticker not in done:
                     ticker.cancel()
-                # One event per iteration, in upstream's select order of preference: config, pleg, probes, ticks.
-                for name in ("config", "pleg", "probe"):
-                    task = getters.get(name)
-                    if task is not None and task in done:
-                        del getters[name]
-                        await self._dispatch(name, task.result())
-                        break
-                else:
-                    now = self._clock.monotonic()
+                # One thing per iteration, chosen at random among those ready (Go's select).
+                now = self._clock.monotonic()
+                ready = [name for name in ("config", "pleg", "probe") if getters.get(name) in done]
+                if now >= min(next_sync, next_housekeeping):
+                    ready.append("tick")
+                chosen = None if not ready else ready[0] if len(ready) == 1 else self._choose(ready)
+                if chosen in ("config", "pleg", "probe"):
+                    await self._dispatch(chosen, getters.pop(chosen).result())
+                elif chosen == "tick":
                     if now >= next_sync:
                         next_sync = now + self._sync_period
                         await self._handler.handle_pod_syncs(self._pods_due())

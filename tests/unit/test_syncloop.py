@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+import random
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,6 +81,13 @@ async def harness() -> AsyncIterator[Harness]:
 
 async def settle() -> None:
     for _ in range(10):
+        await asyncio.sleep(0)
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    for _ in range(2000):
+        if condition():
+            return
         await asyncio.sleep(0)
 
 
@@ -160,3 +168,67 @@ async def test_a_source_counts_as_handled_only_after_its_update_was_handled() ->
         await task
     assert seen_during == [set()]
     assert loop.handled_sources == {"api", "file"}
+
+
+async def test_a_flood_of_config_updates_does_not_starve_the_pleg() -> None:
+    # Go's select picks at random among ready cases; a loop that always preferred config would leave the PLEG's
+    # events queued for as long as the apiserver echoes status updates (the churn soak's full channel, NotReady).
+    channels = SyncLoopChannels(asyncio.Queue(), asyncio.Queue(maxsize=10), asyncio.Queue())
+    offered: list[list[str]] = []
+
+    def choose(names: Sequence[str]) -> str:
+        offered.append(list(names))
+        return "pleg" if "pleg" in names else names[0]
+
+    handler = RecordingHandler()
+    known = {"p": pod("p")}
+    loop = SyncLoop(
+        channels,
+        handler,
+        pod_by_uid=known.get,
+        pods_due=list,
+        sources_ready=lambda: True,
+        clock=FakeClock(),
+        choose=choose,
+    )
+    for i in range(20):
+        channels.config.put_nowait(PodUpdate("api", Operation.UPDATE, (pod(f"u{i}"),)))
+    channels.pleg.put_nowait(PodLifecycleEvent("p", PodLifecycleEventType.CONTAINER_STARTED, "c1"))
+    task = asyncio.create_task(loop.run())
+    await until(lambda: len(handler.calls) >= 21)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert ["config", "pleg"] in offered
+    # the PLEG's sync came before the config backlog was through
+    assert handler.calls.index(("sync", ["p"])) < len(handler.calls) - 1
+    assert handler.calls.count(("sync", ["p"])) == 1
+    assert sum(1 for name, _ in handler.calls if name == "update") == 20
+
+
+async def test_random_choice_serves_every_ready_channel() -> None:
+    channels = SyncLoopChannels(asyncio.Queue(), asyncio.Queue(maxsize=100), asyncio.Queue())
+    handler = RecordingHandler()
+    known = {f"p{i}": pod(f"p{i}") for i in range(50)}
+    rng = random.Random(7)
+    loop = SyncLoop(
+        channels,
+        handler,
+        pod_by_uid=known.get,
+        pods_due=list,
+        sources_ready=lambda: True,
+        clock=FakeClock(),
+        choose=rng.choice,
+    )
+    for i in range(50):
+        channels.config.put_nowait(PodUpdate("api", Operation.UPDATE, (pod(f"u{i}"),)))
+        channels.pleg.put_nowait(PodLifecycleEvent(f"p{i}", PodLifecycleEventType.CONTAINER_STARTED, "c"))
+    task = asyncio.create_task(loop.run())
+    await until(lambda: len(handler.calls) >= 100)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    first_half = handler.calls[:50]
+    # both channels are served while both are ready, not one after the other
+    assert 10 < sum(1 for name, _ in first_half if name == "sync") < 40
+    assert len(handler.calls) == 100
