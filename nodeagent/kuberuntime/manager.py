@@ -168,6 +168,11 @@ class SyncResult:
 # informer has not seen yet) is tried again after it, not at the next resync. Upstream adds up to 50% jitter.
 SYNC_ERROR_BACKOFF = 10.0
 
+# containerd's answer to a RemoveContainer while another caller's removal of the container is under way (the soak's
+# terminated-pod syncs racing the container GC), and how many 0.1 s steps to wait for that removal to end.
+REMOVING = "already in removing state"
+REMOVING_WAIT_STEPS = 30
+
 
 def _sync_error_retry(retry_after: float | None) -> float:
     return SYNC_ERROR_BACKOFF if retry_after is None else min(retry_after, SYNC_ERROR_BACKOFF)
@@ -1061,6 +1066,9 @@ class RuntimeManager:
                 await self._runtime.remove_container(container_id)
             return
         except CRIError as exc:
+            if REMOVING in exc.message:
+                await self._removed_by_another(container_id, exc)
+                return
             if "running task" not in exc.message:
                 raise
             last = exc
@@ -1095,6 +1103,18 @@ class RuntimeManager:
             "container cannot be removed: containerd keeps its task id=%s error=%s", container_id[:12], last.message
         )
         raise UnremovableContainer(container_id) from last
+
+    async def _removed_by_another(self, container_id: str, refused: CRIError) -> None:
+        """containerd refused the removal because another caller (the container GC, a terminated pod's sync) is
+        removing the container: wait, briefly, for it to be gone, as a removal of our own would have."""
+        for _ in range(REMOVING_WAIT_STEPS):
+            try:
+                await self._runtime.container_status(container_id)
+            except NotFoundError:
+                log.info("container removed by another caller id=%s", container_id[:12])
+                return
+            await asyncio.sleep(0.1)
+        raise refused
 
     async def remove_pod(self, status: acts.RuntimePodStatus) -> None:
         """Remove every container and sandbox of a terminated pod (after kill_pod)."""

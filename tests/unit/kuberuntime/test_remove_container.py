@@ -68,3 +68,45 @@ async def test_a_task_that_cannot_be_ended_leaves_the_container_unremovable(
     with pytest.raises(UnremovableContainer):
         await manager._remove_container("u-1", "c1")
     assert manager.unremovable == {"c1"}
+
+
+ALIVE = api_pb2.ContainerStatus(
+    id="c1",
+    metadata=api_pb2.ContainerMetadata(name="main"),
+    created_at=1,
+    image=api_pb2.ImageSpec(image="busybox"),
+    image_ref="sha256:abc",
+)
+BEING_REMOVED = Fail(
+    grpc.StatusCode.UNKNOWN,
+    'failed to set removing state for container "c1": container is already in removing state',
+)
+
+
+async def test_a_removal_already_under_way_elsewhere_is_waited_for(runtime: ScriptedRuntime, client: CRIClient) -> None:
+    # The container GC removes the container while a terminated pod's sync does too (14 tracebacks in the churn soak).
+    runtime.script["RemoveContainer"] = BEING_REMOVED
+    statuses = 0
+
+    async def status(request: api_pb2.ContainerStatusRequest) -> api_pb2.ContainerStatusResponse:
+        nonlocal statuses
+        statuses += 1
+        if statuses >= 3:  # the other removal ends
+            runtime.script["ContainerStatus"] = Fail(grpc.StatusCode.NOT_FOUND, "not found")
+        return api_pb2.ContainerStatusResponse(status=ALIVE)
+
+    runtime.script["ContainerStatus"] = status
+    manager = _manager(client, None)
+    await manager._remove_container("u-1", "c1")
+    assert len(runtime.calls_of("RemoveContainer")) == 1
+    assert len(runtime.calls_of("ContainerStatus")) == 4
+    assert manager.unremovable == set()
+
+
+async def test_a_removal_under_way_that_never_ends_is_an_error(runtime: ScriptedRuntime, client: CRIClient) -> None:
+    runtime.script["RemoveContainer"] = BEING_REMOVED
+    runtime.script["ContainerStatus"] = api_pb2.ContainerStatusResponse(status=ALIVE)
+    manager = _manager(client, None)
+    with pytest.raises(UnknownCRIError, match="already in removing state"):
+        await manager._remove_container("u-1", "c1")
+    assert manager.unremovable == set()
