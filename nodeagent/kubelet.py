@@ -453,11 +453,8 @@ class Kubelet:
             # A pod that left its source but is still terminating keeps its probes (readiness through the grace
             # period), results and metric series, as upstream keeps those of the pods its workers still know.
             self.prober.cleanup_pods(known | busy)
-        try:
-            await self._remove_unknown_runtime_pods(known | busy)
-        except CRIError as exc:
-            # As upstream ("Failed cleaning pods"): the runtime may be down; the next housekeeping tries again.
-            log.warning("housekeeping failed cleaning pods error=%s", exc)
+        # The bookkeeping from one snapshot, before the first await: the syncLoop goes on dispatching while
+        # housekeeping waits for the runtime, so a pod may be added meanwhile.
         self.status_manager.remove_orphans(known)
         if self.allocation is not None:
             self.allocation.remove_orphans(known | busy)
@@ -467,6 +464,11 @@ class Kubelet:
             del self._evictions[uid]
         for uid in [u for u in self._reasons if u not in known and self.workers.state(u) is None]:
             del self._reasons[uid]
+        try:
+            await self._remove_unknown_runtime_pods(known | busy)
+        except CRIError as exc:
+            # As upstream ("Failed cleaning pods"): the runtime may be down; the next housekeeping tries again.
+            log.warning("housekeeping failed cleaning pods error=%s", exc)
         if self.volumes is not None:
             # After the unknown runtime pods are gone: their directories go once nothing of theirs is mounted.
             await self.volumes.cleanup_orphaned_pod_dirs(
@@ -480,7 +482,9 @@ class Kubelet:
 
     async def _remove_unknown_runtime_pods(self, wanted: set[str]) -> None:
         for uid, status in (await self.runtime.list_pods()).items():
-            if uid in wanted:
+            # `wanted` is the snapshot housekeeping began with; a pod added since (its sandbox may be in the list)
+            # is known now.
+            if uid in wanted or self.pod_config.pod_view(uid) is not None or self.workers.state(uid) is not None:
                 continue
             if not any(c.state is acts.ContainerState.RUNNING for c in status.containers) and not any(
                 s.state is acts.SandboxState.READY for s in status.sandboxes

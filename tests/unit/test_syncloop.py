@@ -232,3 +232,65 @@ async def test_random_choice_serves_every_ready_channel() -> None:
     # both channels are served while both are ready, not one after the other
     assert 10 < sum(1 for name, _ in first_half if name == "sync") < 40
     assert len(handler.calls) == 100
+
+
+async def test_a_long_housekeeping_pass_does_not_hold_up_pleg_events() -> None:
+    # Under a 100-pod churn housekeeping's runtime calls took 1 to 3.5 s every 2 s, and the PLEG's channel filled
+    # behind them. It now runs beside the loop, one pass at a time.
+    channels = SyncLoopChannels(asyncio.Queue(), asyncio.Queue(maxsize=10), asyncio.Queue())
+    release = asyncio.Event()
+    passes = 0
+
+    class SlowCleanups(RecordingHandler):
+        async def handle_pod_cleanups(self) -> None:
+            nonlocal passes
+            passes += 1
+            await release.wait()
+
+    handler = SlowCleanups()
+    clock = FakeClock()
+    known = {"p": pod("p")}
+    loop = SyncLoop(channels, handler, pod_by_uid=known.get, pods_due=list, sources_ready=lambda: True, clock=clock)
+    task = asyncio.create_task(loop.run())
+    await settle()
+    await clock.advance(2.0)  # the first housekeeping pass starts and blocks
+    assert passes == 1
+    channels.pleg.put_nowait(PodLifecycleEvent("p", PodLifecycleEventType.CONTAINER_DIED, "c1"))
+    await until(lambda: ("sync", ["p"]) in handler.calls)
+    assert ("sync", ["p"]) in handler.calls  # served while housekeeping is still running
+    await clock.advance(2.0)  # the next tick finds the pass still running: no second one
+    await settle()
+    assert passes == 1
+    release.set()
+    await settle()
+    await clock.advance(2.0)
+    await settle()
+    assert passes == 2
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_a_failing_housekeeping_pass_is_logged_and_the_loop_goes_on(caplog: pytest.LogCaptureFixture) -> None:
+    channels = SyncLoopChannels(asyncio.Queue(), asyncio.Queue(maxsize=10), asyncio.Queue())
+
+    class FailingCleanups(RecordingHandler):
+        async def handle_pod_cleanups(self) -> None:
+            raise RuntimeError("boom")
+
+    handler = FailingCleanups()
+    clock = FakeClock()
+    known = {"p": pod("p")}
+    loop = SyncLoop(channels, handler, pod_by_uid=known.get, pods_due=list, sources_ready=lambda: True, clock=clock)
+    task = asyncio.create_task(loop.run())
+    await settle()
+    await clock.advance(2.0)
+    await settle()
+    channels.pleg.put_nowait(PodLifecycleEvent("p", PodLifecycleEventType.CONTAINER_DIED, "c1"))
+    await until(lambda: ("sync", ["p"]) in handler.calls)
+    assert not task.done()
+    assert ("sync", ["p"]) in handler.calls
+    assert "housekeeping failed" in caplog.text
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
