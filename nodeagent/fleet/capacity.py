@@ -33,14 +33,17 @@ log = logging.getLogger(__name__)
 MiB: Final = 1 << 20
 KiB: Final = 1 << 10
 # Memory: the process before any node (interpreter, imports, the lease thread), then per node and per pod. Figures
-# measured with benchmarks/fleet.py (docs/fleet.md), rounded up for margin.
+# measured (docs/fleet.md, "How large a fleet fits"): PSS 2.2 MiB per node with 3 pods each (benchmarks/fleet.py);
+# 50 nodes with 10 pods each, 245 MB steady and 290 to 326 MB at the pod burst's peaks; rounded up.
 BASE_MEMORY: Final = 128 * MiB
 NODE_MEMORY: Final = int(2.5 * MiB)
-POD_MEMORY: Final = 96 * KiB
-# File descriptors: the process's own (stdio, the loops' selectors and self-pipes, the thread pool's), then per node.
+POD_MEMORY: Final = 256 * KiB
+# File descriptors: the process's own (stdio, the loops' selectors and self-pipes, the thread pool's), then per node:
+# its HTTP/1.1 connections to the apiserver, one per request in flight (up to 15.6 a node seen in a 500-pod burst on
+# 50 nodes, listeners included).
 BASE_FDS: Final = 64
-NODE_FDS: Final = 12
-KUBELET_API_FDS: Final = 4  # with --kubelet-port: the node's listener and the apiserver's connections to it
+NODE_FDS: Final = 16
+KUBELET_API_FDS: Final = 2  # with --kubelet-port: the node's listener and the apiserver's connection to it
 NODES_PER_CPU: Final = 500  # the issue's goal; beyond it, leases late while pods start
 _UNLIMITED: Final = 1 << 60  # cgroup v1 writes "no limit" as the largest page-aligned int64
 
