@@ -11,6 +11,7 @@ from pathlib import Path
 
 from cri.fake import Behaviour
 from nodeagent.config.quantity import parse_quantity
+from nodeagent.fleet.capacity import check_capacity, estimate, raise_nofile, read_host_limits
 from nodeagent.fleet.fleet import run_fleet
 from nodeagent.fleet.plan import (
     DEFAULT_MAX_PODS,
@@ -22,6 +23,8 @@ from nodeagent.fleet.plan import (
 )
 
 DEFAULT_DIR = Path("/var/lib/nodeagent/fleet")
+
+log = logging.getLogger("nodeagent.fleet.command")
 
 
 def _labels(text: str) -> dict[str, str]:
@@ -94,6 +97,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="the interpreter's thread switch interval in seconds (sys.setswitchinterval; Python's default 0.005): "
         "shorter, the lease thread waits less for the GIL while the nodes' loop is busy",
     )
+    fleet.add_argument(
+        "--no-capacity-check",
+        action="store_true",
+        help="start even when the nodes' estimated memory or file descriptors exceed what the machine gives",
+    )
     fleet.set_defaults(handler=run)
 
 
@@ -134,6 +142,34 @@ def options_from(args: argparse.Namespace) -> tuple[FleetOptions, Behaviour]:
     return options, behaviour
 
 
+def _check_capacity(options: FleetOptions, *, enforce: bool) -> None:
+    """Before any node starts: the soft file descriptor limit raised to the hard one, then memory and descriptors
+    compared with the nodes' estimate (`capacity`); a fleet that does not fit is refused unless not `enforce`."""
+    raise_nofile()
+    limits = read_host_limits()
+    need = estimate(options.nodes, options.max_pods, kubelet_api=bool(options.kubelet_port))
+    log.info(
+        "fleet capacity nodes=%d max_pods=%d memory_estimate=%dMiB memory_available=%dMiB fds_estimate=%d "
+        "nofile=%d cpus=%d",
+        options.nodes,
+        options.max_pods,
+        need.memory >> 20,
+        limits.memory_available >> 20,
+        need.fds,
+        limits.nofile,
+        limits.cpus,
+    )
+    try:
+        warnings = check_capacity(options, limits)
+    except FleetError as exc:
+        if enforce:
+            raise
+        log.warning("fleet capacity exceeded, starting anyway (--no-capacity-check) problem=%s", exc)
+        return
+    for warning in warnings:
+        log.warning("fleet capacity %s", warning)
+
+
 async def run(args: argparse.Namespace) -> int:
     options, behaviour = options_from(args)
     if args.switch_interval is not None:
@@ -148,5 +184,6 @@ async def run(args: argparse.Namespace) -> int:
         # A thousand agents' INFO lines drown everything: the fleet's own lines and every agent's warnings stay.
         logging.getLogger().setLevel(logging.WARNING)
         logging.getLogger("nodeagent.fleet").setLevel(logging.INFO)
+    _check_capacity(options, enforce=not args.no_capacity_check)
     result = await run_fleet(options, behaviour, stop)
     return 1 if result.failed else 0
