@@ -13,13 +13,14 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 
 from nodeagent.config import KubeletConfiguration, encode_document
 from nodeagent.config.durations import format_go_duration
 from nodeagent.config.upstreamonly import reported_fields
 from nodeagent.kuberuntime import actions as acts
 from nodeagent.localserver import running_pods
+from nodeagent.server import metricstext
 from nodeagent.staticpods import is_mirror_pod
 from nodeagent.stats.cadvisor import CadvisorContainer, cadvisor_metrics
 from nodeagent.stats.errors import StatsError
@@ -138,7 +139,7 @@ class AgentHost:
 
     def metrics(self, path: str) -> bytes | None:
         registry = self.registries.get(path.rstrip("/") or "/metrics")
-        return generate_latest(registry) if registry is not None else None
+        return metricstext.render(registry) if registry is not None else None
 
     async def _summary(self, only_cpu_and_memory: bool) -> Summary:
         if self.stats_summary is None:

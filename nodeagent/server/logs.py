@@ -240,6 +240,12 @@ async def read_logs(
                 await writer.flush()
                 if writer.done:
                     return
+                if options.follow and len(chunk) < READ_CHUNK:
+                    # That was the end of what the runtime had written: the next read would find nothing (and look
+                    # for a rotation) before sleeping. A follower of a chatty container went through that empty
+                    # read, two stats and its own wake-up for every write (issue 34: 100 followers, a fifth of the
+                    # event loop); now it sleeps a poll at once and reads what came meanwhile.
+                    await asyncio.sleep(poll)
                 continue
             if not options.follow:
                 if pending:

@@ -153,6 +153,47 @@ async def test_follow_ends_when_container_stops_and_survives_rotation(tmp_path: 
     assert bytes(out) == b"first\nsecond\nafter rotation\n"
 
 
+async def test_a_follower_sleeps_right_after_writing_what_it_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a read that reached the end of the file, the follower sleeps a poll without first reading nothing and
+    looking for a rotation (what it did for every write of a chatty container)."""
+    path = tmp_path / "0.log"
+    path.write_text(record(1, "stdout", "F", "first"))
+    reads: list[int] = []
+    rotation_checks: list[str] = []
+    real_pread, real_replaced = os.pread, logs._replaced
+
+    def counting_pread(fd: int, size: int, offset: int) -> bytes:
+        data = real_pread(fd, size, offset)
+        reads.append(len(data))
+        return data
+
+    def counting_replaced(fd: int, name: str) -> bool:
+        rotation_checks.append(name)
+        return real_replaced(fd, name)
+
+    monkeypatch.setattr(logs.os, "pread", counting_pread)
+    monkeypatch.setattr(logs, "_replaced", counting_replaced)
+    out = bytearray()
+
+    async def emit(data: bytes) -> None:
+        out.extend(data)
+
+    async def running() -> bool:
+        return True
+
+    follower = asyncio.create_task(read_logs(str(path), LogOptions(follow=True), emit, running=running, poll=3600))
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert bytes(out) == b"first\n"
+    assert reads == [len(record(1, "stdout", "F", "first"))]
+    assert rotation_checks == []
+    follower.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await follower
+
+
 async def test_follow_with_limit_ends_at_limit(tmp_path: Path) -> None:
     path = tmp_path / "0.log"
     path.write_text(record(1, "stdout", "F", "0123456789"))
