@@ -328,6 +328,7 @@ async def run(
     if keep:
         result["fleet_log"] = str(log)
     else:
+        result.get("kwok", {}).pop("kwok_log", None)
         shutil.rmtree(workdir, ignore_errors=True)
     return result
 

@@ -78,9 +78,11 @@ def kwok_argv(
     pod_cidr: str,
     lease_seconds: int = LEASE_DURATION_SECONDS,
 ) -> list[str]:
-    """KWOK's controller against an apiserver: stages from `config`, only the nodes `label_selector` selects."""
+    """KWOK's controller against an apiserver: stages from `config`, only the nodes `label_selector` selects. Its
+    log at WARN, as quiet as the fleet's without -v: at INFO it writes a line for every lease renewal and patch."""
     return [
         str(binary),
+        "-v=WARN",
         f"--kubeconfig={kubeconfig}",
         f"--config={config}",
         f"--manage-nodes-with-label-selector={label_selector}",

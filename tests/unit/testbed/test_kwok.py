@@ -152,6 +152,7 @@ def test_argv_runs_the_controller_on_its_own_nodes_with_a_40s_lease() -> None:
     )
     assert argv == [
         "/c/kwok",
+        "-v=WARN",
         "--kubeconfig=/tb/admin.kubeconfig",
         "--config=/w/kwok.yaml",
         "--manage-nodes-with-label-selector=node.nodeagent.io/fleet=kwok-1",
