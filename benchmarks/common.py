@@ -67,15 +67,23 @@ async def watch_pods(
 ) -> None:
     """Every event of the benchmark's pods (`label_selector` in NS) to `record(type, pod)` for the whole run, the
     listed ones as ADDED; a watch that ends or expires is resumed or relisted."""
+    await watch_objects(admin, paths.pods(NS), record, label_selector)
+
+
+async def watch_objects(
+    admin: KubeClient, path: str, record: Callable[[str, dict[str, Any]], Awaitable[None]], label_selector: str
+) -> None:
+    """Every event of the collection at `path` that `label_selector` selects to `record(type, object)`, until
+    cancelled: the listed ones as ADDED, then the watch's; a watch that ends or expires is resumed or relisted."""
     rv = ""
     while True:
         if not rv:
-            listed = await admin.list(paths.pods(NS), label_selector=label_selector)
+            listed = await admin.list(path, label_selector=label_selector)
             rv = listed["metadata"]["resourceVersion"]
             for item in listed["items"]:
                 await record("ADDED", item)
         try:
-            async for event in admin.watch(paths.pods(NS), resource_version=rv, label_selector=label_selector):
+            async for event in admin.watch(path, resource_version=rv, label_selector=label_selector):
                 rv = event.resource_version or rv
                 if event.type != "BOOKMARK":
                     await record(event.type, event.object)

@@ -1,17 +1,25 @@
-"""What `nodeagent fleet` costs per emulated node: CPU and memory of the fleet's process on a real apiserver.
+"""What `nodeagent fleet` costs per emulated node: CPU and memory of the fleet's process on a real apiserver, and
+with `--peer kwok` the same figures for KWOK's controller in the same run, on the same apiserver and etcd.
 
 The fleet runs as its own process (`python -m nodeagent fleet`, the admin credential shared by every node) against
 a testbed (an existing one with `--testbed DIR`, or one brought up and down here). Phases:
 - start: from launch until every node is Ready (registration staggered by --stagger);
 - pods: a Deployment of --pods-per-node times --nodes pods onto the fleet until every pod is Running (skipped at 0);
-- steady: --steady seconds with nothing changing, over which the fleet's CPU is measured; lease renewals are
-  sampled meanwhile from the apiserver (an independent poller, every second) and the intervals between two
-  renewTimes of one lease give p50/p99/max. RSS and PSS of the process, and the load average, are read at the end of
-  the window (the load average at the start too).
-Then the Deployment and the Nodes are deleted and the fleet is stopped (SIGTERM).
+- steady: --steady seconds with nothing changing, over which the fleet's CPU is measured, and the apiserver's and
+  etcd's beside it; lease renewals are sampled meanwhile from the apiserver (an independent poller, every second)
+  and the intervals between two renewTimes of one lease give p50/p99/max. RSS and PSS of the process, and the load
+  average, are read at the end of the window (the load average at the start too).
+From all Ready to the end of the window a watch of the nodes counts every Ready -> not Ready change (NotReady
+flaps). Then the Deployment is deleted (the nodes delete their pods), the fleet is stopped (SIGTERM) and its Nodes
+are deleted.
 
-Prints one JSON line and one summary line. Run: `python -m benchmarks.fleet [--nodes 100] [--pods-per-node 0]
-[--steady 60] [--testbed DIR]`.
+With `--peer kwok`, KWOK's controller (testbed/kwok.py, built by `nodeagent testbed install --with-kwok`) goes
+through the same phases next: its nodes are created here from one of the fleet's Nodes, with the fleet's lease
+duration, and its stages bring them and the same Deployment's pods to Ready and Running. Its figures are under
+"kwok" in the same JSON line. The two run one after the other, not together, so that neither takes CPU from the other.
+
+Prints one JSON line and one summary line per emulator. Run: `python -m benchmarks.fleet [--nodes 100]
+[--pods-per-node 0] [--steady 60] [--testbed DIR] [--peer kwok]`.
 """
 
 from __future__ import annotations
@@ -28,16 +36,18 @@ import sys
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psutil
 
-from benchmarks.common import percentile
-from nodeagent.fleet.plan import FLEET_LABEL
+from benchmarks.common import on_a_testbed, percentile, watch_objects
+from nodeagent.fleet.plan import DEFAULT_POD_NETWORK, FLEET_LABEL, FleetOptions, plan_nodes
 from nodeagent.kube import paths
 from nodeagent.kube.client import KubeClient
 from nodeagent.kube.errors import NotFound
+from nodeagent.testbed import kwok, processes
 from nodeagent.testbed.testbed import Testbed
 
 DEPLOYMENTS = paths.api_path("deployments", group="apps", namespace="default")
@@ -108,6 +118,170 @@ async def _lease_intervals(admin: KubeClient, prefix: str, seconds: float) -> tu
     return intervals, latencies
 
 
+class ReadyFlaps:
+    """Ready -> not Ready transitions of nodes, as a watch of them delivers every change: each is a NotReady flap
+    (the node-lifecycle controller set Ready Unknown because the lease was late, or the node said NotReady)."""
+
+    def __init__(self) -> None:
+        self.ready: dict[str, bool] = {}
+        self.flaps: dict[str, int] = {}
+
+    def observe(self, kind: str, node: dict[str, Any]) -> None:
+        name = node["metadata"]["name"]
+        if kind == "DELETED":
+            self.ready.pop(name, None)
+            return
+        now = _ready(node)
+        if self.ready.get(name) and not now:
+            self.flaps[name] = self.flaps.get(name, 0) + 1
+        self.ready[name] = now
+
+    async def record(self, kind: str, node: dict[str, Any]) -> None:
+        self.observe(kind, node)
+
+
+def _cpu_seconds(proc: psutil.Process | None) -> float:
+    if proc is None:
+        return 0.0
+    try:
+        times = proc.cpu_times()
+    except psutil.Error:
+        return 0.0
+    return times.user + times.system
+
+
+def _testbed_process(bed: Testbed, name: str) -> psutil.Process | None:
+    """The testbed's own daemon `name` (its PID file), to read its CPU beside the emulator's."""
+    recorded = processes.load(bed.layout.pids, name)
+    if recorded is None or not recorded.alive():
+        return None
+    return psutil.Process(recorded.pid)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """What both emulators are put through: how many nodes, pods on each, seconds of steady state measured."""
+
+    nodes: int
+    pods_per_node: int
+    steady: float
+
+
+async def _scenario(
+    admin: KubeClient,
+    bed: Testbed,
+    emulator: asyncio.subprocess.Process,
+    prefix: str,
+    scenario: Scenario,
+    *,
+    started: float,
+) -> dict[str, Any]:
+    """The phases every emulator goes through (the module docstring), on nodes labelled FLEET_LABEL=prefix, from
+    `started` (monotonic: the emulator's launch, or the first node created). The pods are deleted at the end; the
+    emulator is left running."""
+    nodes, pods_per_node, steady = scenario.nodes, scenario.pods_per_node, scenario.steady
+    result: dict[str, Any] = {"loadavg_start": [round(x, 2) for x in os.getloadavg()]}
+    proc = psutil.Process(emulator.pid)
+    selector = f"{FLEET_LABEL}={prefix}"
+    deployment = f"{prefix}-pods"
+    flaps = ReadyFlaps()
+    watcher: asyncio.Task[None] | None = None
+    try:
+
+        async def all_ready() -> bool:
+            listed = (await admin.list(paths.nodes(), label_selector=selector))["items"]
+            return len(listed) == nodes and all(_ready(n) for n in listed)
+
+        await _until("all nodes Ready", all_ready, 120 + nodes, emulator)
+        result["start_to_all_ready_s"] = round(time.monotonic() - started, 1)
+        # From here on every node is Ready: an independent watch counts each Ready -> not Ready change.
+        watcher = asyncio.create_task(watch_objects(admin, paths.nodes(), flaps.record, selector), name="flaps")
+        if pods_per_node:
+            await admin.create(DEPLOYMENTS, _deployment(deployment, prefix, pods_per_node * nodes))
+
+            async def all_running() -> bool:
+                pods = (await admin.list(paths.pods("default"), label_selector=f"app={deployment}"))["items"]
+                running = sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Running")
+                return running == pods_per_node * nodes
+
+            result["pods_to_running_s"] = round(
+                await _until("all pods Running", all_running, 120 + pods_per_node * nodes / 5, emulator), 1
+            )
+        apiserver, etcd = _testbed_process(bed, "kube-apiserver"), _testbed_process(bed, "etcd")
+        result["cpu_s_before_steady"] = round(_cpu_seconds(proc), 2)
+        before = _cpu_seconds(proc), _cpu_seconds(apiserver), _cpu_seconds(etcd)
+        began = time.monotonic()
+        intervals, latencies = await _lease_intervals(admin, prefix, steady)
+        elapsed = time.monotonic() - began
+        cpu, apiserver_cpu, etcd_cpu = (
+            after - first
+            for after, first in zip(
+                (_cpu_seconds(proc), _cpu_seconds(apiserver), _cpu_seconds(etcd)), before, strict=True
+            )
+        )
+        memory = proc.memory_full_info()
+        result["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+        result.update(
+            {
+                "cpu_cores": round(cpu / elapsed, 3),
+                "cpu_s_per_node_minute": round(cpu / nodes / (elapsed / 60), 4),
+                "nodes_per_core": round(nodes / (cpu / elapsed), 1) if cpu else None,
+                "rss_mib": round(memory.rss / 2**20, 1),
+                "pss_mib": round(memory.pss / 2**20, 1),
+                "rss_per_node_mib": round(memory.rss / 2**20 / nodes, 2),
+                "pss_per_node_mib": round(memory.pss / 2**20 / nodes, 2),
+                "lease_renewals": len(intervals),
+                "lease_interval_p50_s": round(percentile(intervals, 0.5), 2) if intervals else None,
+                "lease_interval_p99_s": round(percentile(intervals, 0.99), 2) if intervals else None,
+                "lease_interval_max_s": round(max(intervals), 2) if intervals else None,
+                # Over 15 s: a renewal missed (every 10 s, a 40 s lease); 40 s would make the node NotReady.
+                "lease_intervals_over_15s": sum(1 for i in intervals if i > 15),
+                "poller_list_p50_s": round(percentile(latencies, 0.5), 3),
+                "poller_list_max_s": round(max(latencies), 3),
+                "apiserver_cpu_cores": round(apiserver_cpu / elapsed, 3) if apiserver else None,
+                "etcd_cpu_cores": round(etcd_cpu / elapsed, 3) if etcd else None,
+            }
+        )
+    finally:
+        if watcher is not None:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+        # Every flap from all Ready to the end of the steady window (the pod burst included).
+        result["ready_flaps"] = sum(flaps.flaps.values())
+        result["nodes_flapped"] = len(flaps.flaps)
+        with contextlib.suppress(NotFound):
+            await admin.delete(f"{DEPLOYMENTS}/{deployment}")
+        if pods_per_node and emulator.returncode is None:
+            # The nodes delete their pods (as kubelets do); stopped before, the pods would stay Terminating.
+
+            async def all_gone() -> bool:
+                listed = await admin.list(paths.pods("default"), label_selector=f"app={deployment}")
+                return not listed["items"]
+
+            with contextlib.suppress(RuntimeError):
+                result["pods_deleted_s"] = round(
+                    await _until("pods deleted", all_gone, 60 + pods_per_node * nodes / 5, emulator), 1
+                )
+    return result
+
+
+async def _stop(emulator: asyncio.subprocess.Process) -> None:
+    if emulator.returncode is None:
+        emulator.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(emulator.wait(), 60)
+        except TimeoutError:
+            emulator.kill()
+            await emulator.wait()
+
+
+async def _delete_nodes(admin: KubeClient, names: list[str]) -> None:
+    for name in names:
+        with contextlib.suppress(NotFound):
+            await admin.delete(paths.node(name))
+
+
 async def run(
     bed: Testbed,
     nodes: int,
@@ -117,7 +291,10 @@ async def run(
     *,
     keep: bool = False,
     switch_interval: float | None = None,
+    peer: str | None = None,
 ) -> dict[str, Any]:
+    """The fleet's figures at the top level of the result; with `peer` "kwok", KWOK's under "kwok", from the same
+    scenario run after the fleet's on the same testbed, its nodes made from one of the fleet's."""
     prefix = f"bench-{uuid.uuid4().hex[:5]}"
     workdir = Path(tempfile.mkdtemp(prefix="nodeagent-bench-fleet-"))
     log = workdir / "fleet.log"
@@ -130,98 +307,82 @@ async def run(
     result: dict[str, Any] = {"bench": "fleet", "nodes": nodes, "pods_per_node": pods_per_node, "steady_s": steady}
     if switch_interval is not None:
         result["switch_interval_s"] = switch_interval
-    # The machine's load when the fleet starts and when the steady window ends: late renewals mean little without it.
-    result["loadavg_start"] = [round(x, 2) for x in os.getloadavg()]
+    scenario = Scenario(nodes, pods_per_node, steady)
+    if peer == "kwok" and not kwok.kwok_path().exists():
+        raise RuntimeError(f"{kwok.kwok_path()} is missing: `nodeagent testbed install --with-kwok` builds it")
     async with KubeClient.from_kubeconfig(bed.layout.admin_kubeconfig) as admin:
+        started = time.monotonic()
         with log.open("wb") as out:
             fleet = await asyncio.create_subprocess_exec(
                 *argv, stdout=out, stderr=asyncio.subprocess.STDOUT, env=dict(os.environ)
             )
-        proc = psutil.Process(fleet.pid)
-        deployment = f"{prefix}-pods"
         try:
-
-            async def all_ready() -> bool:
-                listed = (await admin.list(paths.nodes(), label_selector=f"{FLEET_LABEL}={prefix}"))["items"]
-                return len(listed) == nodes and all(_ready(n) for n in listed)
-
-            result["start_to_all_ready_s"] = round(await _until("all nodes Ready", all_ready, 120 + nodes, fleet), 1)
-            if pods_per_node:
-                await admin.create(DEPLOYMENTS, _deployment(deployment, prefix, pods_per_node * nodes))
-
-                async def all_running() -> bool:
-                    pods = (await admin.list(paths.pods("default"), label_selector=f"app={deployment}"))["items"]
-                    running = sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Running")
-                    return running == pods_per_node * nodes
-
-                result["pods_to_running_s"] = round(
-                    await _until("all pods Running", all_running, 120 + pods_per_node * nodes / 5, fleet), 1
-                )
-            before = proc.cpu_times()
-            began = time.monotonic()
-            intervals, latencies = await _lease_intervals(admin, prefix, steady)
-            elapsed = time.monotonic() - began
-            after = proc.cpu_times()
-            cpu = (after.user + after.system) - (before.user + before.system)
-            memory = proc.memory_full_info()
-            result["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
-            result.update(
-                {
-                    "cpu_cores": round(cpu / elapsed, 3),
-                    "cpu_s_per_node_minute": round(cpu / nodes / (elapsed / 60), 4),
-                    "nodes_per_core": round(nodes / (cpu / elapsed), 1) if cpu else None,
-                    "rss_mib": round(memory.rss / 2**20, 1),
-                    "pss_mib": round(memory.pss / 2**20, 1),
-                    "rss_per_node_mib": round(memory.rss / 2**20 / nodes, 2),
-                    "pss_per_node_mib": round(memory.pss / 2**20 / nodes, 2),
-                    "lease_renewals": len(intervals),
-                    "lease_interval_p50_s": round(percentile(intervals, 0.5), 2) if intervals else None,
-                    "lease_interval_p99_s": round(percentile(intervals, 0.99), 2) if intervals else None,
-                    "lease_interval_max_s": round(max(intervals), 2) if intervals else None,
-                    # Over 15 s: a renewal missed (every 10 s, a 40 s lease); 40 s would make the node NotReady.
-                    "lease_intervals_over_15s": sum(1 for i in intervals if i > 15),
-                    "poller_list_p50_s": round(percentile(latencies, 0.5), 3),
-                    "poller_list_max_s": round(max(latencies), 3),
-                }
-            )
+            result.update(await _scenario(admin, bed, fleet, prefix, scenario, started=started))
+            # The node every KWOK node is made from: as a fleet node registered it and keeps it, Ready.
+            template = await admin.get(paths.node(f"{prefix}-0")) if peer == "kwok" else None
         finally:
-            with contextlib.suppress(NotFound):
-                await admin.delete(f"{DEPLOYMENTS}/{deployment}")
-            if pods_per_node and fleet.returncode is None:
-                # The nodes delete their pods (as kubelets do); stopped before, the pods would stay Terminating.
-
-                async def all_gone() -> bool:
-                    listed = await admin.list(paths.pods("default"), label_selector=f"app={deployment}")
-                    return not listed["items"]
-
-                with contextlib.suppress(RuntimeError):
-                    result["pods_deleted_s"] = round(
-                        await _until("pods deleted", all_gone, 60 + pods_per_node * nodes / 5, fleet), 1
-                    )
-            if fleet.returncode is None:
-                fleet.send_signal(signal.SIGTERM)
-                try:
-                    await asyncio.wait_for(fleet.wait(), 60)
-                except TimeoutError:
-                    fleet.kill()
-                    await fleet.wait()
-            for ordinal in range(nodes):
-                with contextlib.suppress(NotFound):
-                    await admin.delete(paths.node(f"{prefix}-{ordinal}"))
+            await _stop(fleet)
+            await _delete_nodes(admin, [f"{prefix}-{ordinal}" for ordinal in range(nodes)])
+        if template is not None:
+            result["kwok"] = await _run_kwok(admin, bed, template, scenario, workdir)
     if keep:
         result["fleet_log"] = str(log)
     else:
+        result.get("kwok", {}).pop("kwok_log", None)
         shutil.rmtree(workdir, ignore_errors=True)
     return result
 
 
-def summary_line(r: dict[str, Any]) -> str:
+async def _run_kwok(
+    admin: KubeClient, bed: Testbed, template: dict[str, Any], scenario: Scenario, workdir: Path
+) -> dict[str, Any]:
+    """The same scenario with KWOK's controller: its stages from the template's conditions, its nodes created here
+    (the fleet's addresses, planned as the fleet plans them), selected by their label."""
+    prefix = f"kwok-{uuid.uuid4().hex[:5]}"
+    nodes = scenario.nodes
+    plans = plan_nodes(
+        FleetOptions(nodes=nodes, prefix=prefix, directory=workdir / "kwok", kubeconfig=bed.layout.admin_kubeconfig)
+    )
+    config = workdir / "kwok.yaml"
+    config.write_text(kwok.kwok_config(kwok.template_conditions(template)))
+    argv = kwok.kwok_argv(
+        kwok.kwok_path(),
+        kubeconfig=bed.layout.admin_kubeconfig,
+        config=config,
+        label_selector=f"{FLEET_LABEL}={prefix}",
+        pod_cidr=DEFAULT_POD_NETWORK,
+    )
+    result: dict[str, Any] = {"kwok_version": kwok.KWOK_VERSION, "kwok_log": str(workdir / "kwok.log")}
+    with (workdir / "kwok.log").open("wb") as out:
+        process = await asyncio.create_subprocess_exec(*argv, stdout=out, stderr=asyncio.subprocess.STDOUT)
+    try:
+        started = time.monotonic()
+        for plan in plans:
+            body = kwok.kwok_node(
+                template,
+                name=plan.name,
+                label=FLEET_LABEL,
+                value=prefix,
+                internal_ip=plan.internal_ip,
+                machine_id=plan.machine_id,
+            )
+            await admin.create(paths.nodes(), body)
+        result["nodes_created_s"] = round(time.monotonic() - started, 1)
+        result.update(await _scenario(admin, bed, process, prefix, scenario, started=started))
+    finally:
+        await _stop(process)
+        await _delete_nodes(admin, [plan.name for plan in plans])
+    return result
+
+
+def summary_line(r: dict[str, Any], name: str = "fleet") -> str:
     return (
-        f"fleet: {r['nodes']} nodes ({r['pods_per_node']} pods each) Ready in {r['start_to_all_ready_s']} s; "
-        f"steady {r['steady_s']:.0f} s: {r['cpu_s_per_node_minute']} CPU s per node-minute "
+        f"{name}: {r.get('nodes')} nodes ({r.get('pods_per_node')} pods each) Ready in {r['start_to_all_ready_s']} s; "
+        f"steady {r.get('steady_s', 0):.0f} s: {r['cpu_s_per_node_minute']} CPU s per node-minute "
         f"({r['cpu_cores']} cores, {r['nodes_per_core']} nodes/core), RSS {r['rss_per_node_mib']} MiB/node "
         f"(PSS {r['pss_per_node_mib']}), lease renew p50/p99/max {r['lease_interval_p50_s']}/"
-        f"{r['lease_interval_p99_s']}/{r['lease_interval_max_s']} s ({r['lease_intervals_over_15s']} over 15 s); "
+        f"{r['lease_interval_p99_s']}/{r['lease_interval_max_s']} s ({r['lease_intervals_over_15s']} over 15 s), "
+        f"{r['ready_flaps']} NotReady flaps; apiserver {r['apiserver_cpu_cores']} cores, etcd {r['etcd_cpu_cores']}; "
         f"apiserver LIST from beside p50/max {r['poller_list_p50_s']}/{r['poller_list_max_s']} s; "
         f"load average {r['loadavg_start']} -> {r.get('loadavg_end')}"
     )
@@ -236,10 +397,17 @@ async def main(argv: list[str]) -> int:
     parser.add_argument("--testbed", type=Path, default=None, help="a running testbed's directory (else one here)")
     parser.add_argument("--keep", action="store_true", help="keep the fleet's directory and log")
     parser.add_argument("--switch-interval", type=float, default=None, help="the fleet's --switch-interval")
+    parser.add_argument(
+        "--peer",
+        choices=["kwok"],
+        default=None,
+        help="then the same scenario with KWOK's controller (`nodeagent testbed install --with-kwok`), figures under "
+        '"kwok"',
+    )
     args = parser.parse_args(argv)
-    if args.testbed is not None:
-        bed = Testbed(args.testbed)
-        result = await run(
+
+    async def work(bed: Testbed) -> dict[str, Any]:
+        return await run(
             bed,
             args.nodes,
             args.pods_per_node,
@@ -247,27 +415,17 @@ async def main(argv: list[str]) -> int:
             args.stagger,
             keep=args.keep,
             switch_interval=args.switch_interval,
+            peer=args.peer,
         )
+
+    if args.testbed is not None:
+        result = await work(Testbed(args.testbed))
     else:
-        root = Path(tempfile.mkdtemp(prefix="nodeagent-bench-fleet-tb-"))
-        bed = Testbed(root)
-        await bed.up()
-        try:
-            result = await run(
-                bed,
-                args.nodes,
-                args.pods_per_node,
-                args.steady,
-                args.stagger,
-                keep=args.keep,
-                switch_interval=args.switch_interval,
-            )
-        finally:
-            with contextlib.suppress(Exception):
-                await bed.down()
-        shutil.rmtree(root, ignore_errors=True)
+        result = await on_a_testbed(None, "nodeagent-bench-fleet-tb-", work)
     print(json.dumps(result))
     print(summary_line(result))
+    if "kwok" in result:
+        print(summary_line({**result, **result["kwok"]}, "kwok"))
     return 0
 
 

@@ -110,6 +110,7 @@ async def _testbed(args: argparse.Namespace) -> int:
             with_csi=args.with_csi,
             with_kubeadm=args.with_kubeadm,
             with_certified=args.with_certified,
+            with_kwok=args.with_kwok,
         )
         return 0
     bed = Testbed(args.dir)
@@ -482,6 +483,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also build what the images only the certified [Conformance] suite pulls are made of "
         "(sample-apiserver, etcd 3.6, Apache, dnsutils; testbed/certifiedbuild.py, docs/conformance.md)",
+    )
+    install.add_argument(
+        "--with-kwok",
+        action="store_true",
+        help="also build KWOK's controller, the peer of `benchmarks/fleet.py --peer kwok` (testbed/kwok.py, "
+        "docs/fleet.md)",
     )
     for name in ("up", "down"):
         action = actions.add_parser(name)

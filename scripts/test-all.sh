@@ -11,8 +11,8 @@ step() { printf '\n== %s ==\n' "$*"; }
 step "python packages"
 python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore -e '.[dev]'
 
-step "testbed install (Debian packages, control plane, upstream kubelet, kubeadm and CSI stack builds; cached after the first run)"
-python3 -m nodeagent testbed install --with-kubelet --with-csi --with-kubeadm
+step "testbed install (Debian packages, control plane, upstream kubelet, kubeadm, CSI stack and KWOK builds; cached after the first run)"
+python3 -m nodeagent testbed install --with-kubelet --with-csi --with-kubeadm --with-kwok
 
 step "vm install (QEMU, libvirt, Vagrant, mmdebstrap for the Vagrant VM's tests)"
 python3 -m nodeagent vm install
@@ -36,5 +36,7 @@ python3 -m pytest -m cluster tests/integration/test_kubeadm_addons.py tests/inte
     tests/integration/test_up_dns.py
 # The Vagrant VM end to end (marker `vm`, deselected from the pytest step): builds the box (cached), boots it under
 # libvirt, runs static pods in it, destroys it (about 5 min warm, 7 cold).
+step "KWOK beside the fleet (its controller on a testbed)"
+python3 -m pytest -m kwok tests/integration/test_kwok.py
 step "vagrant VM (static pods in a real VM)"
 python3 -m pytest -m vm tests/integration/test_vm_vagrant.py

@@ -26,7 +26,9 @@ registries only (Debian, the Go module proxy), because these machines reach noth
 - with `--with-csi` only, the testbed's CSI stack (testbed/csistack.py): the e2e suite's CSI mock driver and our
   registration sidecar, built on packages of the release, and the external-attacher from its own module;
 - with `--with-certified` only, the parts of the images only the certified `[Conformance]` suite pulls
-  (testbed/certifiedbuild.py): sample-apiserver, etcd 3.6, and Debian's apache2-bin and bind9-dnsutils.
+  (testbed/certifiedbuild.py): sample-apiserver, etcd 3.6, and Debian's apache2-bin and bind9-dnsutils;
+- with `--with-kwok` only, KWOK's controller from `sigs.k8s.io/kwok` (testbed/kwok.py), the peer that
+  `benchmarks/fleet.py --peer kwok` measures `nodeagent fleet` beside.
 """
 
 from __future__ import annotations
@@ -532,27 +534,39 @@ def metrics_server_build_argv(go: str) -> list[str]:
     ]
 
 
-def build_metrics_server(progress: Progress) -> Path:
-    binary = metrics_server_path()
+def go_install_into_cache(progress: Progress, *, label: str, argv: Sequence[str], binary: Path) -> Path:
+    """`go install pkg@version` (`argv`, the module's own go.mod and go.sum pick the dependencies) into a GOBIN beside
+    the cache, then the command moved to `binary`, whole or not at all: its presence is the cache check, so this is a
+    no-op when it is there. `label` names the part and its version in the progress lines."""
     if binary.exists():
-        progress.step(f"metrics-server {METRICS_SERVER_VERSION}: cached")
+        progress.step(f"{label}: cached")
         return binary
-    go = shutil.which("go") or "/usr/local/go/bin/go"
     gobin = binary.parent.with_name(binary.parent.name + ".build")
-    if gobin.exists():
-        shutil.rmtree(gobin)
-    gobin.mkdir(parents=True)
-    # `pkg@version` ignores any current module and refuses -mod=mod, so GOFLAGS keeps only -buildvcs; the command
-    # lands in GOBIN, from where it is moved into the cache.
-    env = {**_go_env(cache_root()), "GOFLAGS": "-buildvcs=false", "GOBIN": str(gobin)}
-    progress.step(f"metrics-server {METRICS_SERVER_VERSION}: go install (a few minutes on a cold cache)")
-    started = time.monotonic()
-    _run(metrics_server_build_argv(go), env=env, cwd=gobin, step="go install metrics-server")
-    binary.parent.mkdir(parents=True, exist_ok=True)
-    (gobin / "metrics-server").replace(binary)  # whole or not at all: its presence is the cache check
     shutil.rmtree(gobin, ignore_errors=True)
-    progress.step(f"metrics-server: built in {time.monotonic() - started:.0f}s")
+    gobin.mkdir(parents=True)
+    # `pkg@version` ignores any current module and refuses -mod=mod, so GOFLAGS keeps only -buildvcs.
+    env = {**_go_env(cache_root()), "GOFLAGS": "-buildvcs=false", "GOBIN": str(gobin)}
+    progress.step(f"{label}: go install (a few minutes on a cold cache)")
+    started = time.monotonic()
+    _run(argv, env=env, cwd=gobin, step=f"go install {label}")
+    built = gobin / binary.name
+    if not built.is_file():
+        raise InstallError(f"go install {label} left no {binary.name} in {gobin}")
+    binary.parent.mkdir(parents=True, exist_ok=True)
+    built.replace(binary)
+    shutil.rmtree(gobin, ignore_errors=True)
+    progress.step(f"{label}: built in {time.monotonic() - started:.0f}s")
     return binary
+
+
+def build_metrics_server(progress: Progress) -> Path:
+    go = shutil.which("go") or "/usr/local/go/bin/go"
+    return go_install_into_cache(
+        progress,
+        label=f"metrics-server {METRICS_SERVER_VERSION}",
+        argv=metrics_server_build_argv(go),
+        binary=metrics_server_path(),
+    )
 
 
 AGNHOST_PACKAGE = "k8s.io/kubernetes/test/images/agnhost"
@@ -857,11 +871,17 @@ CSI_STEPS = (build_csi_mock, build_csi_registrar, build_csi_attacher)
 
 
 def install_steps(
-    *, with_kubelet: bool = False, with_csi: bool = False, with_kubeadm: bool = False, with_certified: bool = False
+    *,
+    with_kubelet: bool = False,
+    with_csi: bool = False,
+    with_kubeadm: bool = False,
+    with_certified: bool = False,
+    with_kwok: bool = False,
 ) -> list[Callable[[Progress], object]]:
     """The steps of an install, in order; the upstream kubelet only when asked for (`--with-kubelet`), after the
     control plane, whose build module it is built in; the CSI stack (`--with-csi`) last, as it needs that module
-    too; the certified suite's image parts (`--with-certified`, testbed/certifiedbuild.py) at the very end."""
+    too; the certified suite's image parts (`--with-certified`, testbed/certifiedbuild.py) at the very end, KWOK
+    (`--with-kwok`, testbed/kwok.py, a module of its own) after them."""
     steps: list[Callable[[Progress], object]] = [
         install_debian_packages,
         build_kubernetes,
@@ -890,6 +910,10 @@ def install_steps(
         from nodeagent.testbed.certifiedbuild import CERTIFIED_STEPS  # noqa: PLC0415 - it builds on this module
 
         steps.extend(CERTIFIED_STEPS)
+    if with_kwok:
+        from nodeagent.testbed.kwok import build_kwok  # noqa: PLC0415 - kwok.py builds on this module
+
+        steps.append(build_kwok)
     return steps
 
 
@@ -900,13 +924,18 @@ def install(
     with_csi: bool = False,
     with_kubeadm: bool = False,
     with_certified: bool = False,
+    with_kwok: bool = False,
 ) -> None:
     progress = progress or Progress(write=lambda line: print(line, file=sys.stderr, flush=True))
     if os.geteuid() != 0:
         raise InstallError("nodeagent testbed install must run as root (it installs Debian packages)")
     started = time.monotonic()
     chosen = install_steps(
-        with_kubelet=with_kubelet, with_csi=with_csi, with_kubeadm=with_kubeadm, with_certified=with_certified
+        with_kubelet=with_kubelet,
+        with_csi=with_csi,
+        with_kubeadm=with_kubeadm,
+        with_certified=with_certified,
+        with_kwok=with_kwok,
     )
     for step in chosen:
         step(progress)

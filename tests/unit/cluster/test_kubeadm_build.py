@@ -30,7 +30,9 @@ async def test_with_kubeadm_reaches_the_installer(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(install, "install", lambda **kwargs: calls.append(kwargs))
     args = cli.build_parser().parse_args(["testbed", "install", "--with-kubeadm"])
     assert await cli._testbed(args) == 0
-    assert calls == [{"with_kubelet": False, "with_csi": False, "with_kubeadm": True, "with_certified": False}]
+    assert calls == [
+        {"with_kubelet": False, "with_csi": False, "with_kubeadm": True, "with_certified": False, "with_kwok": False}
+    ]
 
 
 @pytest.mark.parametrize(

@@ -234,4 +234,6 @@ async def test_the_install_option_reaches_the_installer(monkeypatch: pytest.Monk
     monkeypatch.setattr(install, "install", lambda **kwargs: calls.append(kwargs))
     args = cli.build_parser().parse_args(["testbed", "install", "--with-certified"])
     assert await cli._testbed(args) == 0
-    assert calls == [{"with_kubelet": False, "with_csi": False, "with_kubeadm": False, "with_certified": True}]
+    assert calls == [
+        {"with_kubelet": False, "with_csi": False, "with_kubeadm": False, "with_certified": True, "with_kwok": False}
+    ]

@@ -32,7 +32,15 @@ async def test_install_option_reaches_the_installer(
     monkeypatch.setattr(install, "install", lambda **kwargs: calls.append(kwargs))
     args = cli.build_parser().parse_args(argv)
     assert await cli._testbed(args) == 0
-    assert calls == [{"with_kubelet": with_kubelet, "with_csi": False, "with_kubeadm": False, "with_certified": False}]
+    assert calls == [
+        {
+            "with_kubelet": with_kubelet,
+            "with_csi": False,
+            "with_kubeadm": False,
+            "with_certified": False,
+            "with_kwok": False,
+        }
+    ]
 
 
 def test_with_kubelet_is_refused_elsewhere() -> None:

@@ -1,0 +1,72 @@
+"""benchmarks/fleet.py's pure parts: the NotReady flap count of its node watch, and the summary of each emulator."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchmarks import fleet
+
+
+def node(name: str, ready: str | None) -> dict[str, Any]:
+    conditions = [] if ready is None else [{"type": "Ready", "status": ready}]
+    return {"metadata": {"name": name}, "status": {"conditions": conditions}}
+
+
+def test_a_flap_is_ready_then_not_ready() -> None:
+    flaps = fleet.ReadyFlaps()
+    for kind, name, ready in [
+        ("ADDED", "a", "True"),
+        ("ADDED", "b", None),  # not Ready when first seen: no flap
+        ("MODIFIED", "b", "True"),
+        ("MODIFIED", "a", "True"),  # a heartbeat
+        ("MODIFIED", "a", "Unknown"),  # the lease was late
+        ("MODIFIED", "a", "Unknown"),  # still the same flap
+        ("MODIFIED", "a", "True"),
+        ("MODIFIED", "a", "False"),  # the node said NotReady
+        ("MODIFIED", "b", "False"),
+    ]:
+        flaps.observe(kind, node(name, ready))
+    assert flaps.flaps == {"a": 2, "b": 1}
+
+
+def test_a_deleted_node_starts_afresh() -> None:
+    flaps = fleet.ReadyFlaps()
+    flaps.observe("ADDED", node("a", "True"))
+    flaps.observe("DELETED", node("a", "True"))
+    flaps.observe("ADDED", node("a", "False"))
+    assert flaps.flaps == {}
+    assert flaps.ready == {"a": False}
+
+
+def result() -> dict[str, Any]:
+    return {
+        "nodes": 100,
+        "pods_per_node": 3,
+        "steady_s": 60.0,
+        "start_to_all_ready_s": 9.1,
+        "cpu_s_per_node_minute": 0.14,
+        "cpu_cores": 0.23,
+        "nodes_per_core": 434.8,
+        "rss_per_node_mib": 2.8,
+        "pss_per_node_mib": 2.6,
+        "lease_interval_p50_s": 10.2,
+        "lease_interval_p99_s": 10.9,
+        "lease_interval_max_s": 11.3,
+        "lease_intervals_over_15s": 0,
+        "ready_flaps": 0,
+        "apiserver_cpu_cores": 0.3,
+        "etcd_cpu_cores": 0.05,
+        "poller_list_p50_s": 0.01,
+        "poller_list_max_s": 0.2,
+        "loadavg_start": [1.0, 1.0, 1.0],
+        "loadavg_end": [2.0, 1.0, 1.0],
+    }
+
+
+def test_the_summary_names_its_emulator_and_its_flaps() -> None:
+    line = fleet.summary_line(result())
+    assert line.startswith("fleet: 100 nodes (3 pods each) Ready in 9.1 s;")
+    assert "0 NotReady flaps; apiserver 0.3 cores, etcd 0.05;" in line
+    kwok = {**result(), "cpu_cores": 0.05, "ready_flaps": 2}
+    line = fleet.summary_line(kwok, "kwok")
+    assert line.startswith("kwok: 100 nodes") and "(0.05 cores," in line and "2 NotReady flaps" in line
