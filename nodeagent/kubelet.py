@@ -440,8 +440,15 @@ class Kubelet:
 
     async def handle_pod_syncs(self, pods: Sequence[Pod]) -> None:
         for pod in pods:
-            if _uid(pod) not in self._rejected and not is_mirror_pod(pod):
-                self.workers.update_pod(UpdatePodOptions(UpdateType.SYNC, pod))
+            if _uid(pod) in self._rejected or is_mirror_pod(pod):
+                continue
+            if self.workers.state(_uid(pod)) is None:
+                # Not added yet: its ADD is still queued behind this PLEG event or probe result (the syncLoop
+                # chooses at random among ready channels). Upstream finds no such pod in its pod manager and does
+                # nothing; a sync here would run before admission (after a restart: without the resize
+                # conditions admission backfills, which the status then loses).
+                continue
+            self.workers.update_pod(UpdatePodOptions(UpdateType.SYNC, pod))
 
     async def handle_pod_cleanups(self) -> None:
         known = {_uid(p) for p in self.pod_config.pod_views()}

@@ -295,3 +295,19 @@ async def test_sync_known_pods() -> None:
     assert syncer.calls == []
     assert sorted(workers.known_uids()) == ["kept"]
     await workers.stop()
+
+
+async def test_a_pleg_event_for_a_pod_not_yet_added_starts_no_worker(
+    runtime: ScriptedRuntime, client: CRIClient, tmp_path: Path
+) -> None:
+    """The source has the pod but its ADD is still queued when a PLEG event (after a restart, the first relist's)
+    is dispatched: upstream's pod manager has no such pod and the event does nothing. A sync here would run before
+    admission (the CI's resize test lost a PodResizePending condition that admission backfills)."""
+    n = node(client, tmp_path)
+    k = n.kubelet
+    pod = {**deleted_pod(), "metadata": {**deleted_pod()["metadata"], "deletionTimestamp": None}}
+    k.pod_config.push(SourceUpdate("api", Operation.SET, (pod,)))
+    await k.handle_pod_syncs([pod])
+    await n.settle()
+    assert k.workers.state(UID) is None
+    assert rpcs(runtime, ("RunPodSandbox", "CreateContainer", *KILL_RPCS)) == []
