@@ -13,7 +13,6 @@ import contextlib
 import ipaddress
 import signal
 import uuid
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,22 +24,11 @@ from nodeagent.kube.client import KubeClient
 from nodeagent.kube.errors import NotFound
 from nodeagent.testbed import kwok
 from nodeagent.testbed.testbed import Testbed
+from tests.integration.test_fleet import until
 from tests.unit.testbed.test_kwok import fleet_node
 
 pytestmark = [pytest.mark.integration, pytest.mark.kwok]
 NS = "default"
-
-
-async def until(check: Callable[[], Awaitable[Any]], *, timeout: float, what: str) -> Any:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    last: Any = None
-    while loop.time() < deadline:
-        last = await check()
-        if last:
-            return last
-        await asyncio.sleep(0.5)
-    raise AssertionError(f"{what}: not true after {timeout:.0f}s (last={last!r})")
 
 
 def conditions(obj: dict[str, Any]) -> dict[str, str]:
