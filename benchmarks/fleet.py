@@ -43,6 +43,7 @@ from typing import Any
 import psutil
 
 from benchmarks.common import on_a_testbed, percentile, watch_objects
+from benchmarks.podlatency import StartupLatency, paced_create
 from nodeagent.fleet.plan import DEFAULT_POD_NETWORK, FLEET_LABEL, FleetOptions, plan_nodes
 from nodeagent.kube import paths
 from nodeagent.kube.client import KubeClient
@@ -73,6 +74,17 @@ async def _until(what: str, check: Any, timeout: float, fleet: asyncio.subproces
     raise RuntimeError(f"{what}: not after {timeout:.0f}s")
 
 
+def _pod_spec(prefix: str) -> dict[str, Any]:
+    """A pod for the emulator's nodes only (their label and taint); nothing is pulled, so any image name works."""
+    return {
+        "nodeSelector": {FLEET_LABEL: prefix},
+        "tolerations": [{"key": FLEET_LABEL, "operator": "Exists", "effect": "NoSchedule"}],
+        "terminationGracePeriodSeconds": 1,
+        "automountServiceAccountToken": False,
+        "containers": [{"name": "main", "image": "registry.invalid/hollow:1", "command": ["serve"]}],
+    }
+
+
 def _deployment(name: str, prefix: str, replicas: int) -> dict[str, Any]:
     return {
         "apiVersion": "apps/v1",
@@ -81,18 +93,50 @@ def _deployment(name: str, prefix: str, replicas: int) -> dict[str, Any]:
         "spec": {
             "replicas": replicas,
             "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {
-                    "nodeSelector": {FLEET_LABEL: prefix},
-                    "tolerations": [{"key": FLEET_LABEL, "operator": "Exists", "effect": "NoSchedule"}],
-                    "terminationGracePeriodSeconds": 1,
-                    "automountServiceAccountToken": False,
-                    "containers": [{"name": "main", "image": "registry.invalid/hollow:1", "command": ["serve"]}],
-                },
-            },
+            "template": {"metadata": {"labels": {"app": name}}, "spec": _pod_spec(prefix)},
         },
     }
+
+
+async def _startup_latency(
+    admin: KubeClient, emulator: asyncio.subprocess.Process, prefix: str, pods: int, rate: float
+) -> dict[str, Any]:
+    """`pods` bare pods created at `rate` per second onto the emulator's nodes, timed as clusterloader2 times them
+    (benchmarks/podlatency.py) until all are Running, then deleted (the nodes delete them, as kubelets do)."""
+    label = f"latency-{prefix}-{int(rate)}"
+    bodies: list[dict[str, Any]] = [
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": f"{label}-{i}", "namespace": "default", "labels": {"latency": label}},
+            "spec": _pod_spec(prefix),
+        }
+        for i in range(pods)
+    ]
+    timing = StartupLatency()
+    selector = f"latency={label}"
+    watcher = asyncio.create_task(watch_objects(admin, paths.pods("default"), timing.record, selector))
+    try:
+        await asyncio.sleep(0.5)  # the watch's list is done before the first create
+        achieved = await paced_create(lambda body: admin.create(paths.pods("default"), body), bodies, rate)
+
+        async def all_running() -> bool:
+            return timing.running() == pods
+
+        await _until(f"{pods} pods at {rate}/s Running", all_running, 120 + pods / 5, emulator)
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+        for body in bodies:
+            with contextlib.suppress(NotFound):
+                await admin.delete(paths.pod("default", body["metadata"]["name"]))
+
+    async def all_gone() -> bool:
+        return not (await admin.list(paths.pods("default"), label_selector=selector))["items"]
+
+    deleted = await _until("latency pods deleted", all_gone, 60 + pods / 5, emulator)
+    return {"rate": rate, "rate_achieved": achieved, "pods": pods, **timing.summary(), "deleted_s": round(deleted, 1)}
 
 
 async def _lease_intervals(admin: KubeClient, prefix: str, seconds: float) -> tuple[list[float], list[float]]:
@@ -165,6 +209,8 @@ class Scenario:
     nodes: int
     pods_per_node: int
     steady: float
+    latency_pods: int = 0
+    latency_rates: tuple[float, ...] = ()
 
 
 async def _scenario(
@@ -221,6 +267,12 @@ async def _scenario(
         )
         memory = proc.memory_full_info()
         result["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+        # After the steady window, with the Deployment's pods still in place (clusterloader2's density test times
+        # its latency pods beside its saturation pods).
+        result["startup_latency"] = [
+            await _startup_latency(admin, emulator, prefix, scenario.latency_pods, rate)
+            for rate in (scenario.latency_rates if scenario.latency_pods else ())
+        ]
         result.update(
             {
                 "cpu_cores": round(cpu / elapsed, 3),
@@ -292,6 +344,8 @@ async def run(
     keep: bool = False,
     switch_interval: float | None = None,
     peer: str | None = None,
+    latency_pods: int = 0,
+    latency_rates: tuple[float, ...] = (10.0, 50.0),
 ) -> dict[str, Any]:
     """The fleet's figures at the top level of the result; with `peer` "kwok", KWOK's under "kwok", from the same
     scenario run after the fleet's on the same testbed, its nodes made from one of the fleet's."""
@@ -307,7 +361,7 @@ async def run(
     result: dict[str, Any] = {"bench": "fleet", "nodes": nodes, "pods_per_node": pods_per_node, "steady_s": steady}
     if switch_interval is not None:
         result["switch_interval_s"] = switch_interval
-    scenario = Scenario(nodes, pods_per_node, steady)
+    scenario = Scenario(nodes, pods_per_node, steady, latency_pods, latency_rates)
     if peer == "kwok" and not kwok.kwok_path().exists():
         raise RuntimeError(f"{kwok.kwok_path()} is missing: `nodeagent testbed install --with-kwok` builds it")
     async with KubeClient.from_kubeconfig(bed.layout.admin_kubeconfig) as admin:
@@ -385,6 +439,11 @@ def summary_line(r: dict[str, Any], name: str = "fleet") -> str:
         f"{r['ready_flaps']} NotReady flaps; apiserver {r['apiserver_cpu_cores']} cores, etcd {r['etcd_cpu_cores']}; "
         f"apiserver LIST from beside p50/max {r['poller_list_p50_s']}/{r['poller_list_max_s']} s; "
         f"load average {r['loadavg_start']} -> {r.get('loadavg_end')}"
+        + "".join(
+            f"; {phase['rate']:g} pods/s: schedule_to_watch p50/p99 {phase['schedule_to_watch']['p50_ms']}/"
+            f"{phase['schedule_to_watch']['p99_ms']} ms"
+            for phase in r.get("startup_latency", [])
+        )
     )
 
 
@@ -404,6 +463,14 @@ async def main(argv: list[str]) -> int:
         help="then the same scenario with KWOK's controller (`nodeagent testbed install --with-kwok`), figures under "
         '"kwok"',
     )
+    parser.add_argument(
+        "--latency-pods",
+        type=int,
+        default=100,
+        help="after the steady window, this many pods at each --latency-rates, timed as clusterloader2 does "
+        "(schedule_to_watch, pod_startup); 0: none",
+    )
+    parser.add_argument("--latency-rates", default="10,50", help="pods per second, comma-separated")
     args = parser.parse_args(argv)
 
     async def work(bed: Testbed) -> dict[str, Any]:
@@ -416,6 +483,8 @@ async def main(argv: list[str]) -> int:
             keep=args.keep,
             switch_interval=args.switch_interval,
             peer=args.peer,
+            latency_pods=args.latency_pods,
+            latency_rates=tuple(float(rate) for rate in args.latency_rates.split(",") if rate),
         )
 
     if args.testbed is not None:
