@@ -19,10 +19,9 @@ import logging
 import ssl
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Generator
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, NamedTuple, Self
 from urllib.parse import urlencode
 
 import httpx
@@ -113,8 +112,7 @@ def _decode_body(method: str, path: str, body: bytes) -> Obj:
     return doc
 
 
-@dataclass(frozen=True)
-class _Answer:
+class _Answer(NamedTuple):
     """One attempt's answer, whichever connection it came over."""
 
     status: int
