@@ -27,7 +27,7 @@ from pathlib import Path
 from nodeagent.clock import Clock, SystemClock
 from nodeagent.config import KubeletConfiguration
 from nodeagent.kube.client import KubeClient
-from nodeagent.nodestatus.lease import NodeLease
+from nodeagent.nodestatus.lease import NodeLease, heartbeat_timeout
 
 log = logging.getLogger(__name__)
 
@@ -64,12 +64,6 @@ class HeartbeatStats:
         )
         self.syncs, self.lags = [], []
         return line
-
-
-def heartbeat_timeout(config: KubeletConfiguration) -> float:
-    """The heartbeat client's request timeout, as upstream's: nodeStatusUpdateFrequency, at most the lease's
-    duration. A renewal stuck longer than that gives way to the next try."""
-    return min(config.node_status_update_frequency.total_seconds(), float(config.node_lease_duration_seconds))
 
 
 def _kube_client(kubeconfig: Path, timeout: float) -> KubeClient:

@@ -5,8 +5,10 @@ answer decoded, and failures mapped once: HTTP failures through `errors.error_fr
 to `ApiUnavailable`, both with `raise ... from`. The httpx transport is the seam: unit tests pass an
 `httpx.MockTransport`, production builds a TLS context from the kubeconfig.
 
-Objects are JSON dicts (`Obj`). The client does not retry: the callers (the reflector, the node-status loop, the
-status manager) each own their retry policy, as the kubelet's managers do.
+Objects are JSON dicts (`Obj`). The client sends a request again only when the apiserver says when to, as
+client-go's REST client does: a 429, or a 5xx, with a Retry-After header, up to 10 times within the request's timeout
+(`retry`). Every other failure goes to the caller at once: the callers (the reflector, the node-status loop, the
+lease, the status manager) each own their retry policy, as the kubelet's managers do.
 """
 
 from __future__ import annotations
@@ -16,15 +18,16 @@ import json
 import logging
 import ssl
 import time
-from collections.abc import AsyncGenerator, Callable, Generator
+from collections.abc import AsyncGenerator, Awaitable, Callable, Generator
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, NamedTuple, Self
 from urllib.parse import urlencode
 
 import httpx
 
 from nodeagent import __version__
+from nodeagent.clock import Clock, SystemClock
 from nodeagent.kube.direct import DirectConnection, ProtocolError
 from nodeagent.kube.errors import ApiUnavailable, KubeconfigError, error_from_response, error_from_status
 from nodeagent.kube.kubeconfig import ClusterCredentials, load_kubeconfig, read_token, ssl_context
@@ -44,6 +47,7 @@ from nodeagent.kube.request import (
     replace_request,
     watch_request,
 )
+from nodeagent.kube.retry import MAX_RETRIES, Retries
 from nodeagent.kube.transport import ApiTransport
 from nodeagent.kube.watch import WatchDecoder, WatchEvent
 
@@ -96,20 +100,24 @@ def _encode(body: PatchBody) -> bytes:
     return json.dumps(body, separators=(",", ":")).encode()
 
 
-def _decode(response: httpx.Response) -> Obj:
-    if not response.content:
+def _decode_body(method: str, path: str, body: bytes) -> Obj:
+    if not body:
         return {}
     try:
-        doc = json.loads(response.content)
+        doc = json.loads(body)
     except ValueError as exc:
-        raise ApiUnavailable(
-            f"malformed response to {response.request.method} {response.request.url.path}: not JSON"
-        ) from exc
+        raise ApiUnavailable(f"malformed response to {method} {path}: not JSON") from exc
     if not isinstance(doc, dict):
-        raise ApiUnavailable(
-            f"malformed response to {response.request.method} {response.request.url.path}: not an object"
-        )
+        raise ApiUnavailable(f"malformed response to {method} {path}: not an object")
     return doc
+
+
+class _Answer(NamedTuple):
+    """One attempt's answer, whichever connection it came over."""
+
+    status: int
+    retry_after: str | None  # the Retry-After header
+    body: bytes
 
 
 def _unavailable(request: ApiRequest, exc: httpx.RequestError) -> ApiUnavailable:
@@ -128,9 +136,15 @@ class KubeClient:
         timeout: float = DEFAULT_TIMEOUT,
         user_agent: str = USER_AGENT,
         direct: bool = False,
+        max_retries: int = MAX_RETRIES,
+        clock: Clock | None = None,
     ) -> None:
         self.credentials = credentials
         self._timeout = timeout
+        # How many times a request answered 429 or 5xx with a Retry-After is sent again (`retry`); the clock times
+        # the waits and the request's deadline.
+        self.max_retries = max_retries
+        self._clock: Clock = clock if clock is not None else SystemClock()
         # Set by the agent to count and time every request (rest_client_* on its /metrics).
         self.metrics: RestClientMetrics | None = None
         self._metrics_host = httpx.URL(credentials.server).netloc.decode()
@@ -224,31 +238,86 @@ class KubeClient:
         )
 
     async def send(self, request: ApiRequest, *, request_timeout: float | None = None) -> Obj:
-        """Send one request and return the object the apiserver answered with; the single exit for errors."""
-        started = time.monotonic()
+        """Send one request and return the object the apiserver answered with; the single exit for errors. An
+        answer with a Retry-After is waited for and sent again (`_retrying`)."""
+        return await self._retrying(request, request_timeout or self._timeout, self._attempt)
+
+    async def _attempt(self, request: ApiRequest, timeout: float, retry: bool) -> _Answer:
+        """One attempt through httpx."""
         try:
-            response = await self._http.send(self._build(request, httpx.Timeout(request_timeout or self._timeout)))
+            response = await self._http.send(self._build(request, httpx.Timeout(timeout)))
         except httpx.RequestError as exc:
             log.debug("api request failed method=%s path=%s error=%r", request.method, request.path, exc)
-            self._observe(request.method, "<error>", started)
+            self._count(request.method, "<error>", retry)
             raise _unavailable(request, exc) from exc
-        self._observe(request.method, str(response.status_code), started)
+        self._count(request.method, str(response.status_code), retry)
+        return _Answer(response.status_code, response.headers.get("Retry-After"), response.content)
+
+    async def _retrying(
+        self,
+        request: ApiRequest,
+        timeout: float,
+        attempt: Callable[[ApiRequest, float, bool], Awaitable[_Answer]],
+    ) -> Obj:
+        """Send `request` by `attempt` until an answer is final: a success, a failure that says nothing of when to
+        try again, the retries used up, or the deadline (`timeout` from now, the whole request's, as client-go's
+        request timeout) reached. Every request but a watch passes here."""
+        started = self._clock.monotonic()
+        retries = Retries(max_retries=self.max_retries, deadline=started + timeout)
+        try:
+            while True:
+                sent = self._clock.monotonic()
+                answer = await attempt(request, retries.remaining(sent, timeout), retries.attempts > 0)
+                log.debug(
+                    "api request method=%s path=%s status=%d duration=%.3f",
+                    request.method,
+                    request.path,
+                    answer.status,
+                    self._clock.monotonic() - sent,
+                )
+                if 200 <= answer.status < 300:
+                    return _decode_body(request.method, request.path, answer.body)
+                if not await self._wait_to_retry(request, retries, answer.status, answer.retry_after):
+                    raise error_from_response(answer.status, answer.body, retry_after=answer.retry_after)
+        finally:
+            if self.metrics is not None:
+                self.metrics.observe_duration(
+                    host=self._metrics_host, verb=request.method, seconds=self._clock.monotonic() - started
+                )
+
+    async def _wait_to_retry(self, request: ApiRequest, retries: Retries, status: int, retry_after: str | None) -> bool:
+        """After a failed answer: wait its Retry-After and say True to send again, or say False (at once, or when the
+        wait has reached the request's deadline) to give up with this answer's error."""
+        wait = retries.next_wait(status, retry_after, self._clock.monotonic())
+        if wait is None:
+            return False
+        # client-go logs this at V(4) ("Got a Retry-After response" delay, attempt, url).
         log.debug(
-            "api request method=%s path=%s status=%d duration=%.3f",
+            "api request retry after method=%s path=%s status=%d retry_after=%s delay=%.3f attempt=%d",
             request.method,
             request.path,
-            response.status_code,
-            time.monotonic() - started,
+            status,
+            retry_after,
+            wait,
+            retries.attempts,
         )
-        if not response.is_success:
-            raise error_from_response(
-                response.status_code, response.content, retry_after=response.headers.get("Retry-After")
+        await self._clock.sleep(wait)
+        if retries.expired(self._clock.monotonic()):
+            log.debug(
+                "api request retry gave up at its deadline method=%s path=%s status=%d attempt=%d",
+                request.method,
+                request.path,
+                status,
+                retries.attempts,
             )
-        return _decode(response)
+            return False
+        return True
 
-    def _observe(self, method: str, code: str, started: float) -> None:
+    def _count(self, method: str, code: str, retry: bool) -> None:
+        """One attempt in rest_client_requests_total and, past the first, rest_client_request_retries_total (as
+        client-go's withRetry.After counts them)."""
         if self.metrics is not None:
-            self.metrics.observe(host=self._metrics_host, method=method, code=code, seconds=time.monotonic() - started)
+            self.metrics.count(host=self._metrics_host, method=method, code=code, retry=retry)
 
     async def get(self, path: str, *, resource_version: str | None = None, request_timeout: float | None = None) -> Obj:
         return await self.send(get_request(path, resource_version=resource_version), request_timeout=request_timeout)
@@ -341,7 +410,7 @@ class KubeClient:
         """`send` over a kept connection of the client's own, without httpx (`direct`): a third to a quarter of the
         CPU and fewer event-loop turns, for the small requests a fleet node makes every 10 s. Only a client made with
         `direct=True` has that connection; any other (a single agent, a test's transport) sends through httpx as
-        `send` does. Same answers and errors as `send`."""
+        `send` does. Same answers, errors and retries as `send`."""
         if self._direct is None:
             return await self.send(request, request_timeout=request_timeout)
         if isinstance(self._transport, ApiTransport) and time.monotonic() - self._swept >= SWEEP_INTERVAL:
@@ -349,41 +418,24 @@ class KubeClient:
             # periodic ones come here instead.
             self._swept = time.monotonic()
             await self._transport.close_expired()
+        return await self._retrying(request, request_timeout or self._timeout, self._attempt_direct)
+
+    async def _attempt_direct(self, request: ApiRequest, timeout: float, retry: bool) -> _Answer:
+        """One attempt over the direct connection."""
+        assert self._direct is not None
         method, path = request.method, request.path
         target = f"{path}?{urlencode(request.params)}" if request.params else path
         body = _encode(request.body) if request.body is not None else None
-        started = time.monotonic()
         try:
             response = await self._direct.request(
-                method,
-                target,
-                body,
-                timeout=request_timeout or self._timeout,
-                content_type=request.content_type or JSON,
+                method, target, body, timeout=timeout, content_type=request.content_type or JSON
             )
         except (OSError, TimeoutError, asyncio.IncompleteReadError, ProtocolError, ValueError) as exc:
             log.debug("api request failed method=%s path=%s error=%r", method, path, exc)
-            self._observe(method, "<error>", started)
+            self._count(method, "<error>", retry)
             raise ApiUnavailable(f"{method} {path}: {type(exc).__name__}: {str(exc) or type(exc).__name__}") from exc
-        self._observe(method, str(response.status), started)
-        log.debug(
-            "api request method=%s path=%s status=%d duration=%.3f",
-            method,
-            path,
-            response.status,
-            time.monotonic() - started,
-        )
-        if not 200 <= response.status < 300:
-            raise error_from_response(response.status, response.body, retry_after=response.headers.get("retry-after"))
-        if not response.body:
-            return {}
-        try:
-            doc = json.loads(response.body)
-        except ValueError as exc:
-            raise ApiUnavailable(f"malformed response to {method} {path}: not JSON") from exc
-        if not isinstance(doc, dict):
-            raise ApiUnavailable(f"malformed response to {method} {path}: not an object")
-        return doc
+        self._count(method, str(response.status), retry)
+        return _Answer(response.status, response.headers.get("retry-after"), response.body)
 
     async def patch(
         self,
@@ -445,15 +497,29 @@ class KubeClient:
             allow_bookmarks=allow_bookmarks,
         )
         read = timeout_seconds + WATCH_READ_GRACE if timeout_seconds is not None else None
-        built = self._build(request, httpx.Timeout(self._timeout, read=read))
-        try:
-            response = await self._http.send(built, stream=True)
-        except httpx.RequestError as exc:
-            raise _unavailable(request, exc) from exc
-        try:
-            if not response.is_success:
+        # The opening request is retried as any other on a Retry-After (client-go's Request.Watch), without a
+        # deadline: a watch has no request timeout, only the server's timeoutSeconds.
+        retries = Retries(max_retries=self.max_retries)
+        while True:
+            built = self._build(request, httpx.Timeout(self._timeout, read=read))
+            try:
+                response = await self._http.send(built, stream=True)
+            except httpx.RequestError as exc:
+                self._count(request.method, "<error>", retries.attempts > 0)
+                raise _unavailable(request, exc) from exc
+            self._count(request.method, str(response.status_code), retries.attempts > 0)
+            if response.is_success:
+                break
+            try:
                 body = await response.aread()
-                raise error_from_response(response.status_code, body, retry_after=response.headers.get("Retry-After"))
+            except httpx.RequestError as exc:
+                raise _unavailable(request, exc) from exc
+            finally:
+                await response.aclose()
+            retry_after = response.headers.get("Retry-After")
+            if not await self._wait_to_retry(request, retries, response.status_code, retry_after):
+                raise error_from_response(response.status_code, body, retry_after=retry_after)
+        try:
             log.debug("watch started path=%s resource_version=%s", path, resource_version)
             decoder = WatchDecoder()
             async for chunk in response.aiter_bytes():

@@ -1,5 +1,7 @@
-"""The REST client's metrics under client-go's names: rest_client_requests_total{code,host,method} and
-rest_client_request_duration_seconds{verb,host} (the kubelet's /metrics carries them for its apiserver client)."""
+"""The REST client's metrics under client-go's names (the kubelet's /metrics carries them for its apiserver client):
+rest_client_requests_total{code,host,method}, every attempt; rest_client_request_retries_total{code,verb,host}, every
+attempt after a request's first (a Retry-After retry, `retry`); rest_client_request_duration_seconds{verb,host}, once
+a request, its retries and their waits included (client-go observes it around the whole `Request.request`)."""
 
 from __future__ import annotations
 
@@ -25,7 +27,25 @@ class RestClientMetrics:
             registry=registry,
         )
 
-    def observe(self, *, host: str, method: str, code: str, seconds: float) -> None:
-        """`code` is the HTTP status, or "<error>" when no answer came (as client-go labels it)."""
+        self.retries = Counter(
+            "rest_client_request_retries",
+            "Number of request retries, partitioned by status code, verb, and host.",
+            ["code", "verb", "host"],
+            registry=registry,
+        )
+
+    def count(self, *, host: str, method: str, code: str, retry: bool = False) -> None:
+        """One attempt; `code` is the HTTP status, or "<error>" when no answer came (as client-go labels it);
+        `retry` when it is not the request's first attempt."""
         self.requests.labels(code=code, host=host, method=method).inc()
-        self.duration.labels(verb=method, host=host).observe(seconds)
+        if retry:
+            self.retries.labels(code=code, verb=method, host=host).inc()
+
+    def observe_duration(self, *, host: str, verb: str, seconds: float) -> None:
+        """One request's time, from its first attempt to its last answer."""
+        self.duration.labels(verb=verb, host=host).observe(seconds)
+
+    def observe(self, *, host: str, method: str, code: str, seconds: float) -> None:
+        """A request of one attempt: counted and timed."""
+        self.count(host=host, method=method, code=code)
+        self.observe_duration(host=host, verb=method, seconds=seconds)

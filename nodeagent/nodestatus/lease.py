@@ -40,6 +40,13 @@ LEASE_RENEW_JITTER: Final = 0.04
 _RETRYABLE = (ApiError, ApiUnavailable)
 
 
+def heartbeat_timeout(config: KubeletConfiguration) -> float:
+    """The timeout of each lease request, as upstream's heartbeat client's (cmd/kubelet/app/server.go):
+    nodeStatusUpdateFrequency, at most the lease's duration. It bounds the whole request, a Retry-After's retries
+    included (kube/retry.py), so a throttled renewal gives way to the controller's next try in time."""
+    return min(config.node_status_update_frequency.total_seconds(), float(config.node_lease_duration_seconds))
+
+
 def renew_interval(config: KubeletConfiguration) -> float:
     return config.node_lease_duration_seconds * LEASE_RENEW_FRACTION
 
@@ -70,6 +77,7 @@ class NodeLease:
         self._node_uid = node_uid
         self._lease: Obj | None = None
         self.renew_interval = renew_interval(config)
+        self._timeout = heartbeat_timeout(config)
         self.renewals = 0  # for tests and metrics
 
     @property
@@ -104,14 +112,16 @@ class NodeLease:
         """GET the Lease, or create it; True when created (already fresh)."""
         path = paths.lease(NODE_LEASE_NAMESPACE, self._name)
         try:
-            return await self._client.get_direct(path), False
+            return await self._client.get_direct(path, request_timeout=self._timeout), False
         except NotFound:
             pass
         uid = self._node_uid()
         body = lease_object(self._name, uid, duration_seconds=self._duration, now=self._clock.wall())
         if not uid:
             del body["metadata"]["ownerReferences"]
-        created = await self._client.create_direct(paths.leases(NODE_LEASE_NAMESPACE), body)
+        created = await self._client.create_direct(
+            paths.leases(NODE_LEASE_NAMESPACE), body, request_timeout=self._timeout
+        )
         log.info("node lease created node=%s namespace=%s", self._name, NODE_LEASE_NAMESPACE)
         return created, True
 
@@ -129,7 +139,9 @@ class NodeLease:
         path = paths.lease(NODE_LEASE_NAMESPACE, self._name)
         for attempt in range(LEASE_UPDATE_RETRIES):
             try:
-                self._lease = await self._client.replace_direct(path, self._renewed(base))
+                self._lease = await self._client.replace_direct(
+                    path, self._renewed(base), request_timeout=self._timeout
+                )
                 self.renewals += 1
                 log.debug("node lease renewed node=%s renewals=%d", self._name, self.renewals)
                 return True
@@ -167,4 +179,4 @@ class NodeLease:
             await self._clock.sleep(self.next_interval())
 
 
-__all__ = ["LEASE_RENEW_FRACTION", "LEASE_RENEW_JITTER", "NodeLease", "jittered", "renew_interval"]
+__all__ = ["LEASE_RENEW_FRACTION", "LEASE_RENEW_JITTER", "NodeLease", "heartbeat_timeout", "jittered", "renew_interval"]

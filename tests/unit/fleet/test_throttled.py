@@ -1,10 +1,12 @@
-"""The fleet's lease heartbeats under an apiserver that throttles (429, as API priority and fairness answers): the
-renewals back off instead of hammering, nothing crashes, and once the apiserver answers again every node renews its
-existing Lease without re-creating it (no storm of creates).
+"""The fleet's lease heartbeats under an apiserver that throttles (429 with Retry-After: 1, as API priority and
+fairness answers): each request is sent again after the Retry-After by the client (kube/retry.py, client-go's 10
+retries), the lease controller backs off as upstream's between requests, nothing crashes, and once the apiserver
+answers again every node renews its existing Lease without re-creating it (no storm of creates).
 
 The apiserver is a small HTTP/1.1 server on loopback (a real socket, reached by the heartbeat clients' direct
-connections from the heartbeat thread). The clock sleeps a hundredth of what it is asked and records what was
-asked, so the backoff is read from the sleeps the code asked for, not from timing."""
+connections from the heartbeat thread). The clocks sleep a hundredth of what they are asked and record what was
+asked (one for the lease controller, one for the clients' Retry-After waits), so the backoff is read from the sleeps
+the code asked for, not from timing."""
 
 from __future__ import annotations
 
@@ -23,10 +25,12 @@ from nodeagent.config import KubeletConfiguration
 from nodeagent.fleet.heartbeat import THREAD_NAME, LeaseHeartbeats
 from nodeagent.kube.client import KubeClient
 from nodeagent.kube.kubeconfig import ClusterCredentials
+from nodeagent.kube.retry import MAX_RETRIES
 from nodeagent.nodestatus.lease import BACKOFF_CAP, LEASE_UPDATE_RETRIES
 from tests.unit.kube.loopback import serving
 
 CONFIG = KubeletConfiguration()  # a 40 s lease, renewed every 10 s (0.1 s here)
+SENDS = 1 + MAX_RETRIES  # the HTTP requests of one throttled client call
 TOO_MANY = {
     "kind": "Status",
     "apiVersion": "v1",
@@ -104,10 +108,10 @@ class ScaledClock(SystemClock):
         await asyncio.sleep(seconds / 100)
 
 
-def _factory(server: LeaseServer) -> Callable[[Path, float], KubeClient]:
+def _factory(server: LeaseServer, clock: ScaledClock) -> Callable[[Path, float], KubeClient]:
     def make(kubeconfig: Path, timeout: float) -> KubeClient:
         credentials = ClusterCredentials(server=f"http://127.0.0.1:{server.port}", token=kubeconfig.name)
-        return KubeClient(credentials, timeout=timeout, direct=True)
+        return KubeClient(credentials, timeout=timeout, direct=True, clock=clock)
 
     return make
 
@@ -124,14 +128,16 @@ def _count(server: LeaseServer, method: str, name: str, code: int) -> int:
 
 
 async def test_throttled_renewals_back_off_and_recover_without_recreating() -> None:
-    clock = ScaledClock()
+    clock, waits = ScaledClock(), ScaledClock()
     async with serving(LeaseServer()) as server:
-        with LeaseHeartbeats(CONFIG, client_factory=_factory(server), clock=clock) as heartbeats:
-            await _throttled_and_back(server, clock, heartbeats)
+        with LeaseHeartbeats(CONFIG, client_factory=_factory(server, waits), clock=clock) as heartbeats:
+            await _throttled_and_back(server, clock, waits, heartbeats)
         await _until(lambda: server.open == 0)  # stopped: every client's connection closed
 
 
-async def _throttled_and_back(server: LeaseServer, clock: ScaledClock, heartbeats: LeaseHeartbeats) -> None:
+async def _throttled_and_back(
+    server: LeaseServer, clock: ScaledClock, waits: ScaledClock, heartbeats: LeaseHeartbeats
+) -> None:
     renewal = asyncio.ensure_future(heartbeats.renew("n1", Path("n1.conf"), lambda: "uid-n1"))
     try:
         await _until(lambda: _count(server, "PUT", "n1", 200) >= 1)
@@ -141,21 +147,27 @@ async def _throttled_and_back(server: LeaseServer, clock: ScaledClock, heartbeat
         # Throttled long enough for the backoff to reach its cap twice.
         await _until(lambda: [round(s, 1) for s in clock.asked].count(BACKOFF_CAP) >= 2)
         throttled = server.log[before:]
-        with clock.lock:
-            asked = list(clock.asked)
+        with clock.lock, waits.lock:
+            asked, waited = list(clock.asked), list(waits.asked)
         # No crash: the thread and the node's renewal go on.
         assert not renewal.done()
         assert any(t.name == THREAD_NAME and t.is_alive() for t in threading.enumerate())
-        # One sync's PUT retries (the lease controller's maxUpdateRetries), then GETs with a doubling backoff.
-        assert [m for m, _, _ in throttled[:LEASE_UPDATE_RETRIES]] == ["PUT"] * LEASE_UPDATE_RETRIES
-        assert {m for m, _, _ in throttled[LEASE_UPDATE_RETRIES:]} == {"GET"}
+        # One sync's PUT retries (the lease controller's maxUpdateRetries), each sent 1 + 10 times by the client,
+        # then GETs with a doubling backoff.
+        puts = LEASE_UPDATE_RETRIES * SENDS
+        assert [m for m, _, _ in throttled[:puts]] == ["PUT"] * puts
+        assert {m for m, _, _ in throttled[puts:]} == {"GET"}
         assert {c for _, _, c in throttled} == {429}
+        # The client waited the Retry-After (1 s) before each of its retries, and only that: no busy loop, and no
+        # back-off of its own on top of the controller's.
+        assert set(waited) == {1.0}
+        assert len(waited) >= len(throttled) * MAX_RETRIES // SENDS - MAX_RETRIES
         backoff = [s for s in asked if s < 9.0]  # not the renew interval (10 to 10.4 s)
         assert backoff[:7] == pytest.approx([0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 6.4])
         assert backoff[7:] == [BACKOFF_CAP] * len(backoff[7:])
-        # Every failed GET waited its backoff before the next: as many GETs as backoff sleeps, give or take the
-        # one under way.
-        gets = len(throttled) - LEASE_UPDATE_RETRIES
+        # Every failed GET call waited its backoff before the next: as many GET calls as backoff sleeps, give or
+        # take the one under way.
+        gets = (len(throttled) - puts) / SENDS
         assert len(backoff) - 1 <= gets <= len(backoff) + 1
 
         server.throttled = False
@@ -171,7 +183,8 @@ async def _throttled_and_back(server: LeaseServer, clock: ScaledClock, heartbeat
 
 async def test_many_nodes_throttled_together_all_come_back() -> None:
     async with serving(LeaseServer()) as server:
-        with LeaseHeartbeats(CONFIG, client_factory=_factory(server), clock=ScaledClock()) as heartbeats:
+        factory = _factory(server, ScaledClock())
+        with LeaseHeartbeats(CONFIG, client_factory=factory, clock=ScaledClock()) as heartbeats:
             await _many_throttled_and_back(server, heartbeats)
         await _until(lambda: server.open == 0)
 
@@ -182,7 +195,7 @@ async def _many_throttled_and_back(server: LeaseServer, heartbeats: LeaseHeartbe
     try:
         await _until(lambda: all(_count(server, "PUT", n, 200) >= 1 for n in names))
         server.throttled = True
-        await _until(lambda: all(_count(server, "GET", n, 429) >= 6 for n in names))
+        await _until(lambda: all(_count(server, "GET", n, 429) >= 3 * SENDS for n in names))
         assert not any(r.done() for r in renewals)
         server.throttled = False
         after = len(server.log)

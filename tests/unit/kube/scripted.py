@@ -10,8 +10,10 @@ from typing import Any
 
 import httpx
 
+from nodeagent.clock import Clock
 from nodeagent.kube.client import KubeClient
 from nodeagent.kube.kubeconfig import ClusterCredentials
+from nodeagent.kube.retry import MAX_RETRIES
 
 SERVER = "https://kube.test:6443"
 
@@ -53,8 +55,19 @@ class Script:
             return step.reply
         return step.reply(request)
 
-    def client(self, credentials: ClusterCredentials | None = None) -> KubeClient:
-        return KubeClient(credentials or ClusterCredentials(server=SERVER), transport=httpx.MockTransport(self))
+    def client(
+        self,
+        credentials: ClusterCredentials | None = None,
+        *,
+        clock: Clock | None = None,
+        max_retries: int = MAX_RETRIES,
+    ) -> KubeClient:
+        return KubeClient(
+            credentials or ClusterCredentials(server=SERVER),
+            transport=httpx.MockTransport(self),
+            clock=clock,
+            max_retries=max_retries,
+        )
 
 
 def status(code: int, reason: str, message: str = "", **extra: Any) -> httpx.Response:

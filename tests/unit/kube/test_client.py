@@ -64,7 +64,8 @@ async def test_failure_answers_raise_their_class(reply: httpx.Response, cls: typ
 async def test_retry_after_header_reaches_the_error() -> None:
     reply = status(429, "TooManyRequests", "slow down")
     reply.headers["Retry-After"] = "2"
-    async with Script().add("GET", f"{CM}/x", reply).client() as client:
+    # No retries left: the answer is final, and its Retry-After is the caller's (tests/unit/kube/test_retry.py).
+    async with Script().add("GET", f"{CM}/x", reply).client(max_retries=0) as client:
         with pytest.raises(TooManyRequests) as caught:
             await client.get(f"{CM}/x")
     assert caught.value.retry_after == 2.0
