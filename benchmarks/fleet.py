@@ -346,6 +346,7 @@ async def run(
     peer: str | None = None,
     latency_pods: int = 0,
     latency_rates: tuple[float, ...] = (10.0, 50.0),
+    max_pods: int | None = None,
 ) -> dict[str, Any]:
     """The fleet's figures at the top level of the result; with `peer` "kwok", KWOK's under "kwok", from the same
     scenario run after the fleet's on the same testbed, its nodes made from one of the fleet's."""
@@ -358,6 +359,10 @@ async def run(
     ]  # fmt: skip
     if switch_interval is not None:
         argv += ["--switch-interval", str(switch_interval)]
+    if max_pods is not None:
+        # Each node's pod capacity; the fleet's memory check counts every node full, so 1,000 nodes of 110 pods
+        # (the kubelet's default) do not fit this machine's memory, 1,000 of 40 do.
+        argv += ["--max-pods", str(max_pods)]
     result: dict[str, Any] = {"bench": "fleet", "nodes": nodes, "pods_per_node": pods_per_node, "steady_s": steady}
     if switch_interval is not None:
         result["switch_interval_s"] = switch_interval
@@ -471,6 +476,7 @@ async def main(argv: list[str]) -> int:
         "(schedule_to_watch, pod_startup); 0: none",
     )
     parser.add_argument("--latency-rates", default="10,50", help="pods per second, comma-separated")
+    parser.add_argument("--max-pods", type=int, default=None, help="each node's pod capacity (the fleet's default)")
     args = parser.parse_args(argv)
 
     async def work(bed: Testbed) -> dict[str, Any]:
@@ -485,6 +491,7 @@ async def main(argv: list[str]) -> int:
             peer=args.peer,
             latency_pods=args.latency_pods,
             latency_rates=tuple(float(rate) for rate in args.latency_rates.split(",") if rate),
+            max_pods=args.max_pods,
         )
 
     if args.testbed is not None:
