@@ -21,7 +21,7 @@ import base64
 import contextlib
 import datetime
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -201,11 +201,32 @@ async def _check_shards(
         seen["nodes"] = f"nodes={sorted((n, ready(v)) for n, v in nodes.items())}"
         return nodes if set(nodes) == want and all(ready(n) for n in nodes.values()) else None
 
-    pods = await until(running, timeout=120, what=f"{len(owned)} shard pods Running", detail=detail)
-    nodes = await until(all_ready, timeout=120, what=f"{len(owned) * NODES} fleet nodes Ready", detail=detail)
+    async def log_of(pod: str, *more: str) -> str:
+        return await kubectl(testbed.layout.admin_kubeconfig, "logs", "-n", NS, pod, *more)
 
-    async def log_of(pod: str) -> str:
-        return await kubectl(testbed.layout.admin_kubeconfig, "logs", "-n", NS, pod)
+    async def logs() -> str:
+        """The tails of the shard pods' logs (the previous container's too, after a restart), for a failure."""
+        parts = []
+        for pod_name, pod in sorted((await shard_pods()).items()):
+            restarted = any(c.get("restartCount") for c in (pod.get("status") or {}).get("containerStatuses") or [])
+            for which in (("--previous",) if restarted else ()) + ("",):
+                try:
+                    text = await log_of(pod_name, "--tail=20", *filter(None, (which,)))
+                except Exception as exc:
+                    text = f"(no log: {exc})"
+                parts.append(f"--- {pod_name} {which}---\n{text}")
+        return "\n".join(parts)
+
+    @contextlib.asynccontextmanager
+    async def failing_with_logs() -> AsyncIterator[None]:
+        try:
+            yield
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{await logs()}") from None
+
+    async with failing_with_logs():
+        pods = await until(running, timeout=120, what=f"{len(owned)} shard pods Running", detail=detail)
+        nodes = await until(all_ready, timeout=120, what=f"{len(owned) * NODES} fleet nodes Ready", detail=detail)
 
     def boot_ids(nodes: dict[str, dict[str, Any]]) -> dict[int, set[str]]:
         return {s: {nodes[n]["status"]["nodeInfo"]["bootID"] for n in ns} for s, ns in owned.items()}
@@ -232,7 +253,8 @@ async def _check_shards(
         pods = await running()
         return pods if pods is not None and pods[victim_pod]["metadata"]["uid"] != old_uid else None
 
-    await until(recreated, timeout=120, what=f"{victim_pod} recreated and Running", detail=detail)
+    async with failing_with_logs():
+        await until(recreated, timeout=120, what=f"{victim_pod} recreated and Running", detail=detail)
 
     async def rejoined() -> dict[str, dict[str, Any]] | None:
         nodes = await all_ready()
@@ -241,7 +263,8 @@ async def _check_shards(
         boots = boot_ids(nodes)
         return nodes if boots[victim] != first_boots[victim] and len(boots[victim]) == 1 else None
 
-    nodes = await until(rejoined, timeout=120, what=f"{owned[victim]} Ready from the new shard", detail=detail)
+    async with failing_with_logs():
+        nodes = await until(rejoined, timeout=120, what=f"{owned[victim]} Ready from the new shard", detail=detail)
     after = boot_ids(nodes)
     assert {s: ids for s, ids in after.items() if s != victim} == {
         s: ids for s, ids in first_boots.items() if s != victim
