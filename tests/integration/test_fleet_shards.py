@@ -175,19 +175,22 @@ async def _check_shards(
         seen.update({p["metadata"]["name"]: pod_summary(p) for p in pods})
         return {p["metadata"]["name"]: p for p in pods}
 
-    async def running(exclude_uid: str = "") -> dict[str, dict[str, Any]] | None:
+    async def unbroken_pods() -> dict[str, dict[str, Any]]:
         pods = await shard_pods()
         for pod in pods.values():
             for container in (pod.get("status") or {}).get("containerStatuses") or []:
-                # A shard that cannot start fails the test now, with its reason, rather than at the timeout.
+                # A shard that cannot start (or ends) fails the test now, with its reason, not at the timeout.
                 assert container.get("restartCount", 0) == 0, f"a shard restarted: {pod_summary(pod)}"
+        return pods
+
+    async def running() -> dict[str, dict[str, Any]] | None:
+        pods = await unbroken_pods()
         good = {
             n: p
             for n, p in pods.items()
             if (p.get("status") or {}).get("phase") == "Running"
             and p["spec"].get("nodeName") == settings.node_name
             and not p["metadata"].get("deletionTimestamp")
-            and p["metadata"]["uid"] != exclude_uid
         }
         return good if set(good) == {f"{name}-{s}" for s in owned} else None
 
@@ -196,6 +199,7 @@ async def _check_shards(
         return {n["metadata"]["name"]: n for n in found}
 
     async def all_ready() -> dict[str, dict[str, Any]] | None:
+        await unbroken_pods()
         nodes = await fleet_nodes()
         want = {n for ns in owned.values() for n in ns}
         seen["nodes"] = f"nodes={sorted((n, ready(v)) for n, v in nodes.items())}"
