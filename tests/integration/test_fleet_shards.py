@@ -20,8 +20,10 @@ import asyncio
 import base64
 import contextlib
 import datetime
+import logging
+import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +48,18 @@ NODES = 3  # per shard
 NS = "default"
 REPOSITORY = "nodeagent/fleet"
 STATEFULSETS = paths.api_path("statefulsets", group="apps", namespace=NS)
+
+log = logging.getLogger(__name__)
+
+
+def stopwatch() -> Callable[[str], None]:
+    """Logs each phase's time since the start (not asserted: to read where a run's time went)."""
+    start = time.monotonic()
+
+    def mark(phase: str) -> None:
+        log.info("fleet shards phase=%s elapsed=%.1fs", phase, time.monotonic() - start)
+
+    return mark
 
 
 @pytest.fixture(scope="module")
@@ -139,7 +153,9 @@ async def test_fleet_shards_as_a_statefulset(
     admin: KubeClient, testbed: Testbed, settings: Settings, agent: Agent, tmp_path: Path
 ) -> None:
     await wait_node_ready(admin, agent, settings.node_name)
+    mark = stopwatch()
     image = await push_fleet_image(settings)
+    mark("image built or reused, and pushed")
     prefix = f"shard-{uuid.uuid4().hex[:6]}"
     name, secret = f"{prefix}-fleet", f"{prefix}-bootstrap"
     names = [f"{prefix}-{ordinal}" for ordinal in range(SHARDS * NODES)]
@@ -150,7 +166,7 @@ async def test_fleet_shards_as_a_statefulset(
         await admin.create(paths.api_path("secrets", namespace=NS), bootstrap_secret(secret, boot))
         try:
             await admin.create(STATEFULSETS, statefulset(name, prefix, image, secret, settings.node_name))
-            await _check_shards(admin, testbed, settings, name, prefix, owned, before)
+            await _check_shards(admin, testbed, settings, name, prefix, owned, before, mark)
         finally:
             await _clean_up(admin, name, secret, prefix, names)
 
@@ -163,6 +179,7 @@ async def _check_shards(
     prefix: str,
     owned: dict[int, list[str]],
     before: set[str],
+    mark: Callable[[str], None],
 ) -> None:
     seen: dict[str, str] = {}
 
@@ -230,7 +247,9 @@ async def _check_shards(
 
     async with failing_with_logs():
         pods = await until(running, timeout=120, what=f"{len(owned)} shard pods Running", detail=detail)
+        mark("shard pods Running")
         nodes = await until(all_ready, timeout=120, what=f"{len(owned) * NODES} fleet nodes Ready", detail=detail)
+        mark("fleet nodes Ready")
 
     def boot_ids(nodes: dict[str, dict[str, Any]]) -> dict[int, set[str]]:
         return {s: {nodes[n]["status"]["nodeInfo"]["bootID"] for n in ns} for s, ns in owned.items()}
@@ -259,6 +278,7 @@ async def _check_shards(
 
     async with failing_with_logs():
         await until(recreated, timeout=120, what=f"{victim_pod} recreated and Running", detail=detail)
+    mark("deleted shard recreated and Running")
 
     async def rejoined() -> dict[str, dict[str, Any]] | None:
         nodes = await all_ready()
@@ -269,6 +289,7 @@ async def _check_shards(
 
     async with failing_with_logs():
         nodes = await until(rejoined, timeout=120, what=f"{owned[victim]} Ready from the new shard", detail=detail)
+    mark("its nodes Ready again")
     after = boot_ids(nodes)
     assert {s: ids for s, ids in after.items() if s != victim} == {
         s: ids for s, ids in first_boots.items() if s != victim
