@@ -56,8 +56,9 @@ class Interpreter:
 
     @classmethod
     def running(cls) -> Interpreter:
-        """The interpreter running this code."""
-        paths = sysconfig.get_paths()
+        """The interpreter running this code. In a venv, its base interpreter's site-packages: the image has no
+        pyvenv.cfg, so the venv's packages go where the base interpreter looks."""
+        paths = sysconfig.get_paths(vars={"base": sys.base_prefix, "platbase": sys.base_exec_prefix})
         return cls(Path(sys.executable).resolve(), Path(paths["stdlib"]), Path(paths["purelib"]))
 
 
@@ -120,13 +121,14 @@ def _stdlib_files(interpreter: Interpreter) -> Iterator[Path]:
         yield path
 
 
-def _distribution_files(dist: importlib.metadata.Distribution) -> Iterator[Path]:
+def _distribution_files(dist: importlib.metadata.Distribution) -> Iterator[tuple[Path, Path]]:
+    """(path relative to the distribution's site-packages, host file) of each file its RECORD lists."""
     for record in dist.files or []:
         if record.parts[0] == ".." or "__pycache__" in record.parts:
             continue  # scripts in bin/, and bytecode
         path = Path(str(dist.locate_file(record)))
         if path.is_file():
-            yield path
+            yield Path(*record.parts), path
 
 
 def _package_dirs() -> dict[str, Path]:
@@ -149,8 +151,8 @@ def fleet_image_files(
     for path in _stdlib_files(interpreter):
         files[str(path).lstrip("/")] = path
     for dist in distributions:
-        for path in _distribution_files(dist):
-            files[str(path).lstrip("/")] = path
+        for relative, path in _distribution_files(dist):
+            files[str(interpreter.site_packages / relative).lstrip("/")] = path
     for name, directory in packages.items():
         for path in _walk(directory):
             files[str(interpreter.site_packages / name / path.relative_to(directory)).lstrip("/")] = path

@@ -62,10 +62,8 @@ def test_nodeagents_dependencies_and_not_the_dev_tools(files: dict[str, Path]) -
     assert {"grpcio", "protobuf", "httpx", "httpcore", "h11", "cryptography", "cffi", "pyyaml", "psutil"} <= names
     assert not names & {"pytest", "mypy", "ruff", "matplotlib", "hypothesis", "grpcio-tools", "nodeagent"}
     site = Interpreter.running().site_packages
-    for module in ("grpc", "httpx", "yaml", "psutil", "pyroute2", "google.protobuf"):
-        spec = importlib.util.find_spec(module)
-        assert spec is not None and spec.origin is not None
-        assert _image(Path(spec.origin)) in files, module
+    for module in ("grpc", "httpx", "yaml", "psutil", "pyroute2", "google/protobuf"):
+        assert _image(site / module / "__init__.py") in files, module
     assert not [p for p in files if p.startswith(_image(site / "_pytest") + "/") or "/mypy/" in p]
 
 
@@ -97,3 +95,14 @@ def test_the_entrypoint_is_the_interpreter_running_nodeagent() -> None:
     assert config["Entrypoint"] == [str(Path(sys.executable).resolve()), "-m", "nodeagent"]
     assert config["Cmd"] == ["fleet", "--help"]
     assert "HOME=/root" in config["Env"]  # type: ignore[operator]
+
+
+def test_packages_go_where_the_images_interpreter_looks_whatever_their_host_place() -> None:
+    """As from a venv, whose site-packages the image's interpreter (no pyvenv.cfg) would not search: the
+    dependencies and nodeagent go under the interpreter's own site-packages."""
+    running = Interpreter.running()
+    elsewhere = Interpreter(running.executable, running.stdlib, Path("/opt/site-packages"))
+    files = fleetimage.fleet_image_files(elsewhere, fleetimage.dependency_closure(), fleetimage._package_dirs())
+    assert "opt/site-packages/httpx/__init__.py" in files
+    assert files["opt/site-packages/nodeagent/__main__.py"] == Path(nodeagent.__file__).parent / "__main__.py"
+    assert not [p for p in files if p.startswith(_image(running.site_packages) + "/")]
