@@ -6,7 +6,9 @@ import argparse
 import asyncio
 import logging
 import signal
+import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from cri.fake import Behaviour
@@ -20,6 +22,9 @@ from nodeagent.fleet.plan import (
     DEFAULT_PODS_PER_NODE_PREFIX,
     FleetError,
     FleetOptions,
+    Shard,
+    parse_shard_process,
+    shard_ordinal,
 )
 
 DEFAULT_DIR = Path("/var/lib/nodeagent/fleet")
@@ -43,7 +48,24 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     fleet.add_argument("--nodes", type=int, required=True, help="how many nodes")
     fleet.add_argument("--prefix", default="fleet", help="node names are <prefix>-<ordinal>")
-    fleet.add_argument("--first", type=int, default=0, help="the first ordinal (a shard's offset)")
+    fleet.add_argument("--first", type=int, default=None, help="the first ordinal (a shard's offset; default 0)")
+    fleet.add_argument(
+        "--shard-from-hostname",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="NAME",
+        help="run one shard of a StatefulSet: --first is <ordinal> x --nodes, the ordinal from this host's name "
+        "<statefulset>-<ordinal> (a pod's hostname is its name), or from NAME if given (e.g. $(POD_NAME) from the "
+        "downward API, for hostNetwork pods, whose hostname is the node's)",
+    )
+    fleet.add_argument(
+        "--shard-process",
+        default="0/1",
+        metavar="I/P",
+        help="with --shard-from-hostname: this is process I (from 0) of P in the shard's pod, one per core; the pod "
+        "owns P x --nodes ordinals",
+    )
     fleet.add_argument("--kubeconfig", type=Path, default=None, help="one credential for every node (e.g. admin)")
     fleet.add_argument(
         "--bootstrap-kubeconfig",
@@ -105,7 +127,32 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     fleet.set_defaults(handler=run)
 
 
-def options_from(args: argparse.Namespace) -> tuple[FleetOptions, Behaviour]:
+def shard_of(args: argparse.Namespace, hostname: Callable[[], str] = socket.gethostname) -> Shard | None:
+    """The shard this process runs (None: not a shard), from --shard-from-hostname and --shard-process."""
+    if args.shard_from_hostname is None:
+        if args.shard_process != "0/1":
+            raise FleetError("--shard-process needs --shard-from-hostname")
+        return None
+    if args.first is not None:
+        raise FleetError("--first and --shard-from-hostname exclude each other: the shard's ordinal gives --first")
+    process, processes = parse_shard_process(args.shard_process)
+    return Shard(shard_ordinal(args.shard_from_hostname or hostname()), process, processes)
+
+
+def options_from(
+    args: argparse.Namespace, hostname: Callable[[], str] = socket.gethostname
+) -> tuple[FleetOptions, Behaviour]:
+    shard = shard_of(args, hostname)
+    first = shard.first(args.nodes) if shard is not None else (args.first or 0)
+    if shard is not None:
+        log.info(
+            "fleet shard ordinal=%d process=%d processes=%d first=%d nodes=%d",
+            shard.ordinal,
+            shard.process,
+            shard.processes,
+            first,
+            args.nodes,
+        )
     taints = None if args.taints is None else tuple(filter(None, args.taints.split(",")))
     try:
         memory = int(parse_quantity(args.memory))
@@ -117,7 +164,7 @@ def options_from(args: argparse.Namespace) -> tuple[FleetOptions, Behaviour]:
         directory=args.dir,
         kubeconfig=args.kubeconfig,
         bootstrap_kubeconfig=args.bootstrap_kubeconfig,
-        first=args.first,
+        first=first,
         stagger=args.stagger,
         labels=args.labels,
         taints=taints,
@@ -171,6 +218,10 @@ def _check_capacity(options: FleetOptions, *, enforce: bool) -> None:
 
 
 async def run(args: argparse.Namespace) -> int:
+    if not args.verbose:
+        # A thousand agents' INFO lines drown everything: the fleet's own lines and every agent's warnings stay.
+        logging.getLogger().setLevel(logging.WARNING)
+        logging.getLogger("nodeagent.fleet").setLevel(logging.INFO)
     options, behaviour = options_from(args)
     if args.switch_interval is not None:
         if args.switch_interval <= 0:
@@ -180,10 +231,6 @@ async def run(args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    if not args.verbose:
-        # A thousand agents' INFO lines drown everything: the fleet's own lines and every agent's warnings stay.
-        logging.getLogger().setLevel(logging.WARNING)
-        logging.getLogger("nodeagent.fleet").setLevel(logging.INFO)
     _check_capacity(options, enforce=not args.no_capacity_check)
     result = await run_fleet(options, behaviour, stop)
     return 1 if result.failed else 0

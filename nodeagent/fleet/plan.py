@@ -171,3 +171,41 @@ def plan_nodes(options: FleetOptions) -> list[NodePlan]:
             )
         )
     return plans
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Which part of a sharded fleet this process runs: pod `ordinal` of the StatefulSet, process `process` of the
+    `processes` the pod runs (one per core). Each owns `nodes` consecutive ordinals, so shards never overlap and a
+    restarted shard (same pod name, same process index) runs the same node names again."""
+
+    ordinal: int
+    process: int = 0
+    processes: int = 1
+
+    def first(self, nodes: int) -> int:
+        return (self.ordinal * self.processes + self.process) * nodes
+
+
+def shard_ordinal(name: str) -> int:
+    """The ordinal of a StatefulSet's pod from its name, `<statefulset>-<ordinal>` (a pod's hostname is its name;
+    a domain after it is ignored). Refused unless it ends in a decimal ordinal without leading zeros."""
+    short = name.split(".", 1)[0]
+    base, sep, digits = short.rpartition("-")
+    if not sep or not base or not digits or not (digits.isascii() and digits.isdigit()):
+        raise FleetError(f"shard name {name!r}: want <statefulset>-<ordinal>, a StatefulSet pod's name")
+    if len(digits) > 1 and digits.startswith("0"):
+        raise FleetError(f"shard name {name!r}: the ordinal {digits} has a leading zero; a StatefulSet gives none")
+    return int(digits)
+
+
+def parse_shard_process(text: str) -> tuple[int, int]:
+    """`I/P`: this process is number I (from 0) of the P processes of one shard pod."""
+    index, sep, count = text.partition("/")
+    try:
+        process, processes = int(index), int(count)
+    except ValueError:
+        raise FleetError(f"--shard-process {text!r}: want I/P, e.g. 0/2") from None
+    if not sep or processes < 1 or not 0 <= process < processes:
+        raise FleetError(f"--shard-process {text!r}: want I/P with 0 <= I < P")
+    return process, processes

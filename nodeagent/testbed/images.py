@@ -625,10 +625,10 @@ def layer_tar(entries: Sequence[TarEntry]) -> bytes:
     return buf.getvalue()
 
 
-def gzip_bytes(data: bytes) -> bytes:
-    # mtime=0 and no file name in the header: the compressed bytes depend on the content only.
+def gzip_bytes(data: bytes, compresslevel: int = 9) -> bytes:
+    # mtime=0 and no file name in the header: the compressed bytes depend on the content (and the level) only.
     buf = io.BytesIO()
-    with gzip.GzipFile(filename="", mode="wb", fileobj=buf, mtime=0, compresslevel=9) as gz:
+    with gzip.GzipFile(filename="", mode="wb", fileobj=buf, mtime=0, compresslevel=compresslevel) as gz:
         gz.write(data)
     return buf.getvalue()
 
@@ -638,13 +638,17 @@ def _build(
     inputs: Mapping[str, object],
     files: Callable[[], list[TarEntry]],
     config: Mapping[str, object],
+    *,
+    compresslevel: int = 9,
 ) -> OCIImage:
-    marker = canonical_json({"format": _FORMAT_VERSION, **inputs, "config": config})
+    # The level is in the key only when not the default, so that the layouts already cached stay valid.
+    level = {} if compresslevel == 9 else {"compresslevel": compresslevel}
+    marker = canonical_json({"format": _FORMAT_VERSION, **inputs, "config": config, **level})
     cached = _reuse(dest, marker)
     if cached is not None:
         return cached
     tar = layer_tar(files())
-    layer = gzip_bytes(tar)
+    layer = gzip_bytes(tar, compresslevel)
     architecture = host_architecture()
     config_blob = canonical_json(
         {
