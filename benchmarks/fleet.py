@@ -483,8 +483,9 @@ def summary_line(r: dict[str, Any], name: str = "fleet") -> str:
         f"({r['cpu_cores']} cores, {r['nodes_per_core']} nodes/core), RSS {r['rss_per_node_mib']} MiB/node "
         f"(PSS {r['pss_per_node_mib']}), lease renew p50/p99/max {r['lease_interval_p50_s']}/"
         f"{r['lease_interval_p99_s']}/{r['lease_interval_max_s']} s ({r['lease_intervals_over_15s']} over 15 s), "
-        f"{r['ready_flaps']} NotReady flaps; apiserver {r['apiserver_cpu_cores']} cores, "
-        f"{r.get('apiserver_pod_watches')} pod watches, etcd {r['etcd_cpu_cores']}; "
+        f"{r['ready_flaps']} NotReady flaps; apiserver {r['apiserver_cpu_cores']} cores"
+        + (f", {r['apiserver_pod_watches']} pod watches" if r.get("apiserver_pod_watches") is not None else "")
+        + f", etcd {r['etcd_cpu_cores']}; "
         f"apiserver LIST from beside p50/max {r['poller_list_p50_s']}/{r['poller_list_max_s']} s; "
         f"load average {r['loadavg_start']} -> {r.get('loadavg_end')}"
         + "".join(
