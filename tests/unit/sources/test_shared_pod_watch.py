@@ -147,6 +147,14 @@ async def test_delete_and_recreate_with_the_same_name_on_another_node() -> None:
     for t in (task, task_late):
         t.cancel()
     await asyncio.gather(task, task_late, return_exceptions=True)
+    # What is kept for each node forgot the deleted pods: a node starting now gets only what is bound to it.
+    for node, want in (("fleet-0", (again,)), ("fleet-1", ())):
+        restarted: list[SourceUpdate] = []
+        again_task = asyncio.create_task(shared.source(node, restarted.append))
+        await asyncio.sleep(0)
+        assert restarted == [update(Operation.SET, *want)]
+        again_task.cancel()
+        await asyncio.gather(again_task, return_exceptions=True)
 
 
 async def test_the_nodes_sources_end_when_the_shared_watch_does() -> None:
