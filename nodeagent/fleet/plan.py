@@ -137,8 +137,9 @@ def plan_nodes(options: FleetOptions) -> list[NodePlan]:
         raise FleetError(f"--pod-watch {options.pod_watch!r}: want one of {', '.join(POD_WATCHES)}")
     if options.pod_watch == POD_WATCH_SHARED and shared_kubeconfig is None:
         raise FleetError(
-            "--pod-watch shared lists every pod bound to a node: it needs --kubeconfig, a credential that may (the "
-            "admin's); a node's own credential (--bootstrap-kubeconfig) may list only the pods bound to it"
+            "--pod-watch shared lists every pod bound to a node: it needs --kubeconfig, a credential that may list "
+            "every pod (the admin's); a node's own credential (--bootstrap-kubeconfig) may list only the pods bound "
+            "to it"
         )
     if not options.prefix or not options.prefix.replace("-", "").isalnum() or options.prefix != options.prefix.lower():
         raise FleetError(f"--prefix {options.prefix!r}: want lower-case letters, digits and dashes")
