@@ -8,7 +8,9 @@ a testbed (an existing one with `--testbed DIR`, or one brought up and down here
 - steady: --steady seconds with nothing changing, over which the fleet's CPU is measured, and the apiserver's and
   etcd's beside it; lease renewals are sampled meanwhile from the apiserver (an independent poller, every second)
   and the intervals between two renewTimes of one lease give p50/p99/max. RSS and PSS of the process, and the load
-  average, are read at the end of the window (the load average at the start too).
+  average, are read at the end of the window (the load average at the start too), and the apiserver's watches
+  of pods from its /metrics (apiserver_longrunning_requests{verb="WATCH",resource="pods"}, all clients included:
+  the scheduler's, the controllers', the fleet's).
 From all Ready to the end of the window a watch of the nodes counts every Ready -> not Ready change (NotReady
 flaps). Then the Deployment is deleted (the nodes delete their pods), the fleet is stopped (SIGTERM) and its Nodes
 are deleted.
@@ -19,7 +21,7 @@ duration, and its stages bring them and the same Deployment's pods to Ready and 
 "kwok" in the same JSON line. The two run one after the other, not together, so that neither takes CPU from the other.
 
 Prints one JSON line and one summary line per emulator. Run: `python -m benchmarks.fleet [--nodes 100]
-[--pods-per-node 0] [--steady 60] [--testbed DIR] [--peer kwok]`.
+[--pods-per-node 0] [--steady 60] [--testbed DIR] [--peer kwok] [--pod-watch per-node|shared]`.
 """
 
 from __future__ import annotations
@@ -40,14 +42,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psutil
 
 from benchmarks.common import on_a_testbed, percentile, watch_objects
 from benchmarks.podlatency import StartupLatency, paced_create
-from nodeagent.fleet.plan import DEFAULT_POD_NETWORK, FLEET_LABEL, FleetOptions, plan_nodes
+from nodeagent.fleet.plan import (
+    DEFAULT_POD_NETWORK,
+    FLEET_LABEL,
+    POD_WATCH_PER_NODE,
+    POD_WATCHES,
+    FleetOptions,
+    plan_nodes,
+)
 from nodeagent.kube import paths
 from nodeagent.kube.client import KubeClient
 from nodeagent.kube.errors import NotFound
+from nodeagent.kube.kubeconfig import ssl_context
 from nodeagent.testbed import kwok, processes
 from nodeagent.testbed.testbed import Testbed
 
@@ -184,6 +195,27 @@ class ReadyFlaps:
         self.observe(kind, node)
 
 
+def _pod_watches(metrics: str) -> int | None:
+    """The apiserver's open WATCH requests of pods (apiserver_longrunning_requests, every client), or None when the
+    metric is absent."""
+    total, seen = 0, False
+    for line in metrics.splitlines():
+        if line.startswith("apiserver_longrunning_requests{") and 'verb="WATCH"' in line and 'resource="pods"' in line:
+            labels, _, value = line.rpartition(" ")
+            if 'subresource=""' in labels or "subresource=" not in labels:
+                total += int(float(value))
+                seen = True
+    return total if seen else None
+
+
+async def _apiserver_pod_watches(admin: KubeClient) -> int | None:
+    credentials = admin.credentials
+    headers = {"Authorization": f"Bearer {credentials.token}"} if credentials.token else {}
+    async with httpx.AsyncClient(base_url=credentials.server, verify=ssl_context(credentials), headers=headers) as http:
+        answer = await http.get("/metrics", timeout=30)
+    return _pod_watches(answer.text) if answer.status_code == 200 else None
+
+
 def _cpu_seconds(proc: psutil.Process | None) -> float:
     if proc is None:
         return 0.0
@@ -266,6 +298,7 @@ async def _scenario(
             )
         )
         memory = proc.memory_full_info()
+        result["apiserver_pod_watches"] = await _apiserver_pod_watches(admin)
         result["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
         # After the steady window, with the Deployment's pods still in place (clusterloader2's density test times
         # its latency pods beside its saturation pods).
@@ -347,6 +380,7 @@ async def run(
     latency_pods: int = 0,
     latency_rates: tuple[float, ...] = (10.0, 50.0),
     max_pods: int | None = None,
+    pod_watch: str = POD_WATCH_PER_NODE,
 ) -> dict[str, Any]:
     """The fleet's figures at the top level of the result; with `peer` "kwok", KWOK's under "kwok", from the same
     scenario run after the fleet's on the same testbed, its nodes made from one of the fleet's."""
@@ -363,7 +397,14 @@ async def run(
         # Each node's pod capacity; the fleet's memory check counts every node full, so 1,000 nodes of 110 pods
         # (the kubelet's default) do not fit this machine's memory, 1,000 of 40 do.
         argv += ["--max-pods", str(max_pods)]
-    result: dict[str, Any] = {"bench": "fleet", "nodes": nodes, "pods_per_node": pods_per_node, "steady_s": steady}
+    argv += ["--pod-watch", pod_watch]
+    result: dict[str, Any] = {
+        "bench": "fleet",
+        "nodes": nodes,
+        "pods_per_node": pods_per_node,
+        "steady_s": steady,
+        "pod_watch": pod_watch,
+    }
     if switch_interval is not None:
         result["switch_interval_s"] = switch_interval
     scenario = Scenario(nodes, pods_per_node, steady, latency_pods, latency_rates)
@@ -436,12 +477,15 @@ async def _run_kwok(
 
 def summary_line(r: dict[str, Any], name: str = "fleet") -> str:
     return (
-        f"{name}: {r.get('nodes')} nodes ({r.get('pods_per_node')} pods each) Ready in {r['start_to_all_ready_s']} s; "
+        f"{name}{' (pod watch ' + r['pod_watch'] + ')' if name == 'fleet' and 'pod_watch' in r else ''}: "
+        f"{r.get('nodes')} nodes ({r.get('pods_per_node')} pods each) Ready in {r['start_to_all_ready_s']} s; "
         f"steady {r.get('steady_s', 0):.0f} s: {r['cpu_s_per_node_minute']} CPU s per node-minute "
         f"({r['cpu_cores']} cores, {r['nodes_per_core']} nodes/core), RSS {r['rss_per_node_mib']} MiB/node "
         f"(PSS {r['pss_per_node_mib']}), lease renew p50/p99/max {r['lease_interval_p50_s']}/"
         f"{r['lease_interval_p99_s']}/{r['lease_interval_max_s']} s ({r['lease_intervals_over_15s']} over 15 s), "
-        f"{r['ready_flaps']} NotReady flaps; apiserver {r['apiserver_cpu_cores']} cores, etcd {r['etcd_cpu_cores']}; "
+        f"{r['ready_flaps']} NotReady flaps; apiserver {r['apiserver_cpu_cores']} cores"
+        + (f", {r['apiserver_pod_watches']} pod watches" if r.get("apiserver_pod_watches") is not None else "")
+        + f", etcd {r['etcd_cpu_cores']}; "
         f"apiserver LIST from beside p50/max {r['poller_list_p50_s']}/{r['poller_list_max_s']} s; "
         f"load average {r['loadavg_start']} -> {r.get('loadavg_end')}"
         + "".join(
@@ -477,6 +521,7 @@ async def main(argv: list[str]) -> int:
     )
     parser.add_argument("--latency-rates", default="10,50", help="pods per second, comma-separated")
     parser.add_argument("--max-pods", type=int, default=None, help="each node's pod capacity (the fleet's default)")
+    parser.add_argument("--pod-watch", choices=POD_WATCHES, default=POD_WATCH_PER_NODE, help="the fleet's --pod-watch")
     args = parser.parse_args(argv)
 
     async def work(bed: Testbed) -> dict[str, Any]:
@@ -492,6 +537,7 @@ async def main(argv: list[str]) -> int:
             latency_pods=args.latency_pods,
             latency_rates=tuple(float(rate) for rate in args.latency_rates.split(",") if rate),
             max_pods=args.max_pods,
+            pod_watch=args.pod_watch,
         )
 
     if args.testbed is not None:

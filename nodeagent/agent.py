@@ -107,6 +107,7 @@ from nodeagent.nodestatus.node import build_node_status
 from nodeagent.nodestatus.resources import allocatable as node_allocatable
 from nodeagent.pluginmanager.manager import PluginManager
 from nodeagent.podconfig import FAILED_VALIDATION, PodConfig
+from nodeagent.podconfig.storage import SourceUpdate
 from nodeagent.podresources import PodResourcesServer
 from nodeagent.prober import Prober, ProberManager, ProberMetrics
 from nodeagent.processsettings import apply_process_settings, cgroup_v1_problem, host_is_unified
@@ -173,6 +174,10 @@ LeaseRenewer = Callable[[str, Path, Callable[[], str]], Coroutine[Any, Any, None
 # handler, routes that address's requests to it; the returned callable stops the routing (`nodeagent.fleet`).
 KubeletAPIRoute = Callable[[str, Handler], Callable[[], None]]
 
+# A node's apiserver pod source provided by the fleet (its shared pod watch): given the node's name and its
+# PodConfig's push, runs until cancelled (`nodeagent.sources.apiserver.SharedPodSource.source`).
+PodSourceRunner = Callable[[str, Callable[[SourceUpdate], None]], Coroutine[Any, Any, None]]
+
 
 @dataclass(frozen=True)
 class Emulation:
@@ -188,7 +193,8 @@ class Emulation:
     API (authenticated and authorized as for a real node, with the node's own credential for the webhooks) is
     served through `kubelet_api` on the fleet's shared listener, when `config` enables it; the node opens no port
     of its own. With `lease_renewer` the node's Lease is renewed by it (on the fleet's own thread and client)
-    instead of beside the node status in this loop."""
+    instead of beside the node status in this loop. With `pod_source` the node's apiserver pod source is the
+    fleet's shared pod watch instead of a list+watch of its own."""
 
     runtime: RuntimeServices
     facts: NodeFacts
@@ -196,6 +202,7 @@ class Emulation:
     stop: asyncio.Event
     lease_renewer: LeaseRenewer | None = None
     kubelet_api: KubeletAPIRoute | None = None
+    pod_source: PodSourceRunner | None = None
 
 
 def read_resolv_conf(path: str) -> ResolvConf:
@@ -479,6 +486,7 @@ async def _start(options: AgentOptions, stop: asyncio.Event, emulation: Emulatio
                     host=emulation is None,
                     lease_renewer=emulation.lease_renewer if emulation is not None else None,
                     kubelet_api=emulation.kubelet_api if emulation is not None else None,
+                    pod_source=emulation.pod_source if emulation is not None else None,
                 )
         finally:
             await supervisor.stop()
@@ -514,9 +522,11 @@ async def _run(
     host: bool = True,
     lease_renewer: LeaseRenewer | None = None,
     kubelet_api: KubeletAPIRoute | None = None,
+    pod_source: PodSourceRunner | None = None,
 ) -> None:
     """`host`: False for an emulated node (`Emulation`), which runs none of the host-level parts. `lease_renewer`:
-    the Lease is renewed by it rather than by the node status manager (`Emulation.lease_renewer`)."""
+    the Lease is renewed by it rather than by the node status manager (`Emulation.lease_renewer`). `pod_source`:
+    the apiserver pod source is it rather than a list+watch of this node's own (`Emulation.pod_source`)."""
     recorder = EventRecorder(client, node_name) if client is not None else None
 
     def pod_event(
@@ -870,7 +880,10 @@ async def _run(
             supervisor.start("node-lease", lease_renewer(node_name, options.kubeconfig, node_status.node_uid))
     supervisor.start("status-manager", status_manager.run())
     if client is not None:
-        supervisor.start("source-api", run_apiserver_source(client, node_name, pod_config.push))
+        if pod_source is not None:
+            supervisor.start("source-api", pod_source(node_name, pod_config.push))
+        else:
+            supervisor.start("source-api", run_apiserver_source(client, node_name, pod_config.push))
     if config.static_pod_path:
         files = file_source.FileSource(
             config.static_pod_path,

@@ -20,6 +20,8 @@ from nodeagent.fleet.plan import (
     DEFAULT_NODE_NETWORK,
     DEFAULT_POD_NETWORK,
     DEFAULT_PODS_PER_NODE_PREFIX,
+    POD_WATCH_PER_NODE,
+    POD_WATCHES,
     FleetError,
     FleetOptions,
     Shard,
@@ -94,6 +96,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     fleet.add_argument("--pod-network", default=DEFAULT_POD_NETWORK)
     fleet.add_argument("--node-network", default=DEFAULT_NODE_NETWORK)
     fleet.add_argument("--pleg", default="evented", choices=("generic", "evented", "auto"))
+    fleet.add_argument(
+        "--pod-watch",
+        default=POD_WATCH_PER_NODE,
+        choices=POD_WATCHES,
+        help="per-node: each node lists and watches its own pods (spec.nodeName=<node>), the apiserver load of real "
+        "kubelets; shared: one list+watch of every bound pod for the whole fleet, fanned out to the nodes (cheaper; "
+        "needs --kubeconfig, which then serves only this watch when --bootstrap-kubeconfig is also given)",
+    )
     fleet.add_argument(
         "--kubelet-port",
         type=int,
@@ -179,6 +189,7 @@ def options_from(
         tls_cert_file=args.tls_cert_file,
         tls_private_key_file=args.tls_private_key_file,
         client_ca_file=args.client_ca_file,
+        pod_watch=args.pod_watch,
     )
     behaviour = Behaviour(
         pull_latency=args.pull_latency,

@@ -1,6 +1,8 @@
 """Run a planned fleet: every node a task in this event loop, started staggered, stopped together; their Leases
 renewed on a thread of their own (`heartbeat`), so that pod work in this loop does not delay them; with a kubelet
-port, every node's kubelet API on it, routed by the address a request came in on (`kubeletapi`).
+port, every node's kubelet API on it, routed by the address a request came in on (`kubeletapi`). With
+`--pod-watch shared`, one list+watch of the pods of every node (`SharedPodSource`, with the fleet's --kubeconfig)
+instead of one per node.
 
 A node whose agent fails (a credential that may not register it, say) is logged and left down; the others go on.
 The fleet ends when `stop` is set, or when every node has failed (`FleetError`).
@@ -13,11 +15,13 @@ import logging
 from dataclasses import dataclass, field
 
 from cri.fake import Behaviour
-from nodeagent.agent import KubeletAPIRoute
+from nodeagent.agent import KubeletAPIRoute, PodSourceRunner
 from nodeagent.fleet import kubeletapi
 from nodeagent.fleet.heartbeat import LeaseHeartbeats
 from nodeagent.fleet.node import run_node
-from nodeagent.fleet.plan import FleetError, FleetOptions, plan_nodes, shared_config
+from nodeagent.fleet.plan import POD_WATCH_SHARED, FleetError, FleetOptions, plan_nodes, shared_config
+from nodeagent.kube.client import KubeClient
+from nodeagent.sources.apiserver import SharedPodSource
 
 log = logging.getLogger(__name__)
 
@@ -33,11 +37,12 @@ async def run_fleet(options: FleetOptions, behaviour: Behaviour, stop: asyncio.E
     config = shared_config(options)
     result = FleetResult(nodes=[p.name for p in plans])
     log.info(
-        "fleet starting nodes=%d first=%s last=%s stagger=%s",
+        "fleet starting nodes=%d first=%s last=%s stagger=%s pod_watch=%s",
         len(plans),
         plans[0].name,
         plans[-1].name,
         options.stagger,
+        options.pod_watch,
     )
     route: KubeletAPIRoute | None = None
     http = None
@@ -53,11 +58,28 @@ async def run_fleet(options: FleetOptions, behaviour: Behaviour, stop: asyncio.E
         )
         http = await kubeletapi.listen(router, tls, addresses, options.kubelet_port)
         route = router.route
+    pod_source: PodSourceRunner | None = None
+    pod_client: KubeClient | None = None
+    pod_watch: asyncio.Task[None] | None = None
+    if options.pod_watch == POD_WATCH_SHARED and options.kubeconfig is not None:
+        shared = SharedPodSource(p.name for p in plans)
+        pod_client = KubeClient.from_kubeconfig(options.kubeconfig, direct=True)
+        pod_watch = asyncio.create_task(shared.run(pod_client), name="fleet-pod-watch")
+        pod_source = shared.source
     heartbeats = LeaseHeartbeats(config)
     heartbeats.start()
     tasks = {
         asyncio.create_task(
-            run_node(plan, options, config, behaviour, stop, lease_renewer=heartbeats.renew, kubelet_api=route),
+            run_node(
+                plan,
+                options,
+                config,
+                behaviour,
+                stop,
+                lease_renewer=heartbeats.renew,
+                kubelet_api=route,
+                pod_source=pod_source,
+            ),
             name=f"fleet-node-{plan.name}",
         ): plan.name
         for plan in plans
@@ -83,6 +105,11 @@ async def run_fleet(options: FleetOptions, behaviour: Behaviour, stop: asyncio.E
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
+        if pod_watch is not None:
+            pod_watch.cancel()
+            await asyncio.gather(pod_watch, return_exceptions=True)
+        if pod_client is not None:
+            await pod_client.aclose()
         # The nodes are down (each one's renewal cancelled with it): the thread ends and closes what is left.
         await asyncio.to_thread(heartbeats.stop)
         if http is not None:

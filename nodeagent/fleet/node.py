@@ -9,7 +9,14 @@ import uuid
 
 from cri.fake import Behaviour, FakeCRI
 from cri.fake.runtime import RUNTIME_NAME, RUNTIME_VERSION
-from nodeagent.agent import AgentOptions, Emulation, KubeletAPIRoute, LeaseRenewer, run_emulated_agent
+from nodeagent.agent import (
+    AgentOptions,
+    Emulation,
+    KubeletAPIRoute,
+    LeaseRenewer,
+    PodSourceRunner,
+    run_emulated_agent,
+)
 from nodeagent.config import KubeletConfiguration
 from nodeagent.fleet.plan import FLEET_LABEL, FleetOptions, NodePlan
 from nodeagent.nodestatus import NodeFacts
@@ -62,10 +69,12 @@ async def run_node(
     *,
     lease_renewer: LeaseRenewer | None = None,
     kubelet_api: KubeletAPIRoute | None = None,
+    pod_source: PodSourceRunner | None = None,
 ) -> FakeCRI:
     """Run the node until `stop`; waits its turn first (the fleet's stagger). Returns its runtime (for reports).
     `lease_renewer`: who renews the node's Lease (the fleet's heartbeat thread); None, the agent's own loop.
-    `kubelet_api`: the fleet's router of kubelet API requests, when the fleet serves it."""
+    `kubelet_api`: the fleet's router of kubelet API requests, when the fleet serves it. `pod_source`: the fleet's
+    shared pod watch; None, the node's own list+watch."""
     runtime = FakeCRI(plan.name, behaviour=behaviour, pod_network=plan.pod_network)
     try:
         await asyncio.wait_for(stop.wait(), plan.start_after)
@@ -81,6 +90,7 @@ async def run_node(
         stop=stop,
         lease_renewer=lease_renewer,
         kubelet_api=kubelet_api,
+        pod_source=pod_source,
     )
     async with runtime:
         await run_emulated_agent(agent_options(plan, options), emulation)

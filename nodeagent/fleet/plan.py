@@ -21,6 +21,11 @@ DEFAULT_NODE_NETWORK = "198.19.128.0/17"
 DEFAULT_PODS_PER_NODE_PREFIX = 27
 DEFAULT_MAX_PODS = 30
 FLEET_LABEL = "node.nodeagent.io/fleet"
+# How the nodes' pods are watched: each node its own list+watch (spec.nodeName=<node>), as real kubelets load the
+# apiserver; or one list+watch of every bound pod for the whole process, demultiplexed by node (cheaper).
+POD_WATCH_PER_NODE = "per-node"
+POD_WATCH_SHARED = "shared"
+POD_WATCHES = (POD_WATCH_PER_NODE, POD_WATCH_SHARED)
 
 
 class FleetError(ValueError):
@@ -50,6 +55,7 @@ class FleetOptions:
     tls_cert_file: Path | None = None  # None: a self-signed certificate for every node address
     tls_private_key_file: Path | None = None
     client_ca_file: Path | None = None  # the CA of client certificates (the apiserver's kubelet client)
+    pod_watch: str = POD_WATCH_PER_NODE  # POD_WATCHES; shared watches with `kubeconfig`
 
 
 @dataclass(frozen=True)
@@ -126,6 +132,14 @@ def plan_nodes(options: FleetOptions) -> list[NodePlan]:
     if options.bootstrap_kubeconfig is None and shared_kubeconfig is None:
         raise FleetError(
             "--kubeconfig (one credential for every node) or --bootstrap-kubeconfig (one per node) is needed"
+        )
+    if options.pod_watch not in POD_WATCHES:
+        raise FleetError(f"--pod-watch {options.pod_watch!r}: want one of {', '.join(POD_WATCHES)}")
+    if options.pod_watch == POD_WATCH_SHARED and shared_kubeconfig is None:
+        raise FleetError(
+            "--pod-watch shared lists every pod bound to a node: it needs --kubeconfig, a credential that may list "
+            "every pod (the admin's); a node's own credential (--bootstrap-kubeconfig) may list only the pods bound "
+            "to it"
         )
     if not options.prefix or not options.prefix.replace("-", "").isalnum() or options.prefix != options.prefix.lower():
         raise FleetError(f"--prefix {options.prefix!r}: want lower-case letters, digits and dashes")

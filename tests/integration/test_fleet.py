@@ -7,7 +7,10 @@ Deployment is scaled down to 100 and then deleted, and the pods are gone from th
 each with its own answers (their addresses made local to the machine by a `local` route on lo for the test).
 
 The fleet runs as `python -m nodeagent fleet` in a process of its own, stopped by SIGTERM at the end (exit 0, no node
-failed, no traceback in its log). How long it takes is in docs/fleet.md ("The CI fleet")."""
+failed, no traceback in its log). How long it takes is in docs/fleet.md ("The CI fleet").
+
+A second, small fleet runs with `--pod-watch shared` (one list+watch of pods for the whole process, with the admin
+credential): its pods too reach Running on their nodes, and a deleted pod is stopped by its node and gone."""
 
 from __future__ import annotations
 
@@ -67,17 +70,27 @@ def spawn(argv: list[str], log: Path) -> subprocess.Popen[bytes]:
         return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
 
-@contextlib.asynccontextmanager
-async def running_fleet(options: FleetOptions, admin: KubeClient, log: Path) -> AsyncIterator[subprocess.Popen[bytes]]:
-    assert options.bootstrap_kubeconfig is not None
+def fleet_argv(options: FleetOptions) -> list[str]:
     argv = [
         sys.executable, "-m", "nodeagent", "fleet", "--nodes", str(options.nodes), "--prefix", options.prefix,
-        "--bootstrap-kubeconfig", str(options.bootstrap_kubeconfig), "--dir", str(options.directory),
-        "--node-network", options.node_network, "--kubelet-port", str(options.kubelet_port),
-        "--tls-cert-file", str(options.tls_cert_file), "--tls-private-key-file", str(options.tls_private_key_file),
-        "--client-ca-file", str(options.client_ca_file),
+        "--dir", str(options.directory), "--node-network", options.node_network, "--pod-watch", options.pod_watch,
     ]  # fmt: skip
-    fleet = spawn(argv, log)
+    if options.bootstrap_kubeconfig is not None:
+        argv += ["--bootstrap-kubeconfig", str(options.bootstrap_kubeconfig)]
+    if options.kubeconfig is not None:
+        argv += ["--kubeconfig", str(options.kubeconfig)]
+    if options.kubelet_port:
+        argv += [
+            "--kubelet-port", str(options.kubelet_port), "--tls-cert-file", str(options.tls_cert_file),
+            "--tls-private-key-file", str(options.tls_private_key_file),
+            "--client-ca-file", str(options.client_ca_file),
+        ]  # fmt: skip
+    return argv
+
+
+@contextlib.asynccontextmanager
+async def running_fleet(options: FleetOptions, admin: KubeClient, log: Path) -> AsyncIterator[subprocess.Popen[bytes]]:
+    fleet = spawn(fleet_argv(options), log)
     try:
         yield fleet
     finally:
@@ -95,13 +108,13 @@ async def running_fleet(options: FleetOptions, admin: KubeClient, log: Path) -> 
                 await admin.delete(paths.lease("kube-node-lease", f"{options.prefix}-{ordinal}"))
 
 
-def deployment(name: str, prefix: str) -> dict[str, Any]:
+def deployment(name: str, prefix: str, replicas: int = PODS) -> dict[str, Any]:
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {"name": name, "namespace": NS},
         "spec": {
-            "replicas": PODS,
+            "replicas": replicas,
             "selector": {"matchLabels": {"app": name}},
             "template": {
                 "metadata": {"labels": {"app": name}},
@@ -365,3 +378,73 @@ async def _run_fleet(admin: KubeClient, testbed: Testbed, options: FleetOptions,
     # The leases renewed above (each node under NodeRestriction, with its own certificate) were renewed on the
     # fleet's heartbeat thread, which ended with the fleet.
     assert "fleet lease heartbeats started" in text and "fleet lease heartbeats stopped" in text
+
+
+SHARED_NODES = 3
+SHARED_PODS = 6
+
+
+async def test_fleet_with_a_shared_pod_watch_runs_and_deletes_pods(
+    admin: KubeClient, testbed: Testbed, tmp_path: Path
+) -> None:
+    """Three nodes, the admin credential, one pod watch for them all: the pods Running, each on a fleet node; one
+    deleted by hand is stopped by its node and gone (its replacement Running); then all deleted and gone."""
+    prefix = f"fleetsh-{uuid.uuid4().hex[:6]}"
+    options = FleetOptions(
+        nodes=SHARED_NODES,
+        prefix=prefix,
+        directory=tmp_path / "fleet",
+        kubeconfig=testbed.layout.admin_kubeconfig,
+        pod_watch="shared",
+    )
+    log = tmp_path / "fleet.log"
+    name = f"{prefix}-web"
+    async with running_fleet(options, admin, log) as fleet:
+
+        def tail() -> str:
+            return "\n".join(log.read_text(errors="replace").splitlines()[-30:])
+
+        async def pods_now() -> list[dict[str, Any]]:
+            assert fleet.poll() is None, f"the fleet exited with {fleet.returncode}:\n{tail()}"
+            return list((await admin.list(paths.pods(NS), label_selector=f"app={name}"))["items"])
+
+        async def all_running() -> list[dict[str, Any]] | None:
+            pods = await pods_now()
+            running = [
+                p
+                for p in pods
+                if (p.get("status") or {}).get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+            ]
+            return running if len(pods) == len(running) == SHARED_PODS else None
+
+        async def all_ready() -> bool:
+            assert fleet.poll() is None, f"the fleet exited with {fleet.returncode}:\n{tail()}"
+            nodes = (await admin.list(paths.nodes(), label_selector=f"{FLEET_LABEL}={prefix}"))["items"]
+            return len(nodes) == SHARED_NODES and all(ready(n) for n in nodes)
+
+        await until(all_ready, timeout=120, what=f"{SHARED_NODES} fleet nodes Ready")
+        await admin.create(DEPLOYMENTS, deployment(name, prefix, SHARED_PODS))
+        try:
+            pods = await until(all_running, timeout=180, what=f"{SHARED_PODS} pods Running")
+            nodes = {f"{prefix}-{ordinal}" for ordinal in range(SHARED_NODES)}
+            assert {p["spec"]["nodeName"] for p in pods} <= nodes
+            victim = pods[0]["metadata"]["name"]
+            await admin.delete(paths.pod(NS, victim))
+
+            async def replaced() -> list[dict[str, Any]] | None:
+                running = await all_running()
+                return running if running and victim not in {p["metadata"]["name"] for p in running} else None
+
+            await until(replaced, timeout=120, what=f"{victim} gone and replaced")
+        finally:
+            with contextlib.suppress(NotFound):
+                await admin.delete(f"{DEPLOYMENTS}/{name}")
+
+        async def all_gone() -> bool:
+            return not await pods_now()
+
+        await until(all_gone, timeout=120, what="the Deployment's pods deleted")
+    assert fleet.returncode == 0, f"the fleet exited with {fleet.returncode}:\n{tail()}"
+    text = log.read_text()
+    assert "pod_watch=shared" in text and f"fleet stopped nodes={SHARED_NODES} failed=0" in text, tail()
+    assert "Traceback" not in text, tail()

@@ -70,3 +70,26 @@ def test_the_summary_names_its_emulator_and_its_flaps() -> None:
     kwok = {**result(), "cpu_cores": 0.05, "ready_flaps": 2}
     line = fleet.summary_line(kwok, "kwok")
     assert line.startswith("kwok: 100 nodes") and "(0.05 cores," in line and "2 NotReady flaps" in line
+    shared = {**result(), "pod_watch": "shared", "apiserver_pod_watches": 5}
+    line = fleet.summary_line(shared)
+    assert line.startswith("fleet (pod watch shared): 100 nodes")
+    assert "apiserver 0.3 cores, 5 pod watches, etcd 0.05;" in line
+
+
+def test_pod_watches_are_the_apiservers_open_pod_watch_requests() -> None:
+    metrics = "\n".join(
+        [
+            "# TYPE apiserver_longrunning_requests gauge",
+            'apiserver_longrunning_requests{component="apiserver",group="",resource="pods",scope="cluster",'
+            'subresource="",verb="WATCH",version="v1"} 51',
+            'apiserver_longrunning_requests{component="apiserver",group="",resource="pods",scope="namespace",'
+            'subresource="",verb="WATCH",version="v1"} 2',
+            # Not a watch of pods: streams of logs and exec, watches of nodes.
+            'apiserver_longrunning_requests{component="apiserver",group="",resource="pods",scope="namespace",'
+            'subresource="log",verb="CONNECT",version="v1"} 3',
+            'apiserver_longrunning_requests{component="apiserver",group="",resource="nodes",scope="cluster",'
+            'subresource="",verb="WATCH",version="v1"} 7',
+        ]
+    )
+    assert fleet._pod_watches(metrics) == 53
+    assert fleet._pod_watches("apiserver_request_total 1") is None

@@ -33,6 +33,20 @@ def test_a_shard_offset_keeps_names_and_addresses_stable() -> None:
     assert shard[0].start_after == 0.0
 
 
+def test_pod_watch_is_per_node_unless_asked_and_shared_may_keep_per_node_credentials() -> None:
+    assert options_from(build_parser().parse_args(["fleet", "--nodes", "1"]))[0].pod_watch == "per-node"
+    args = build_parser().parse_args(
+        ["fleet", "--nodes", "2", "--pod-watch", "shared", "--kubeconfig", "/admin", "--bootstrap-kubeconfig", "/b"]
+    )
+    options = options_from(args)[0]
+    assert options.pod_watch == "shared"
+    # The nodes still bootstrap their own credentials; --kubeconfig serves the shared watch.
+    assert [p.kubeconfig for p in plan_nodes(options)] == [
+        Path("/var/lib/nodeagent/fleet/nodes/fleet-0/kubelet.conf"),
+        Path("/var/lib/nodeagent/fleet/nodes/fleet-1/kubelet.conf"),
+    ]
+
+
 def test_bootstrap_gives_every_node_its_own_kubeconfig() -> None:
     plans = plan_nodes(FleetOptions(nodes=2, prefix="h", directory=DIR, bootstrap_kubeconfig=Path("/boot")))
     assert [p.kubeconfig for p in plans] == [DIR / "nodes/h-0/kubelet.conf", DIR / "nodes/h-1/kubelet.conf"]
@@ -48,6 +62,9 @@ def test_bootstrap_gives_every_node_its_own_kubeconfig() -> None:
         ({"nodes": 2, "first": 1023}, "need 1025"),
         ({"max_pods": 31}, "--max-pods 31 does not fit a /27"),
         ({"pod_prefix_length": 16}, "larger than"),
+        ({"pod_watch": "sometimes"}, "want one of per-node, shared"),
+        # Per-node credentials may list only their own pods: the shared watch needs the admin's.
+        ({"kubeconfig": None, "bootstrap_kubeconfig": Path("/boot"), "pod_watch": "shared"}, "needs --kubeconfig"),
     ],
 )
 def test_refusals(changes: dict[str, object], message: str) -> None:
