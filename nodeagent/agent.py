@@ -726,7 +726,7 @@ async def _run(
     log.info("cgroup driver driver=%s", config.cgroup_driver.value)
     qos_cgroups = (
         QOSCgroups(
-            lambda: kubelet.active_pods(),  # noqa: PLW0108
+            lambda: kubelet.active_pod_views(),  # noqa: PLW0108
             cgroup_root=config.cgroup_root,
             systemd=systemd_cgroups,
         )

@@ -357,9 +357,15 @@ class Kubelet:
     # --- SyncHandler -------------------------------------------------------------------------------------------
 
     async def handle_pod_additions(self, pods: Sequence[Pod]) -> None:
-        # One copy of the known pods for the whole batch (pods() copies every pod): which of them are active is
-        # looked at per addition, so a pod admitted earlier in the batch counts against the next one, as upstream.
-        known = self.pod_config.pods()
+        # The known pods once for the whole batch: which of them are active is looked at per addition, so a pod
+        # admitted earlier in the batch counts against the next one, as upstream. Copies (admission hands them on;
+        # preemption may kill one), but only of the pods that can be active: those with a worker, and this batch's.
+        batch = {_uid(p) for p in pods}
+        known = [
+            copy.deepcopy(dict(p))
+            for p in self.pod_config.pod_views()
+            if _uid(p) in batch or self.workers.state(_uid(p)) is not None
+        ]
         for pod in sorted(pods, key=lambda p: str(_meta(p).get("creationTimestamp", ""))):
             if is_mirror_pod(pod):
                 self._handle_mirror_pod(pod)
@@ -504,10 +510,16 @@ class Kubelet:
 
     def active_pods(self) -> list[Pod]:
         """The admitted pods not yet terminal nor being evicted (upstream's GetActivePods), for the eviction
-        manager; mirror pods are left out, their static pods stand for them."""
+        manager; mirror pods are left out, their static pods stand for them. Copies: the callers may keep them."""
+        return [copy.deepcopy(dict(p)) for p in self.active_pod_views()]
+
+    def active_pod_views(self) -> list[Mapping[str, Any]]:
+        """`active_pods` without the copies (the stored pods, which are replaced, never edited in place), for
+        readers that only look, such as the QoS cgroups' update at every pod sync: in a 100-pod churn, copying every
+        pod there took 17% of the event loop (py-spy, 2026-11-30)."""
         return [
             p
-            for p in self.pod_config.pods()
+            for p in self.pod_config.pod_views()
             if not is_mirror_pod(p) and self._active(p) and _uid(p) not in self._evictions
         ]
 
@@ -732,7 +744,7 @@ class Kubelet:
     def _alive(self, uid: str) -> bool:
         return self.workers.state(uid) in (WorkState.SYNCING, WorkState.TERMINATING)
 
-    def _active(self, pod: Pod) -> bool:
+    def _active(self, pod: Mapping[str, Any]) -> bool:
         uid = _uid(pod)
         if uid in self._rejected or self.workers.state(uid) is None:
             return False

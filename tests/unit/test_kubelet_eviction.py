@@ -178,3 +178,18 @@ async def test_an_evicted_pod_is_not_active() -> None:
     assert [p["metadata"]["uid"] for p in k.active_pods()] == ["u1"]
     k.evict_pod(pod(), PodEviction("Evicted", MESSAGE), 0)
     assert k.active_pods() == []
+
+
+async def test_active_pod_views_are_the_stored_pods_and_active_pods_copies() -> None:
+    k = kubelet(Statuses())
+    workers = with_workers(k)
+    k.pod_config.push(SourceUpdate("api", Operation.SET, (pod(),)))
+    workers.states["u1"] = WorkState.SYNCING
+    (view,) = k.active_pod_views()
+    assert view is k.pod_config.pod_view("u1")  # no copy: the QoS update reads it at every pod sync
+    (copied,) = k.active_pods()
+    assert copied == view and copied is not view
+    copied["metadata"]["name"] = "changed"  # a caller that keeps and edits its copy changes nothing stored
+    assert k.pod_config.pod_view("u1")["metadata"]["name"] != "changed"  # type: ignore[index]
+    k.evict_pod(pod(), PodEviction("Evicted", MESSAGE), 0)
+    assert k.active_pod_views() == []
