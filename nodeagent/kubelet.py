@@ -273,6 +273,8 @@ class PodStatusStore(Protocol):
 
     def get_pod_status(self, uid: str) -> dict[str, Any] | None: ...
 
+    def pod_status_view(self, uid: str) -> Mapping[str, Any] | None: ...
+
     def remove_orphans(self, known_uids: set[str]) -> None: ...
 
 
@@ -748,7 +750,7 @@ class Kubelet:
         uid = _uid(pod)
         if uid in self._rejected or self.workers.state(uid) is None:
             return False
-        published = self.status_manager.get_pod_status(uid) or pod.get("status") or {}
+        published = self.status_manager.pod_status_view(uid) or pod.get("status") or {}
         return published.get("phase") not in TERMINAL_PHASES
 
     @staticmethod

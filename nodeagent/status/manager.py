@@ -206,6 +206,12 @@ class StatusManager:
         entry = self._entries.get(uid)
         return copy.deepcopy(entry.status) if entry is not None else None
 
+    def pod_status_view(self, uid: str) -> Mapping[str, Any] | None:
+        """`get_pod_status` without the copy, for a reader that only looks (a new status replaces the kept one, it
+        is never edited in place): whether a pod is active is asked of every pod at every pod sync."""
+        entry = self._entries.get(uid)
+        return entry.status if entry is not None else None
+
     def remove_orphans(self, known_uids: set[str]) -> None:
         """Forget the pods that are no longer known (upstream's RemoveOrphanedStatuses)."""
         for uid in [uid for uid in self._entries if uid not in known_uids]:

@@ -5,6 +5,7 @@ PodResizeInProgress with reason Error, and a resize makes the PLEG inspect the p
 from __future__ import annotations
 
 import datetime
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,6 +75,9 @@ class Statuses:
         self.history.append(status)
 
     def get_pod_status(self, uid: str) -> dict[str, Any] | None:
+        return self.history[-1] if self.history else None
+
+    def pod_status_view(self, uid: str) -> Mapping[str, Any] | None:
         return self.history[-1] if self.history else None
 
     def remove_orphans(self, known_uids: set[str]) -> None:

@@ -5,6 +5,7 @@ reported from the runtime, and a terminated pod's last status settled as upstrea
 from __future__ import annotations
 
 import datetime
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,6 +77,9 @@ class Statuses:
         self.published[pod["metadata"]["uid"]] = status
 
     def get_pod_status(self, uid: str) -> dict[str, Any] | None:
+        return self.published.get(uid)
+
+    def pod_status_view(self, uid: str) -> Mapping[str, Any] | None:
         return self.published.get(uid)
 
     def remove_orphans(self, known_uids: set[str]) -> None:

@@ -504,3 +504,14 @@ async def test_a_held_back_failed_phase_may_still_become_succeeded_but_not_once_
     manager.set_pod_status(pod(), pod_status("Failed", ready="False"))  # the apiserver shows Succeeded now
     kept = manager.get_pod_status("u1")
     assert kept is not None and kept["phase"] == "Succeeded"
+
+
+def test_the_status_view_is_the_kept_status_and_a_new_status_replaces_it(manager: StatusManager) -> None:
+    manager.set_pod_status(pod(), pod_status("Pending", ready="False"))
+    view = manager.pod_status_view("u1")
+    assert view is not None and view == manager.get_pod_status("u1")
+    assert view is manager.pod_status_view("u1")  # no copy
+    manager.set_pod_status(pod(), pod_status("Running"))
+    assert view["phase"] == "Pending"  # the kept status was replaced, not edited under a reader
+    assert manager.pod_status_view("u1")["phase"] == "Running"  # type: ignore[index]
+    assert manager.pod_status_view("other") is None
