@@ -395,7 +395,8 @@ async def run(
         argv += ["--switch-interval", str(switch_interval)]
     if max_pods is not None:
         # Each node's pod capacity; the fleet's memory check counts every node full, so 1,000 nodes of 110 pods
-        # (the kubelet's default) do not fit this machine's memory, 1,000 of 40 do.
+        # (the kubelet's default) do not fit this machine's memory, 1,000 of 30 do (30 is also the most a node's
+        # default /27 of pod addresses holds).
         argv += ["--max-pods", str(max_pods)]
     argv += ["--pod-watch", pod_watch]
     result: dict[str, Any] = {
