@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from cri.v1 import api_pb2
+from nodeagent.kube.errors import KubeError
 from nodeagent.podconfig.storage import pod_ref as _pod_ref
 from pleg.status import PodStatus
 
@@ -293,11 +294,15 @@ class PodWorkers:
             except Exception as exc:
                 # One pod's failure never stops the others. The syncer schedules the retry after the back-off
                 # (on_error); a pod no source has any more is retried by housekeeping (sync_known_pods).
-                log.exception(
-                    "pod worker sync failed pod=%s uid=%s state=%s",
+                # The apiserver gone or answering an error is an error of the sync, not of the code: one line, as
+                # upstream's "Error syncing pod, skipping"; anything else keeps its traceback.
+                log.error(
+                    "pod worker sync failed pod=%s uid=%s state=%s error=%s",
                     _pod_ref(worker.pod),
                     worker.uid,
                     worker.state.value,
+                    exc,
+                    exc_info=not isinstance(exc, KubeError),
                 )
                 if self._on_error is not None:
                     self._on_error(worker.uid, exc)

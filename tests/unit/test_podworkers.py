@@ -4,11 +4,13 @@ statuses read from the PLEG's cache newer than the worker's last sync."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import pytest
 
 from cri.errors import UnavailableError
+from nodeagent.kube.errors import ApiUnavailable
 from nodeagent.podworkers import PodWorkers, UpdatePodOptions, UpdateType, WorkState, grace_period
 from pleg.cache import Cache, PodStatusUnavailable
 from pleg.status import PodStatus
@@ -37,6 +39,7 @@ class RecordingSyncer:
         self.max_concurrent_per_pod = 0
         self.finish_after: set[str] = set()
         self.fail_terminated_once: set[str] = set()
+        self.failure: Exception = RuntimeError("cleanup failed")
         self.statuses: list[tuple[str, PodStatus]] = []
 
     async def _enter(self, uid: str) -> None:
@@ -71,7 +74,7 @@ class RecordingSyncer:
         self.calls.append(("terminated", uid, None))
         if uid in self.fail_terminated_once:
             self.fail_terminated_once.discard(uid)
-            raise RuntimeError("cleanup failed")
+            raise self.failure
 
 
 def fresh_cache() -> Cache:
@@ -193,6 +196,26 @@ async def test_failed_cleanup_is_retried_by_the_next_update() -> None:
     assert [c[0] for c in syncer.calls] == ["terminating", "terminated", "terminated"]
     workers.forget("a")
     assert workers.known_uids() == []
+    await workers.stop()
+
+
+@pytest.mark.parametrize(
+    ("failure", "traceback"),
+    [(ApiUnavailable("DELETE /api/v1/namespaces/default/pods/a: ReadError"), False), (RuntimeError("a bug"), True)],
+)
+async def test_an_api_error_is_logged_in_one_line_and_a_bug_with_its_traceback(
+    failure: Exception, traceback: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    syncer = RecordingSyncer()
+    syncer.fail_terminated_once = {"a"}
+    syncer.failure = failure
+    workers = new_workers(syncer)
+    with caplog.at_level(logging.ERROR, logger="nodeagent.podworkers"):
+        workers.update_pod(UpdatePodOptions(UpdateType.KILL, pod("a")))
+        await settle(workers)
+    [record] = [r for r in caplog.records if r.getMessage().startswith("pod worker sync failed")]
+    assert record.getMessage().endswith(f"state=terminated error={failure}")
+    assert bool(record.exc_info) is traceback
     await workers.stop()
 
 
