@@ -34,6 +34,12 @@ class FleetResult:
     failed: dict[str, str] = field(default_factory=dict)
 
 
+def _ended(task: asyncio.Task[None]) -> None:
+    """A shared watch ends only when cancelled (the fleet stopping); else it is a bug, said here, not at the end."""
+    if not task.cancelled():
+        log.error("fleet shared watch ended name=%s error=%r", task.get_name(), task.exception())
+
+
 async def run_fleet(options: FleetOptions, behaviour: Behaviour, stop: asyncio.Event) -> FleetResult:
     plans = plan_nodes(options)
     config = shared_config(options)
@@ -63,7 +69,7 @@ async def run_fleet(options: FleetOptions, behaviour: Behaviour, stop: asyncio.E
         route = router.route
     pod_source: PodSourceRunner | None = None
     informers: SharedInformers | None = None
-    # The fleet's own client (one connection for its watches), with its own credential: --kubeconfig.
+    # The fleet's own client (one connection pool for its watches), with its own credential: --kubeconfig.
     fleet_client: KubeClient | None = None
     watches: list[asyncio.Task[None]] = []
     if options.kubeconfig is not None:
@@ -74,6 +80,8 @@ async def run_fleet(options: FleetOptions, behaviour: Behaviour, stop: asyncio.E
             shared = SharedPodSource(p.name for p in plans)
             watches.append(asyncio.create_task(shared.run(fleet_client), name="fleet-pod-watch"))
             pod_source = shared.source
+    for watch in watches:
+        watch.add_done_callback(_ended)
     heartbeats = LeaseHeartbeats(config)
     heartbeats.start()
     tasks = {

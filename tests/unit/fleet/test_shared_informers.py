@@ -184,3 +184,22 @@ async def test_with_only_bootstrap_credentials_each_node_keeps_its_own_informers
     await run_fleet_until(options, lambda: len(started) == 3)
     assert made == []
     assert [informers for _, informers in started] == [None, None, None]
+
+
+async def test_a_shared_watch_that_ends_is_logged_when_it_ends(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    api = Apiserver()
+    monkeypatch.setattr(KubeClient, "from_kubeconfig", lambda path, **_: api.client())
+
+    async def broken(self: SharedInformers, client: KubeClient) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(SharedInformers, "run", broken)
+    started = fake_nodes(monkeypatch)
+
+    def logged() -> bool:
+        return "fleet shared watch ended name=fleet-informers error=RuntimeError('a bug')" in caplog.text
+
+    options = FleetOptions(nodes=2, prefix="br", directory=tmp_path, kubeconfig=tmp_path / "admin.conf", stagger=0.0)
+    await run_fleet_until(options, lambda: len(started) == 2 and logged())
