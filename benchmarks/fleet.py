@@ -9,8 +9,8 @@ a testbed (an existing one with `--testbed DIR`, or one brought up and down here
   etcd's beside it; lease renewals are sampled meanwhile from the apiserver (an independent poller, every second)
   and the intervals between two renewTimes of one lease give p50/p99/max. RSS and PSS of the process, and the load
   average, are read at the end of the window (the load average at the start too), and the apiserver's watches
-  of pods from its /metrics (apiserver_longrunning_requests{verb="WATCH",resource="pods"}, all clients included:
-  the scheduler's, the controllers', the fleet's).
+  of pods, Services and RuntimeClasses from its /metrics (apiserver_longrunning_requests{verb="WATCH",resource=...},
+  all clients included: the scheduler's, the controllers', the fleet's).
 From all Ready to the end of the window a watch of the nodes counts every Ready -> not Ready change (NotReady
 flaps). Then the Deployment is deleted (the nodes delete their pods), the fleet is stopped (SIGTERM) and its Nodes
 are deleted.
@@ -195,12 +195,19 @@ class ReadyFlaps:
         self.observe(kind, node)
 
 
-def _pod_watches(metrics: str) -> int | None:
-    """The apiserver's open WATCH requests of pods (apiserver_longrunning_requests, every client), or None when the
-    metric is absent."""
+WATCHED = ("pods", "services", "runtimeclasses")  # the resources whose open watches the benchmark reports
+
+
+def _watches(metrics: str, resource: str) -> int | None:
+    """The apiserver's open WATCH requests of `resource` (apiserver_longrunning_requests, every client), or None
+    when the metric is absent."""
     total, seen = 0, False
     for line in metrics.splitlines():
-        if line.startswith("apiserver_longrunning_requests{") and 'verb="WATCH"' in line and 'resource="pods"' in line:
+        if (
+            line.startswith("apiserver_longrunning_requests{")
+            and 'verb="WATCH"' in line
+            and f'resource="{resource}"' in line
+        ):
             labels, _, value = line.rpartition(" ")
             if 'subresource=""' in labels or "subresource=" not in labels:
                 total += int(float(value))
@@ -208,12 +215,12 @@ def _pod_watches(metrics: str) -> int | None:
     return total if seen else None
 
 
-async def _apiserver_pod_watches(admin: KubeClient) -> int | None:
+async def _apiserver_watches(admin: KubeClient) -> dict[str, int | None]:
     credentials = admin.credentials
     headers = {"Authorization": f"Bearer {credentials.token}"} if credentials.token else {}
     async with httpx.AsyncClient(base_url=credentials.server, verify=ssl_context(credentials), headers=headers) as http:
         answer = await http.get("/metrics", timeout=30)
-    return _pod_watches(answer.text) if answer.status_code == 200 else None
+    return {r: _watches(answer.text, r) if answer.status_code == 200 else None for r in WATCHED}
 
 
 def _cpu_seconds(proc: psutil.Process | None) -> float:
@@ -298,7 +305,10 @@ async def _scenario(
             )
         )
         memory = proc.memory_full_info()
-        result["apiserver_pod_watches"] = await _apiserver_pod_watches(admin)
+        watches = await _apiserver_watches(admin)
+        result["apiserver_pod_watches"] = watches["pods"]
+        result["apiserver_service_watches"] = watches["services"]
+        result["apiserver_runtimeclass_watches"] = watches["runtimeclasses"]
         result["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
         # After the steady window, with the Deployment's pods still in place (clusterloader2's density test times
         # its latency pods beside its saturation pods).
@@ -486,6 +496,11 @@ def summary_line(r: dict[str, Any], name: str = "fleet") -> str:
         f"{r['lease_interval_p99_s']}/{r['lease_interval_max_s']} s ({r['lease_intervals_over_15s']} over 15 s), "
         f"{r['ready_flaps']} NotReady flaps; apiserver {r['apiserver_cpu_cores']} cores"
         + (f", {r['apiserver_pod_watches']} pod watches" if r.get("apiserver_pod_watches") is not None else "")
+        + (
+            f", {r['apiserver_service_watches']} Service / {r['apiserver_runtimeclass_watches']} RuntimeClass watches"
+            if r.get("apiserver_service_watches") is not None
+            else ""
+        )
         + f", etcd {r['etcd_cpu_cores']}; "
         f"apiserver LIST from beside p50/max {r['poller_list_p50_s']}/{r['poller_list_max_s']} s; "
         f"load average {r['loadavg_start']} -> {r.get('loadavg_end')}"

@@ -179,6 +179,25 @@ KubeletAPIRoute = Callable[[str, Handler], Callable[[], None]]
 PodSourceRunner = Callable[[str, Callable[[SourceUpdate], None]], Coroutine[Any, Any, None]]
 
 
+@dataclass
+class SharedInformers:
+    """The cluster-wide caches a node reads but does not own: every Service (the containers' Service environment
+    variables) and every RuntimeClass (the sandboxes' handlers). A real agent keeps its own (one list+watch each); a
+    fleet keeps one of each for all its nodes (`Emulation.informers`), run once by `run` with the fleet's client, so
+    1,000 nodes hold one Service watch and one RuntimeClass watch, not 1,000 of each. The nodes read the same
+    objects, so each one's gate holds as before: its containers wait until `services.synced`."""
+
+    services: ServiceStore = field(default_factory=ServiceStore)
+    runtime_classes: RuntimeClassManager = field(default_factory=RuntimeClassManager)
+
+    async def run(self, client: KubeClient) -> None:
+        """List and watch both until cancelled."""
+        log.info("shared informers starting resources=services,runtimeclasses")
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self.services.run(client), name="shared-service-informer")
+            group.create_task(self.runtime_classes.run(client), name="shared-runtimeclass-informer")
+
+
 @dataclass(frozen=True)
 class Emulation:
     """What an emulated node (`nodeagent.fleet`) puts in place of the host, for `run_emulated_agent`.
@@ -194,7 +213,8 @@ class Emulation:
     served through `kubelet_api` on the fleet's shared listener, when `config` enables it; the node opens no port
     of its own. With `lease_renewer` the node's Lease is renewed by it (on the fleet's own thread and client)
     instead of beside the node status in this loop. With `pod_source` the node's apiserver pod source is the
-    fleet's shared pod watch instead of a list+watch of its own."""
+    fleet's shared pod watch instead of a list+watch of its own. With `informers` the node reads the fleet's
+    Services and RuntimeClasses (`SharedInformers`, run by the fleet) instead of a list+watch of each of its own."""
 
     runtime: RuntimeServices
     facts: NodeFacts
@@ -203,6 +223,7 @@ class Emulation:
     lease_renewer: LeaseRenewer | None = None
     kubelet_api: KubeletAPIRoute | None = None
     pod_source: PodSourceRunner | None = None
+    informers: SharedInformers | None = None
 
 
 def read_resolv_conf(path: str) -> ResolvConf:
@@ -487,6 +508,7 @@ async def _start(options: AgentOptions, stop: asyncio.Event, emulation: Emulatio
                     lease_renewer=emulation.lease_renewer if emulation is not None else None,
                     kubelet_api=emulation.kubelet_api if emulation is not None else None,
                     pod_source=emulation.pod_source if emulation is not None else None,
+                    informers=emulation.informers if emulation is not None else None,
                 )
         finally:
             await supervisor.stop()
@@ -523,10 +545,13 @@ async def _run(
     lease_renewer: LeaseRenewer | None = None,
     kubelet_api: KubeletAPIRoute | None = None,
     pod_source: PodSourceRunner | None = None,
+    informers: SharedInformers | None = None,
 ) -> None:
     """`host`: False for an emulated node (`Emulation`), which runs none of the host-level parts. `lease_renewer`:
     the Lease is renewed by it rather than by the node status manager (`Emulation.lease_renewer`). `pod_source`:
-    the apiserver pod source is it rather than a list+watch of this node's own (`Emulation.pod_source`)."""
+    the apiserver pod source is it rather than a list+watch of this node's own (`Emulation.pod_source`).
+    `informers`: the Services and RuntimeClasses are read from them, run by their owner, rather than from a
+    list+watch of this node's own (`Emulation.informers`)."""
     recorder = EventRecorder(client, node_name) if client is not None else None
 
     def pod_event(
@@ -660,15 +685,18 @@ async def _run(
     capacity = dict(local_status["capacity"])
     allocatable = dict(local_status["allocatable"])
     # Service environment variables need the cluster's Services; without an apiserver there are none (upstream: no
-    # service lister, no variables).
-    services = ServiceStore() if client is not None else None
+    # service lister, no variables). A fleet's nodes share one store (`SharedInformers`).
+    own_informers = client is not None and informers is None
+    services = (informers.services if informers is not None else ServiceStore()) if client is not None else None
     # The node's own Node by list and watch, for admission (node labels for NodeAffinity) and the mirror pods'
     # owner; before its first list, the status manager's copy (upstream: the node lister).
     node_store = NodeStore(node_name, node_status.node) if client is not None and node_status is not None else None
     node_view = node_store.node if node_store is not None else (node_status.node if node_status is not None else None)
     # The pods' RuntimeClasses, by list and watch; without an apiserver every pod gets the default handler (as
     # upstream, which has no RuntimeClass manager then), logged for a pod that names one.
-    runtime_classes = RuntimeClassManager() if client is not None else None
+    runtime_classes = (
+        (informers.runtime_classes if informers is not None else RuntimeClassManager()) if client is not None else None
+    )
     # DRA (upstream's DRA manager in the container manager): drivers' kubelet plugins register through the same
     # watcher (type DRAPlugin); their claim cache is checkpointed in the root dir. Without an apiserver no claim can
     # be read, so a pod with claims waits with FailedPrepareDynamicResources.
@@ -907,9 +935,9 @@ async def _run(
         supervisor.start("source-url", url.run())
     if options.standalone and not sources:
         log.warning("standalone mode without staticPodPath or staticPodURL: no pod will ever run")
-    if services is not None and client is not None:
+    if own_informers and services is not None and client is not None:
         supervisor.start("service-informer", services.run(client))
-    if runtime_classes is not None and client is not None:
+    if own_informers and runtime_classes is not None and client is not None:
         supervisor.start("runtimeclass-informer", runtime_classes.run(client))
     if node_store is not None and client is not None:
         supervisor.start("node-informer", node_store.run(client))

@@ -68,7 +68,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="with --shard-from-hostname: this is process I (from 0) of P in the shard's pod, one per core; the pod "
         "owns P x --nodes ordinals",
     )
-    fleet.add_argument("--kubeconfig", type=Path, default=None, help="one credential for every node (e.g. admin)")
+    fleet.add_argument(
+        "--kubeconfig",
+        type=Path,
+        default=None,
+        help="one credential for every node (e.g. admin); also the fleet's own, for its one watch of Services "
+        "and of RuntimeClasses shared by the nodes (without it, each node watches both with its own credential)",
+    )
     fleet.add_argument(
         "--bootstrap-kubeconfig",
         type=Path,
@@ -102,7 +108,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         choices=POD_WATCHES,
         help="per-node: each node lists and watches its own pods (spec.nodeName=<node>), the apiserver load of real "
         "kubelets; shared: one list+watch of every bound pod for the whole fleet, fanned out to the nodes (cheaper; "
-        "needs --kubeconfig, which then serves only this watch when --bootstrap-kubeconfig is also given)",
+        "needs --kubeconfig, which then serves only the fleet's shared watches when --bootstrap-kubeconfig is "
+        "also given)",
     )
     fleet.add_argument(
         "--kubelet-port",

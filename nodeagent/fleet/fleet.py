@@ -2,7 +2,9 @@
 renewed on a thread of their own (`heartbeat`), so that pod work in this loop does not delay them; with a kubelet
 port, every node's kubelet API on it, routed by the address a request came in on (`kubeletapi`). With
 `--pod-watch shared`, one list+watch of the pods of every node (`SharedPodSource`, with the fleet's --kubeconfig)
-instead of one per node.
+instead of one per node. With --kubeconfig, one list+watch of the Services and one of the RuntimeClasses for all the
+nodes (`SharedInformers`, with the same client), instead of one of each per node; with only --bootstrap-kubeconfig
+each node keeps its own (the fleet has no credential of its own until a node has bootstrapped one).
 
 A node whose agent fails (a credential that may not register it, say) is logged and left down; the others go on.
 The fleet ends when `stop` is set, or when every node has failed (`FleetError`).
@@ -15,7 +17,7 @@ import logging
 from dataclasses import dataclass, field
 
 from cri.fake import Behaviour
-from nodeagent.agent import KubeletAPIRoute, PodSourceRunner
+from nodeagent.agent import KubeletAPIRoute, PodSourceRunner, SharedInformers
 from nodeagent.fleet import kubeletapi
 from nodeagent.fleet.heartbeat import LeaseHeartbeats
 from nodeagent.fleet.node import run_node
@@ -32,17 +34,24 @@ class FleetResult:
     failed: dict[str, str] = field(default_factory=dict)
 
 
+def _ended(task: asyncio.Task[None]) -> None:
+    """A shared watch ends only when cancelled (the fleet stopping); else it is a bug, said here, not at the end."""
+    if not task.cancelled():
+        log.error("fleet shared watch ended name=%s error=%r", task.get_name(), task.exception())
+
+
 async def run_fleet(options: FleetOptions, behaviour: Behaviour, stop: asyncio.Event) -> FleetResult:
     plans = plan_nodes(options)
     config = shared_config(options)
     result = FleetResult(nodes=[p.name for p in plans])
     log.info(
-        "fleet starting nodes=%d first=%s last=%s stagger=%s pod_watch=%s",
+        "fleet starting nodes=%d first=%s last=%s stagger=%s pod_watch=%s informers=%s",
         len(plans),
         plans[0].name,
         plans[-1].name,
         options.stagger,
         options.pod_watch,
+        "shared" if options.kubeconfig is not None else "per-node",
     )
     route: KubeletAPIRoute | None = None
     http = None
@@ -59,13 +68,20 @@ async def run_fleet(options: FleetOptions, behaviour: Behaviour, stop: asyncio.E
         http = await kubeletapi.listen(router, tls, addresses, options.kubelet_port)
         route = router.route
     pod_source: PodSourceRunner | None = None
-    pod_client: KubeClient | None = None
-    pod_watch: asyncio.Task[None] | None = None
-    if options.pod_watch == POD_WATCH_SHARED and options.kubeconfig is not None:
-        shared = SharedPodSource(p.name for p in plans)
-        pod_client = KubeClient.from_kubeconfig(options.kubeconfig, direct=True)
-        pod_watch = asyncio.create_task(shared.run(pod_client), name="fleet-pod-watch")
-        pod_source = shared.source
+    informers: SharedInformers | None = None
+    # The fleet's own client (one connection pool for its watches), with its own credential: --kubeconfig.
+    fleet_client: KubeClient | None = None
+    watches: list[asyncio.Task[None]] = []
+    if options.kubeconfig is not None:
+        fleet_client = KubeClient.from_kubeconfig(options.kubeconfig, direct=True)
+        informers = SharedInformers()
+        watches.append(asyncio.create_task(informers.run(fleet_client), name="fleet-informers"))
+        if options.pod_watch == POD_WATCH_SHARED:
+            shared = SharedPodSource(p.name for p in plans)
+            watches.append(asyncio.create_task(shared.run(fleet_client), name="fleet-pod-watch"))
+            pod_source = shared.source
+    for watch in watches:
+        watch.add_done_callback(_ended)
     heartbeats = LeaseHeartbeats(config)
     heartbeats.start()
     tasks = {
@@ -79,6 +95,7 @@ async def run_fleet(options: FleetOptions, behaviour: Behaviour, stop: asyncio.E
                 lease_renewer=heartbeats.renew,
                 kubelet_api=route,
                 pod_source=pod_source,
+                informers=informers,
             ),
             name=f"fleet-node-{plan.name}",
         ): plan.name
@@ -105,11 +122,11 @@ async def run_fleet(options: FleetOptions, behaviour: Behaviour, stop: asyncio.E
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
-        if pod_watch is not None:
-            pod_watch.cancel()
-            await asyncio.gather(pod_watch, return_exceptions=True)
-        if pod_client is not None:
-            await pod_client.aclose()
+        for watch in watches:
+            watch.cancel()
+        await asyncio.gather(*watches, return_exceptions=True)
+        if fleet_client is not None:
+            await fleet_client.aclose()
         # The nodes are down (each one's renewal cancelled with it): the thread ends and closes what is left.
         await asyncio.to_thread(heartbeats.stop)
         if http is not None:

@@ -15,6 +15,7 @@ from nodeagent.agent import (
     KubeletAPIRoute,
     LeaseRenewer,
     PodSourceRunner,
+    SharedInformers,
     run_emulated_agent,
 )
 from nodeagent.config import KubeletConfiguration
@@ -70,11 +71,13 @@ async def run_node(
     lease_renewer: LeaseRenewer | None = None,
     kubelet_api: KubeletAPIRoute | None = None,
     pod_source: PodSourceRunner | None = None,
+    informers: SharedInformers | None = None,
 ) -> FakeCRI:
     """Run the node until `stop`; waits its turn first (the fleet's stagger). Returns its runtime (for reports).
     `lease_renewer`: who renews the node's Lease (the fleet's heartbeat thread); None, the agent's own loop.
     `kubelet_api`: the fleet's router of kubelet API requests, when the fleet serves it. `pod_source`: the fleet's
-    shared pod watch; None, the node's own list+watch."""
+    shared pod watch; None, the node's own list+watch. `informers`: the fleet's Services and RuntimeClasses; None,
+    the node's own list+watch of each."""
     runtime = FakeCRI(plan.name, behaviour=behaviour, pod_network=plan.pod_network)
     try:
         await asyncio.wait_for(stop.wait(), plan.start_after)
@@ -91,6 +94,7 @@ async def run_node(
         lease_renewer=lease_renewer,
         kubelet_api=kubelet_api,
         pod_source=pod_source,
+        informers=informers,
     )
     async with runtime:
         await run_emulated_agent(agent_options(plan, options), emulation)

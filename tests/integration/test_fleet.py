@@ -10,7 +10,9 @@ The fleet runs as `python -m nodeagent fleet` in a process of its own, stopped b
 failed, no traceback in its log). How long it takes is in docs/fleet.md ("The CI fleet").
 
 A second, small fleet runs with `--pod-watch shared` (one list+watch of pods for the whole process, with the admin
-credential): its pods too reach Running on their nodes, and a deleted pod is stopped by its node and gone."""
+credential): its nodes hold one Service watch and one RuntimeClass watch between them (the apiserver's open watches,
+before and after the fleet started); its pods too reach Running on their nodes, and a deleted pod is stopped by its
+node and gone."""
 
 from __future__ import annotations
 
@@ -173,6 +175,18 @@ async def check_kubelet_api(testbed: Testbed, pods: list[dict[str, Any]]) -> Non
         assert summary["node"]["nodeName"] == node
         assert {p["podRef"]["name"] for p in summary["pods"]} == names
         assert "kubelet_pleg_relist_duration_seconds" in await get("/metrics")
+
+
+async def open_watches(testbed: Testbed, resource: str) -> int:
+    """The apiserver's open WATCH requests of `resource` (apiserver_longrunning_requests, every client)."""
+    metrics = await kubectl(testbed.layout.admin_kubeconfig, "get", "--raw", "/metrics")
+    total = 0
+    for line in metrics.splitlines():
+        if line.startswith("apiserver_longrunning_requests{") and 'verb="WATCH"' in line:
+            labels, _, value = line.rpartition(" ")
+            if f'resource="{resource}"' in labels and 'subresource=""' in labels:
+                total += int(float(value))
+    return total
 
 
 def ready(node: dict[str, Any]) -> bool:
@@ -406,6 +420,7 @@ async def test_fleet_with_a_shared_pod_watch_runs_and_deletes_pods(
     )
     log = tmp_path / "fleet.log"
     name = f"{prefix}-web"
+    before = {r: await open_watches(testbed, r) for r in ("services", "runtimeclasses")}
     async with running_fleet(options, admin, log) as fleet:
 
         def tail() -> str:
@@ -430,6 +445,16 @@ async def test_fleet_with_a_shared_pod_watch_runs_and_deletes_pods(
             return len(nodes) == SHARED_NODES and all(ready(n) for n in nodes)
 
         await until(all_ready, timeout=120, what=f"{SHARED_NODES} fleet nodes Ready")
+        # The fleet's nodes share one Service and one RuntimeClass watch (its --kubeconfig's), not one per node; the
+        # other clients' watches (the controllers', the testbed's node) are counted before and after alike. Five
+        # samples a second apart, their median: another client's watch between two of its requests moves one.
+        samples: dict[str, list[int]] = {r: [] for r in before}
+        for _ in range(5):
+            for resource, seen in samples.items():
+                seen.append(await open_watches(testbed, resource) - before[resource])
+            await asyncio.sleep(1.0)
+        for resource, seen in samples.items():
+            assert sorted(seen)[2] == 1, (resource, before, samples)
         await admin.create(DEPLOYMENTS, deployment(name, prefix, SHARED_PODS))
         try:
             pods = await until(all_running, timeout=180, what=f"{SHARED_PODS} pods Running")

@@ -74,9 +74,13 @@ def test_the_summary_names_its_emulator_and_its_flaps() -> None:
     line = fleet.summary_line(shared)
     assert line.startswith("fleet (pod watch shared): 100 nodes")
     assert "apiserver 0.3 cores, 5 pod watches, etcd 0.05;" in line
+    watched = {**shared, "apiserver_service_watches": 4, "apiserver_runtimeclass_watches": 3}
+    assert "apiserver 0.3 cores, 5 pod watches, 4 Service / 3 RuntimeClass watches, etcd 0.05;" in (
+        fleet.summary_line(watched)
+    )
 
 
-def test_pod_watches_are_the_apiservers_open_pod_watch_requests() -> None:
+def test_watches_are_the_apiservers_open_watch_requests_of_the_resource() -> None:
     metrics = "\n".join(
         [
             "# TYPE apiserver_longrunning_requests gauge",
@@ -89,7 +93,11 @@ def test_pod_watches_are_the_apiservers_open_pod_watch_requests() -> None:
             'subresource="log",verb="CONNECT",version="v1"} 3',
             'apiserver_longrunning_requests{component="apiserver",group="",resource="nodes",scope="cluster",'
             'subresource="",verb="WATCH",version="v1"} 7',
+            'apiserver_longrunning_requests{component="apiserver",group="",resource="services",scope="cluster",'
+            'subresource="",verb="WATCH",version="v1"} 4',
         ]
     )
-    assert fleet._pod_watches(metrics) == 53
-    assert fleet._pod_watches("apiserver_request_total 1") is None
+    assert fleet._watches(metrics, "pods") == 53
+    assert fleet._watches(metrics, "services") == 4
+    assert fleet._watches(metrics, "runtimeclasses") is None
+    assert fleet._watches("apiserver_request_total 1", "pods") is None
