@@ -124,7 +124,7 @@ from nodeagent.sources.apiserver import run_apiserver_source
 from nodeagent.sources.problems import ManifestProblem
 from nodeagent.startup import RuntimeUnavailable, RuntimeVersion, StopRequested, until_stopped, wait_for_runtime
 from nodeagent.staticpods import MirrorPods
-from nodeagent.stats.provider import StatsProvider
+from nodeagent.stats.provider import SharedHostReads, StatsProvider
 from nodeagent.stats.volumemetrics import VolumeStatsCollector
 from nodeagent.stats.volumes import PluginVolumeStats
 from nodeagent.status.manager import StatusManager
@@ -141,6 +141,9 @@ from pleg.health import CHANNEL_CAPACITY
 from pleg.metrics import PLEGMetrics
 
 log = logging.getLogger(__name__)
+
+# The host-wide stats reads of this process's emulated nodes, read once for all of them (a real node has its own).
+EMULATED_HOST_READS = SharedHostReads()
 
 
 class AgentError(RuntimeError):
@@ -886,6 +889,7 @@ async def _run(
         pod_spec=pod_config.pod_view,
         volume_health=config.feature_gates.get("CSIVolumeHealth", False),
         pod_log_dir_root=pod_log_dir_root,
+        shared_host_reads=None if host else EMULATED_HOST_READS,
     )
     metrics_registry.register(VolumeStatsCollector(stats.latest_volume_stats))
     sync_loop = SyncLoop(

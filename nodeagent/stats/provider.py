@@ -25,7 +25,10 @@ cAdvisor for the rest; here cgroupfs and /proc stand in for cAdvisor):
   (NodeGetVolumeStats through the plugin, stats/volumes.py), in the same period, and a claim's volume carries its
   pvcRef from the pod spec.
 
-Blocking reads run in one worker thread per call; the CRI calls run together.
+Blocking reads run in one worker thread per call; the CRI calls run together. The emulated nodes of one process
+(`nodeagent fleet`) share the host-wide reads (`SharedHostReads`): every one of them is the same machine's root
+cgroup, swap, pid limits and interfaces, so they are read at most once a second for all, and a summary of a node
+with no pod to measure runs without a worker thread when they are fresh.
 """
 
 from __future__ import annotations
@@ -81,6 +84,9 @@ log = logging.getLogger(__name__)
 VOLUME_STATS_PERIOD = 60.0  # upstream volumeStatsAggPeriod default
 LOCAL_EPHEMERAL_PLUGINS = ("kubernetes.io~empty-dir", "kubernetes.io~configmap", "kubernetes.io~git-repo")
 CRI_TIMEOUT = 10.0
+# How old the shared host-wide reads may be (`SharedHostReads`): far under the eviction manager's 10 s period and
+# cAdvisor's own housekeeping interval, which upstream's summary reads from its cache.
+SHARED_HOST_READS_MAX_AGE = 1.0
 # The systemd scopes runtimes put containers in under the systemd cgroup driver: containerd, CRI-O.
 SYSTEMD_SCOPE_PREFIXES = ("cri-containerd", "crio")
 # How long a summary waits for a plugin's volume stats. Upstream measures in the background (csiTimeout, 2 min), so a
@@ -178,6 +184,46 @@ class _HostView:
     disks: dict[str, _PodDisk] = field(default_factory=dict)  # by sandbox ID
 
 
+@dataclass(frozen=True)
+class _NodeReads:
+    """The host-wide part of a `_HostView`: the same for every emulated node of a process."""
+
+    root: CgroupSample | None
+    system: dict[str, CgroupSample]
+    swap: tuple[int, int] | None
+    rlimit: host.Rlimit | None
+    interfaces: list[host.InterfaceCounters]
+
+
+class SharedHostReads:
+    """The host-wide reads of a summary (the root cgroup, the system containers, swap, pid limits, the network
+    interfaces), shared by the providers of one process's emulated nodes: each read is reused for `max_age` seconds
+    by every provider with the same cgroups, instead of 1,000 nodes reading the same files every 10 s each. A real
+    node has none (its one provider reads the host each call, as before). Thread-safe enough: two threads finding it
+    stale at once both read, and the later one is kept."""
+
+    def __init__(
+        self, *, max_age: float = SHARED_HOST_READS_MAX_AGE, monotonic: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._max_age = max_age
+        self._monotonic = monotonic
+        self._reads: dict[tuple[str | None, ...], tuple[float, _NodeReads]] = {}
+        self.reads = 0  # how many times the host was read (tests and benchmarks)
+
+    def fresh(self, key: tuple[str | None, ...]) -> bool:
+        found = self._reads.get(key)
+        return found is not None and self._monotonic() < found[0]
+
+    def get(self, key: tuple[str | None, ...], read: Callable[[], _NodeReads]) -> _NodeReads:
+        found = self._reads.get(key)
+        if found is not None and self._monotonic() < found[0]:
+            return found[1]
+        reads = read()
+        self.reads += 1
+        self._reads[key] = (self._monotonic() + self._max_age, reads)
+        return reads
+
+
 class StatsProvider:
     def __init__(
         self,
@@ -200,6 +246,7 @@ class StatsProvider:
         pod_spec: PodSpecGetter | None = None,
         volume_health: bool = False,
         volume_stats_timeout: float = VOLUME_STATS_TIMEOUT,
+        shared_host_reads: SharedHostReads | None = None,
     ) -> None:
         self._runtime = runtime
         self._images = images
@@ -229,6 +276,9 @@ class StatsProvider:
         own = proc / "self" / "cgroup"
         text = own.read_text() if own.exists() else ""
         self._kubelet_cgroup = process_cgroup(parse_proc_cgroup(text), unified=self._cgroupfs.unified)
+        self._shared = shared_host_reads
+        # what makes two providers' host-wide reads the same (the cgroups read; swap and the rest are the host's)
+        self._shared_key = (self._cgroupfs.root, self._kubepods, self._kubelet_cgroup, self._runtime_cgroups)
 
     # --- the runtime's view --------------------------------------------------------------------------------
 
@@ -275,23 +325,38 @@ class StatsProvider:
         return view.fs_by_path.get(path)
 
     def _read_node(self, view: _HostView, *, full: bool) -> None:
+        if self._shared is not None:
+            reads = self._shared.get(self._shared_key, lambda: self._read_node_reads(full=True))
+        else:
+            reads = self._read_node_reads(full=full)
+        view.root, view.system, view.swap = reads.root, dict(reads.system), reads.swap
+        if full:
+            view.root_fs = self._fs(view, self._root_dir)
+            view.rlimit, view.interfaces = reads.rlimit, list(reads.interfaces)
+
+    def _read_node_reads(self, *, full: bool) -> _NodeReads:
         now = self._wall()
-        view.root = self._cgroupfs.read("/", now=now, memory_limit=self._memory_capacity)
+        root = self._cgroupfs.read("/", now=now, memory_limit=self._memory_capacity)
         wanted = {SYSTEM_CONTAINER_PODS: self._kubepods}
         if self._kubelet_cgroup is not None:
             wanted[SYSTEM_CONTAINER_KUBELET] = self._kubelet_cgroup
         if self._runtime_cgroups:
             wanted[SYSTEM_CONTAINER_RUNTIME] = self._runtime_cgroups
+        system = {}
         for name, path in wanted.items():
             sample = self._cgroupfs.read(path, now=now)
             if sample is not None:
-                view.system[name] = sample
+                system[name] = sample
         swap = psutil.swap_memory()
-        view.swap = (swap.total, swap.used)
-        if full:
-            view.root_fs = self._fs(view, self._root_dir)
-            view.rlimit = host.read_rlimit(self._proc)
-            view.interfaces = host.node_interfaces(host.read_interfaces())
+        if not full:
+            return _NodeReads(root, system, (swap.total, swap.used), None, [])
+        return _NodeReads(
+            root,
+            system,
+            (swap.total, swap.used),
+            host.read_rlimit(self._proc),
+            host.node_interfaces(host.read_interfaces()),
+        )
 
     def _pod_cgroup(self, uid: str, now: datetime.datetime) -> CgroupSample | None:
         known = self._pod_cgroups.get(uid)
@@ -496,7 +561,11 @@ class StatsProvider:
         if full:
             await self._refresh_volumes([runtime.sandboxes[sid].metadata.uid for sid in runtime.order])
         image_paths = [fs.fs_id.mountpoint for fs in image_fs.image_filesystems] if image_fs is not None else []
-        view = await asyncio.to_thread(self._read, runtime, full=full, filesystems=image_paths)
+        if self._shared is not None and not runtime.order and self._shared.fresh(self._shared_key):
+            # no pod to measure and the host-wide reads fresh: what is left is a statvfs or two, not worth a thread
+            view = self._read(runtime, full=full, filesystems=image_paths)
+        else:
+            view = await asyncio.to_thread(self._read, runtime, full=full, filesystems=image_paths)
         fallback = await self._sandbox_stats([sid for sid in runtime.order if sid not in view.pods])
         now = self._wall()
         pods = tuple(self._pod(runtime, sid, view, fallback.get(sid), now, full=full) for sid in runtime.order)

@@ -296,6 +296,8 @@ async def test_run_observes_every_ten_seconds() -> None:
         assert reads == 1
         await clock.advance(1)
         assert reads == 2
+        # without a notifier nothing can wake the loop early: between cycles it is one sleep, no helper tasks
+        assert asyncio.all_tasks() == {task, asyncio.current_task()}
     finally:
         task.cancel()
 
