@@ -3,7 +3,7 @@ pods that should run need, and tells a pod's sync when its volumes are ready.
 
     pod sync ── wait_for_attach_and_mount(pod) ──► desired state (pod re-processed: remounts marked)
                                                         │            ▲ unmount_pod(uid) after its containers
-                          reconciler (0.1 s, or at once)│            │ are gone; housekeeping lets go the
+          reconciler (0.1 s while busy, else when woken)│            │ are gone; housekeeping lets go the
                                                         ▼            │ volumes of unknown pods
                       plugins: set_up / tear_down, one task per volume, back-off per operation
                                                         │
@@ -114,8 +114,13 @@ class VolumeManager:
         self._removing: set[str] = set()
         self._in_flight: set[VolumeKey] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        # Set by every change that can make work for the reconciler: a pod added, re-processed, removed or
+        # released, an operation done.
         self._wake = asyncio.Event()
         self._watchers: set[asyncio.Event] = set()
+        #: reconciler passes so far, and whether the last found nothing to do (its loop then waits for `_wake`).
+        self.passes = 0
+        self.idle = False
 
     # --- lifecycle -----------------------------------------------------------------------------------------
 
@@ -132,33 +137,44 @@ class VolumeManager:
         found = await asyncio.to_thread(reconstruct, self.dirs, find)
         for volume in found:
             self.actual.add(volume)
+        self._wake.set()
         log.info("volume manager started root=%s reconstructed_volumes=%d", self.dirs.root_dir, len(found))
 
     async def run(self) -> None:
+        """The reconciler's loop: a pass every 0.1 s while there is work (an operation running, waiting out its
+        back-off, or due), else none until something changes the states (each change sets `_wake`) or the token
+        cache's cleanup is due. The plan is a function of the states and the clock; only back-off reads the clock,
+        and it holds back work that keeps the loop polling, so an idle loop misses nothing."""
         next_gc = self._clock.monotonic() + TOKEN_GC_PERIOD
         try:
             while True:
-                self.reconcile()
-                if self._tokens is not None and self._clock.monotonic() >= next_gc:
-                    self._tokens.cleanup()
-                    next_gc = self._clock.monotonic() + TOKEN_GC_PERIOD
                 self._wake.clear()
-                await self._sleep_or(self._wake, RECONCILER_PERIOD)
+                self.reconcile()
+                now = self._clock.monotonic()
+                if self._tokens is not None and now >= next_gc:
+                    self._tokens.cleanup()
+                    next_gc = now + TOKEN_GC_PERIOD
+                if not self.idle:
+                    await self._sleep_or(self._wake, RECONCILER_PERIOD)
+                elif self._tokens is None:
+                    await self._wake.wait()
+                else:
+                    await self._sleep_or(self._wake, next_gc - now)
         finally:
             for task in list(self._tasks):
                 task.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
     def reconcile(self) -> list[Operation]:
-        """One pass: start every operation the plan asks for (each its own task)."""
-        ops = plan(
-            self.desired,
-            self.actual,
-            released=self._released,
-            in_flight=self._in_flight,
-            not_before=self._backoff.not_before,
-            now=self._clock.monotonic(),
-        )
+        """One pass: start every operation the plan asks for (each its own task). It also notes whether the
+        manager is idle: nothing to do, whether running, backing off, or due."""
+        self.passes += 1
+        now = self._clock.monotonic()
+        # Planned as if nothing ran and nothing backed off (what is to do at all), then held back as plan() would.
+        todo = plan(self.desired, self.actual, released=self._released, in_flight=frozenset(), not_before={}, now=now)
+        not_before = self._backoff.not_before
+        ops = [op for op in todo if op.key not in self._in_flight and not_before.get(op.key, 0.0) <= now]
+        self.idle = not todo and not self._in_flight
         for op in ops:
             self._in_flight.add(op.key)
             task = asyncio.create_task(self._execute(op), name=f"volume-{op.kind.value}-{op.key[0]}-{op.key[1]}")
@@ -392,6 +408,8 @@ class VolumeManager:
             self._watchers.discard(event)
 
     async def _sleep_or(self, event: asyncio.Event, seconds: float) -> None:
+        if event.is_set():
+            return
         sleeper = asyncio.ensure_future(self._clock.sleep(seconds))
         waiter = asyncio.ensure_future(event.wait())
         try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +14,7 @@ import pytest
 from nodeagent.volume.errors import SetUpError
 from nodeagent.volume.layout import PodDirs
 from nodeagent.volume.mounter import MountInfo
+from nodeagent.volume.token import TokenManager
 from nodeagent.volumemanager import VolumeManager, VolumeWaitError
 from tests.unit.fakeclock import FakeClock
 from tests.unit.volume.fakes import FakeMounter, exists, is_dir, real
@@ -230,3 +231,136 @@ async def test_known_pods_keep_their_directories(harness: Harness) -> None:
     await harness.manager.cleanup_orphaned_pod_dirs(lambda uid: uid == "u3")
     assert sorted(os.listdir(harness.dirs.pods_dir)) == ["u1", "u3"]
     assert harness.plugin.tear_downs == []
+
+
+async def settle() -> None:
+    """Let the manager's tasks run, without (fake) time going by."""
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    """Let the manager's tasks (and their threads) run until the condition holds, without (fake) time going by."""
+
+    for _ in range(5000):
+        if condition():
+            return
+        await asyncio.sleep(0.001)
+    raise AssertionError("the condition did not come true")
+
+
+async def test_idle_manager_runs_no_passes_while_time_goes_by(harness: Harness) -> None:
+    await settle()
+    assert harness.manager.idle is True
+    passes = harness.manager.passes
+    for _ in range(50):
+        await harness.clock.advance(0.1)
+    assert harness.manager.passes == passes
+    assert harness.clock.sleepers == 0  # waiting for a change, no timer
+
+
+async def test_pod_added_to_an_idle_manager_is_set_up_at_once(harness: Harness) -> None:
+    await settle()
+    assert harness.manager.idle is True
+    # No time passes: the pod's arrival wakes the reconciler.
+    await asyncio.wait_for(harness.manager.wait_for_attach_and_mount(pod("u1", "a")), 5)
+    assert harness.plugin.set_ups == [("u1", "a")]
+    await settle()
+    assert harness.manager.idle is True
+    passes = harness.manager.passes
+    for _ in range(20):
+        await harness.clock.advance(0.1)
+    assert harness.manager.passes == passes  # everything set up: idle again
+
+
+async def test_pod_removed_from_an_idle_manager_is_torn_down(harness: Harness) -> None:
+    await harness.manager.wait_for_attach_and_mount(pod("u1", "a"))
+    await settle()
+    assert harness.manager.idle is True
+    await asyncio.wait_for(harness.manager.unmount_pod("u1"), 5)
+    assert harness.plugin.tear_downs == [("u1", "a")]
+    await settle()
+    assert harness.manager.idle is True
+
+
+async def test_a_volume_in_backoff_keeps_the_reconciler_polling(harness: Harness) -> None:
+    harness.plugin.failures["cfg"] = "nope"
+    waiting = asyncio.create_task(harness.manager.wait_for_attach_and_mount(pod("u1", "cfg")))
+    await settle()
+    assert len(harness.plugin.set_ups) == 1
+    assert harness.manager.idle is False
+    passes = harness.manager.passes
+    await harness.clock.advance(0.1)
+    await harness.clock.advance(0.1)
+    assert harness.manager.passes == passes + 2  # one pass per 0.1 s while the volume waits out its back-off
+    del harness.plugin.failures["cfg"]
+    for _ in range(5):
+        await harness.clock.advance(0.1)
+    await asyncio.wait_for(waiting, 5)
+    assert len(harness.plugin.set_ups) == 2
+    await settle()
+    assert harness.manager.idle is True
+
+
+async def test_failed_tear_down_is_retried(harness: Harness) -> None:
+    await harness.manager.wait_for_attach_and_mount(pod("u1", "a"))
+    await settle()
+    # The volume directory is not empty: the fake plugin's rmdir fails, the tear down backs off and is retried.
+    stray = os.path.join(harness.dirs.volume_dir("u1", PLUGIN, "a"), "busy")
+    os.makedirs(stray)
+    unmounting = asyncio.create_task(harness.manager.unmount_pod("u1"))
+    await until(lambda: bool(harness.plugin.tear_downs))
+    await settle()
+    assert harness.plugin.tear_downs == [("u1", "a")]
+    assert harness.manager.idle is False
+    os.rmdir(stray)
+    for _ in range(6):
+        await harness.clock.advance(0.1)
+    await asyncio.wait_for(unmounting, 5)
+    assert harness.plugin.tear_downs == [("u1", "a"), ("u1", "a")]
+
+
+async def test_reconstructed_volume_of_an_unsynced_pod_leaves_the_manager_idle(harness: Harness) -> None:
+    await harness.manager.wait_for_attach_and_mount(pod("u1", "a"))
+    restarted = harness.new_manager()
+    await restarted.start()
+    task = asyncio.create_task(restarted.run())
+    try:
+        await settle()
+        assert restarted.idle is True  # nothing to do until the pod syncs or housekeeping lets it go
+        await restarted.cleanup_orphaned_pod_dirs(lambda uid: False)
+        await settle()
+        assert harness.plugin.tear_downs == [("u1", "a")]
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+class CountingTokens(TokenManager):
+    def __init__(self) -> None:
+        super().__init__(None, now=lambda: 0.0)
+        self.cleanups = 0
+
+    def cleanup(self) -> None:
+        self.cleanups += 1
+        super().cleanup()
+
+
+async def test_idle_manager_still_cleans_the_token_cache_every_minute(tmp_path: Path) -> None:
+    clock = FakeClock()
+    tokens = CountingTokens()
+    dirs = PodDirs(str(tmp_path))
+    manager = VolumeManager([FakePlugin(dirs)], dirs=dirs, mounter=FakeMounter(), clock=clock, tokens=tokens)
+    await manager.start()
+    task = asyncio.create_task(manager.run())
+    try:
+        await settle()
+        passes = manager.passes
+        await clock.advance(59.0)
+        assert (tokens.cleanups, manager.passes) == (0, passes)
+        await clock.advance(1.0)
+        assert tokens.cleanups == 1
+        assert manager.passes == passes + 1
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
