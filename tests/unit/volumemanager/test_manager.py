@@ -214,9 +214,8 @@ async def test_orphans_are_released_and_their_directories_removed(harness: Harne
         await restarted.cleanup_orphaned_pod_dirs(lambda uid: False)
         assert not exists(harness.dirs.pod_dir("u2"))
         assert ("unmount", real(stray)) in harness.mounter.calls
-        # u1's volume is torn down by the reconciler, its directory goes at the next pass.
-        for _ in range(20):
-            await asyncio.sleep(0)
+        # u1's volume is torn down by the reconciler (its tear-down in a thread), its directory goes at the next pass.
+        await until(lambda: bool(harness.plugin.tear_downs))
         assert harness.plugin.tear_downs == [("u1", "a")]
         await restarted.cleanup_orphaned_pod_dirs(lambda uid: False)
         assert os.listdir(harness.dirs.pods_dir) == []
@@ -231,6 +230,25 @@ async def test_known_pods_keep_their_directories(harness: Harness) -> None:
     await harness.manager.cleanup_orphaned_pod_dirs(lambda uid: uid == "u3")
     assert sorted(os.listdir(harness.dirs.pods_dir)) == ["u1", "u3"]
     assert harness.plugin.tear_downs == []
+
+
+async def test_a_housekeeping_pass_with_no_orphan_hands_nothing_to_a_thread(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await harness.manager.wait_for_attach_and_mount(pod("u1", "a"))
+    handed: list[object] = []
+
+    async def to_thread(function: Callable[..., object], /, *args: object) -> object:
+        handed.append(function)
+        return function(*args)
+
+    monkeypatch.setattr(asyncio, "to_thread", to_thread)
+    await harness.manager.cleanup_orphaned_pod_dirs(lambda uid: False)
+    assert handed == []  # the listing ran in the loop; nothing was an orphan
+    os.makedirs(harness.dirs.pod_dir("u9"))
+    await harness.manager.cleanup_orphaned_pod_dirs(lambda uid: False)
+    assert len(handed) == 1  # the orphan's removal (it may unmount) still goes to a thread
+    assert sorted(os.listdir(harness.dirs.pods_dir)) == ["u1"]
 
 
 async def settle() -> None:
@@ -329,7 +347,7 @@ async def test_reconstructed_volume_of_an_unsynced_pod_leaves_the_manager_idle(h
         await settle()
         assert restarted.idle is True  # nothing to do until the pod syncs or housekeeping lets it go
         await restarted.cleanup_orphaned_pod_dirs(lambda uid: False)
-        await settle()
+        await until(lambda: bool(harness.plugin.tear_downs))  # the tear-down runs in a thread
         assert harness.plugin.tear_downs == [("u1", "a")]
     finally:
         task.cancel()
