@@ -48,6 +48,7 @@ import psutil
 from benchmarks.common import on_a_testbed, percentile, watch_objects
 from benchmarks.podlatency import StartupLatency, paced_create
 from nodeagent.fleet.plan import (
+    DEFAULT_MAX_PODS,
     DEFAULT_POD_NETWORK,
     FLEET_LABEL,
     POD_WATCH_PER_NODE,
@@ -539,6 +540,13 @@ async def main(argv: list[str]) -> int:
     parser.add_argument("--max-pods", type=int, default=None, help="each node's pod capacity (the fleet's default)")
     parser.add_argument("--pod-watch", choices=POD_WATCHES, default=POD_WATCH_PER_NODE, help="the fleet's --pod-watch")
     args = parser.parse_args(argv)
+    capacity = args.max_pods if args.max_pods is not None else DEFAULT_MAX_PODS
+    if args.latency_pods and args.pods_per_node + args.latency_pods / args.nodes > capacity:
+        # The latency pods are created beside the Deployment's: with every node full they never schedule.
+        parser.error(
+            f"--pods-per-node {args.pods_per_node} leaves no room for --latency-pods {args.latency_pods} on "
+            f"{args.nodes} nodes of {capacity} pods; fewer pods per node, or --latency-pods 0"
+        )
 
     async def work(bed: Testbed) -> dict[str, Any]:
         return await run(

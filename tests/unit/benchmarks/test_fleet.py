@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from benchmarks import fleet
 
 
@@ -101,3 +103,14 @@ def test_watches_are_the_apiservers_open_watch_requests_of_the_resource() -> Non
     assert fleet._watches(metrics, "services") == 4
     assert fleet._watches(metrics, "runtimeclasses") is None
     assert fleet._watches("apiserver_request_total 1", "pods") is None
+
+
+async def test_full_nodes_with_latency_pods_are_refused_before_anything_starts(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # 100 nodes of 30 pods, all taken by the Deployment: the latency pods could never schedule (a 2026-11-30 run
+    # waited 140 s for them and failed after 14 minutes).
+    with pytest.raises(SystemExit) as exit_:
+        await fleet.main(["--nodes", "100", "--pods-per-node", "30", "--max-pods", "30", "--latency-pods", "100"])
+    assert exit_.value.code == 2
+    assert "leaves no room for --latency-pods 100 on 100 nodes of 30 pods" in capsys.readouterr().err
