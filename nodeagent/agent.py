@@ -860,7 +860,7 @@ async def _run(
         node_for_admission=device_manager.sanitize_node,
         unprepare_resources=dra_manager.unprepare_resources,
     )
-    late["active_pods"] = kubelet.active_pods
+    late["active_pods"] = kubelet.active_pod_views  # the device and DRA managers read only the UIDs
     late["could_have_running_containers"] = kubelet.workers.could_have_running_containers
     # The PodResources API v1 for node agents (device monitors), on <root-dir>/pod-resources/kubelet.sock.
     pod_resources = PodResourcesServer(
@@ -994,7 +994,7 @@ async def _run(
         eviction.run(
             EvictionInputs(
                 summary=stats.summary,
-                active_pods=kubelet.active_pods,
+                active_pods=kubelet.active_pod_views,
                 evict=lambda pod, evicted: kubelet.evict_pod(
                     pod,
                     PodEviction(EVICTED, evicted.message, disruption_target=evicted.disruption_target),

@@ -24,6 +24,7 @@ Not here yet (issue 17): the metrics.
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -372,7 +373,9 @@ class EvictionInputs:
     the node status and admission ask it for its conditions)."""
 
     summary: Callable[[], Awaitable[Summary]]
-    active_pods: Callable[[], Sequence[Pod]]
+    # The pods as stored, only read: the one evicted is copied (copying every pod at every cycle was 6% of a
+    # 50-node fleet's CPU with 25 pods each, py-spy 2026-11-30).
+    active_pods: Callable[[], Sequence[Mapping[str, Any]]]
     evict: EvictFn
     record_node_event: Callable[[str, str, str], None] = _no_node_event
     # (pod, type, reason, message, annotations): the Evicted event carries upstream's annotations.
@@ -543,10 +546,11 @@ class EvictionManager:
         )
         return False
 
-    def _carry_out(self, inputs: EvictionInputs, pods: Mapping[str, Pod], eviction: Eviction) -> None:
-        pod = pods.get(eviction.pod.uid)
-        if pod is None:
+    def _carry_out(self, inputs: EvictionInputs, pods: Mapping[str, Mapping[str, Any]], eviction: Eviction) -> None:
+        view = pods.get(eviction.pod.uid)
+        if view is None:
             return
+        pod: Pod = copy.deepcopy(dict(view))
         log.info(
             "eviction manager evicting pod pod=%s uid=%s signal=%s rank=%s grace=%d message=%s",
             eviction.pod.ref,

