@@ -170,3 +170,26 @@ async def test_ids_differ_between_fakes_and_create_needs_the_image(logs: str) ->
     sandbox = await one.runtime.run_pod_sandbox(config)
     with pytest.raises(NotFoundError):
         await one.runtime.create_container(sandbox, container_config("c", IMAGE, ["x"]), config)
+
+
+async def test_list_views_are_fresh_messages_that_follow_the_state(logs: str) -> None:
+    # The fake keeps each record's list view and hands out copies: a caller editing its answer changes nothing
+    # kept, and a state change shows in the next list.
+    fake = FakeCRI("n1")
+    cid = await _started(fake, logs, {}, ["server"])
+    (listed,) = await fake.runtime.list_containers()
+    (sandbox,) = await fake.runtime.list_pod_sandbox()
+    assert listed.state == api_pb2.CONTAINER_RUNNING
+    listed.labels["edited"] = "yes"
+    listed.state = api_pb2.CONTAINER_UNKNOWN
+    sandbox.labels["edited"] = "yes"
+    (again,) = await fake.runtime.list_containers()
+    (sandbox_again,) = await fake.runtime.list_pod_sandbox()
+    assert again.state == api_pb2.CONTAINER_RUNNING and "edited" not in again.labels
+    assert "edited" not in sandbox_again.labels and sandbox_again.state == api_pb2.SANDBOX_READY
+    await fake.runtime.stop_container(cid, 0)
+    (stopped,) = await fake.runtime.list_containers()
+    assert stopped.state == api_pb2.CONTAINER_EXITED
+    await fake.runtime.stop_pod_sandbox(sandbox.id)
+    (sandbox_stopped,) = await fake.runtime.list_pod_sandbox()
+    assert sandbox_stopped.state == api_pb2.SANDBOX_NOTREADY

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -132,7 +132,7 @@ class FakeRuntime:
         if self.kill_gate is not None:
             await self.kill_gate.wait()
 
-    async def list_pods(self) -> dict[str, RuntimePodStatus]:
+    async def list_pods(self, skip: Collection[str] = ()) -> dict[str, RuntimePodStatus]:
         return {}
 
 
