@@ -205,19 +205,19 @@ class SharedInformers:
 class Emulation:
     """What an emulated node (`nodeagent.fleet`) puts in place of the host, for `run_emulated_agent`.
 
-    The agent's own logic runs unchanged (registration, lease, node status, admission, the syncLoop, pod workers,
-    the status manager, the PLEG, eviction and garbage collection) over `runtime` (an in-process fake) with `facts`
-    for a node status and `config` instead of a config file. The parts that belong to the host are left out: the
-    signal handlers (`stop` ends the node), the cgroup driver and SELinux checks, device plugins and the PodResources
-    server (gRPC servers on sockets), CSI plugin registration, pod and QoS cgroups, the memory threshold notifiers
-    and container log rotation; volumes are plain directories (no tmpfs mounts) and pod log directories are under
-    the node's root dir. The healthz and read-only servers follow `config` (the fleet turns them off). The kubelet
-    API (authenticated and authorized as for a real node, with the node's own credential for the webhooks) is
-    served through `kubelet_api` on the fleet's shared listener, when `config` enables it; the node opens no port
-    of its own. With `lease_renewer` the node's Lease is renewed by it (on the fleet's own thread and client)
-    instead of beside the node status in this loop. With `pod_source` the node's apiserver pod source is the
-    fleet's shared pod watch instead of a list+watch of its own. With `informers` the node reads the fleet's
-    Services and RuntimeClasses (`SharedInformers`, run by the fleet) instead of a list+watch of each of its own."""
+    The agent's own logic runs unchanged (registration, lease, node status, admission, the syncLoop, pod workers, the
+    status manager, the PLEG, garbage collection and, with `eviction`, the eviction cycle) over `runtime` (an in-process
+    fake) with `facts` for a node status and `config` instead of a config file. The parts that belong to the host are
+    left out: the signal handlers (`stop` ends the node), the cgroup driver and SELinux checks, device plugins and the
+    PodResources server (gRPC servers on sockets), CSI plugin registration, pod and QoS cgroups, the memory threshold
+    notifiers and container log rotation; volumes are plain directories (no tmpfs mounts) and pod log directories are
+    under the node's root dir. The healthz and read-only servers follow `config` (the fleet turns them off). The kubelet
+    API (authenticated and authorized as for a real node, with the node's own credential for the webhooks) is served
+    through `kubelet_api` on the fleet's shared listener, when `config` enables it; the node opens no port of its own.
+    With `lease_renewer` the node's Lease is renewed by it (on the fleet's own thread and client) instead of beside the
+    node status in this loop. With `pod_source` the node's apiserver pod source is the fleet's shared pod watch instead
+    of a list+watch of its own. With `informers` the node reads the fleet's Services and RuntimeClasses
+    (`SharedInformers`, run by the fleet) instead of a list+watch of each of its own."""
 
     runtime: RuntimeServices
     facts: NodeFacts
@@ -227,6 +227,11 @@ class Emulation:
     kubelet_api: KubeletAPIRoute | None = None
     pod_source: PodSourceRunner | None = None
     informers: SharedInformers | None = None
+    # The eviction manager's cycle (`nodeagent fleet --eviction`). Off by default: an emulated node's only
+    # thresholds are local-storage limits against the fake's usage (the host's memory and disk are not the
+    # node's), and a cycle over every pod every 10 s was a third of the CPU of a node with 25 pods (py-spy,
+    # 2026-11-30). Off, the node's pressure conditions stay False and admission is the same.
+    eviction: bool = False
 
 
 def read_resolv_conf(path: str) -> ResolvConf:
@@ -512,6 +517,7 @@ async def _start(options: AgentOptions, stop: asyncio.Event, emulation: Emulatio
                     kubelet_api=emulation.kubelet_api if emulation is not None else None,
                     pod_source=emulation.pod_source if emulation is not None else None,
                     informers=emulation.informers if emulation is not None else None,
+                    eviction_cycle=emulation is None or emulation.eviction,
                 )
         finally:
             await supervisor.stop()
@@ -549,12 +555,14 @@ async def _run(
     kubelet_api: KubeletAPIRoute | None = None,
     pod_source: PodSourceRunner | None = None,
     informers: SharedInformers | None = None,
+    eviction_cycle: bool = True,
 ) -> None:
     """`host`: False for an emulated node (`Emulation`), which runs none of the host-level parts. `lease_renewer`:
     the Lease is renewed by it rather than by the node status manager (`Emulation.lease_renewer`). `pod_source`:
     the apiserver pod source is it rather than a list+watch of this node's own (`Emulation.pod_source`).
     `informers`: the Services and RuntimeClasses are read from them, run by their owner, rather than from a
-    list+watch of this node's own (`Emulation.informers`)."""
+    list+watch of this node's own (`Emulation.informers`). `eviction_cycle`: False runs no eviction cycle
+    (`Emulation.eviction`)."""
     recorder = EventRecorder(client, node_name) if client is not None else None
 
     def pod_event(
@@ -989,29 +997,32 @@ async def _run(
     # Memory threshold notification (kernelMemcgNotification, off by default as upstream): a crossed memory
     # threshold wakes the manager at once instead of at its next 10 s tick. Not on an emulated node (host cgroups).
     notifiers = configured_notifiers(config) if host else []
-    supervisor.start(
-        "eviction-manager",
-        eviction.run(
-            EvictionInputs(
-                summary=stats.summary,
-                active_pods=kubelet.active_pod_views,
-                evict=lambda pod, evicted: kubelet.evict_pod(
-                    pod,
-                    PodEviction(EVICTED, evicted.message, disruption_target=evicted.disruption_target),
-                    evicted.grace_period_seconds,
+    if eviction_cycle:
+        supervisor.start(
+            "eviction-manager",
+            eviction.run(
+                EvictionInputs(
+                    summary=stats.summary,
+                    active_pods=kubelet.active_pod_views,
+                    evict=lambda pod, evicted: kubelet.evict_pod(
+                        pod,
+                        PodEviction(EVICTED, evicted.message, disruption_target=evicted.disruption_target),
+                        evicted.grace_period_seconds,
+                    ),
+                    record_node_event=node_event,
+                    record_pod_event=lambda pod, type_, reason, message, annotations: pod_event(
+                        pod, type_, reason, message, annotations=annotations
+                    ),
+                    allocatable_memory=lambda: int(allocatable_memory) if allocatable_memory is not None else None,
+                    pod_cleaned_up=kubelet.pod_cleaned_up,
+                    delete_all_unused_containers=container_gc.delete_all_unused_containers,
+                    delete_unused_images=image_gc.delete_unused_images,
                 ),
-                record_node_event=node_event,
-                record_pod_event=lambda pod, type_, reason, message, annotations: pod_event(
-                    pod, type_, reason, message, annotations=annotations
-                ),
-                allocatable_memory=lambda: int(allocatable_memory) if allocatable_memory is not None else None,
-                pod_cleaned_up=kubelet.pod_cleaned_up,
-                delete_all_unused_containers=container_gc.delete_all_unused_containers,
-                delete_unused_images=image_gc.delete_unused_images,
+                notifiers,
             ),
-            notifiers,
-        ),
-    )
+        )
+    else:
+        log.info("eviction manager not started node=%s reason=emulated-node-without-eviction", node_name)
     if shutdown is not None:
         inputs = ShutdownInputs(
             active_pods=kubelet.active_pods,

@@ -103,6 +103,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     fleet.add_argument("--node-network", default=DEFAULT_NODE_NETWORK)
     fleet.add_argument("--pleg", default="evented", choices=("generic", "evented", "auto"))
     fleet.add_argument(
+        "--eviction",
+        action="store_true",
+        help="run every node's eviction manager (its cycle every 10 s over every pod; off by default: the only "
+        "thresholds an emulated node has are local-storage limits against the fake runtime's usage)",
+    )
+    fleet.add_argument(
         "--pod-watch",
         default=POD_WATCH_PER_NODE,
         choices=POD_WATCHES,
@@ -192,6 +198,7 @@ def options_from(
         pod_prefix_length=args.pod_prefix_length,
         node_network=args.node_network,
         pleg=args.pleg,
+        eviction=args.eviction,
         kubelet_port=args.kubelet_port,
         tls_cert_file=args.tls_cert_file,
         tls_private_key_file=args.tls_private_key_file,

@@ -45,13 +45,14 @@ async def run_fleet(options: FleetOptions, behaviour: Behaviour, stop: asyncio.E
     config = shared_config(options)
     result = FleetResult(nodes=[p.name for p in plans])
     log.info(
-        "fleet starting nodes=%d first=%s last=%s stagger=%s pod_watch=%s informers=%s",
+        "fleet starting nodes=%d first=%s last=%s stagger=%s pod_watch=%s informers=%s eviction=%s",
         len(plans),
         plans[0].name,
         plans[-1].name,
         options.stagger,
         options.pod_watch,
         "shared" if options.kubeconfig is not None else "per-node",
+        "on" if options.eviction else "off",
     )
     route: KubeletAPIRoute | None = None
     http = None

@@ -95,6 +95,7 @@ async def run_node(
         kubelet_api=kubelet_api,
         pod_source=pod_source,
         informers=informers,
+        eviction=options.eviction,
     )
     async with runtime:
         await run_emulated_agent(agent_options(plan, options), emulation)

@@ -56,6 +56,7 @@ class FleetOptions:
     tls_private_key_file: Path | None = None
     client_ca_file: Path | None = None  # the CA of client certificates (the apiserver's kubelet client)
     pod_watch: str = POD_WATCH_PER_NODE  # POD_WATCHES; shared watches with `kubeconfig`
+    eviction: bool = False  # every node runs the eviction manager's cycle (`Emulation.eviction`)
 
 
 @dataclass(frozen=True)

@@ -94,6 +94,8 @@ def fleet_argv(options: FleetOptions) -> list[str]:
             "--tls-private-key-file", str(options.tls_private_key_file),
             "--client-ca-file", str(options.client_ca_file),
         ]  # fmt: skip
+    if options.eviction:
+        argv.append("--eviction")
     return argv
 
 
@@ -136,6 +138,15 @@ def deployment(name: str, prefix: str, replicas: int = PODS) -> dict[str, Any]:
             },
         },
     }
+
+
+def over_its_storage_limit(name: str, prefix: str) -> dict[str, Any]:
+    """A bare pod for the fleet whose container may use 1Ki of ephemeral storage: less than the fake's 4 KiB
+    writable layer."""
+    template = deployment(name, prefix, 1)["spec"]["template"]
+    container = dict(template["spec"]["containers"][0], resources={"limits": {"ephemeral-storage": "1Ki"}})
+    spec = dict(template["spec"], containers=[container])
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NS}, "spec": spec}
 
 
 @contextlib.contextmanager
@@ -396,6 +407,8 @@ async def _run_fleet(admin: KubeClient, testbed: Testbed, options: FleetOptions,
     text = log.read_text()
     assert f"fleet stopped nodes={NODES} failed=0" in text
     assert "Traceback" not in text, first_traceback(text)
+    # Without --eviction no node runs the eviction cycle, and the fleet says so.
+    assert "eviction=off" in text, text[:2000]
     # The leases renewed above (each node under NodeRestriction, with its own certificate) were renewed on the
     # fleet's heartbeat thread, which ended with the fleet.
     assert "fleet lease heartbeats started" in text and "fleet lease heartbeats stopped" in text
@@ -409,7 +422,9 @@ async def test_fleet_with_a_shared_pod_watch_runs_and_deletes_pods(
     admin: KubeClient, testbed: Testbed, tmp_path: Path
 ) -> None:
     """Three nodes, the admin credential, one pod watch for them all: the pods Running, each on a fleet node; one
-    deleted by hand is stopped by its node and gone (its replacement Running); then all deleted and gone."""
+    deleted by hand is stopped by its node and gone (its replacement Running); then all deleted and gone. With
+    --eviction, the nodes run the eviction manager: a pod whose container's ephemeral-storage limit (1Ki) is below
+    the fake's writable-layer usage (4 KiB) is evicted, as upstream evicts it."""
     prefix = f"fleetsh-{uuid.uuid4().hex[:6]}"
     options = FleetOptions(
         nodes=SHARED_NODES,
@@ -417,6 +432,7 @@ async def test_fleet_with_a_shared_pod_watch_runs_and_deletes_pods(
         directory=tmp_path / "fleet",
         kubeconfig=testbed.layout.admin_kubeconfig,
         pod_watch="shared",
+        eviction=True,
     )
     log = tmp_path / "fleet.log"
     name = f"{prefix}-web"
@@ -468,9 +484,21 @@ async def test_fleet_with_a_shared_pod_watch_runs_and_deletes_pods(
                 return running if running and victim not in {p["metadata"]["name"] for p in running} else None
 
             await until(replaced, timeout=120, what=f"{victim} gone and replaced")
+            await admin.create(paths.pods(NS), over_its_storage_limit(f"{prefix}-hog", prefix))
+
+            async def evicted() -> dict[str, Any] | None:
+                status = (await admin.get(paths.pod(NS, f"{prefix}-hog"))).get("status") or {}
+                return status if status.get("phase") == "Failed" else None
+
+            status = await until(evicted, timeout=90, what="the pod over its ephemeral-storage limit evicted")
+            assert status.get("reason") == "Evicted", status
+            # Upstream's words: the pod's total limit is checked before each container's.
+            assert "exceeds the total limit of containers 1Ki" in str(status.get("message")), status
         finally:
             with contextlib.suppress(NotFound):
                 await admin.delete(f"{DEPLOYMENTS}/{name}")
+            with contextlib.suppress(NotFound):
+                await admin.delete(paths.pod(NS, f"{prefix}-hog"))
 
         async def all_gone() -> bool:
             return not await pods_now()
@@ -479,4 +507,5 @@ async def test_fleet_with_a_shared_pod_watch_runs_and_deletes_pods(
     assert fleet.returncode == 0, f"the fleet exited with {fleet.returncode}:\n{tail()}"
     text = log.read_text()
     assert "pod_watch=shared" in text and f"fleet stopped nodes={SHARED_NODES} failed=0" in text, tail()
+    assert "eviction=on" in text, text[:2000]
     assert "Traceback" not in text, first_traceback(text)

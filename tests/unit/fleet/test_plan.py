@@ -33,6 +33,11 @@ def test_a_shard_offset_keeps_names_and_addresses_stable() -> None:
     assert shard[0].start_after == 0.0
 
 
+def test_eviction_is_off_unless_asked() -> None:
+    assert options_from(build_parser().parse_args(["fleet", "--nodes", "1"]))[0].eviction is False
+    assert options_from(build_parser().parse_args(["fleet", "--nodes", "1", "--eviction"]))[0].eviction is True
+
+
 def test_pod_watch_is_per_node_unless_asked_and_shared_may_keep_per_node_credentials() -> None:
     assert options_from(build_parser().parse_args(["fleet", "--nodes", "1"]))[0].pod_watch == "per-node"
     args = build_parser().parse_args(
