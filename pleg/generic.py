@@ -38,7 +38,7 @@ from pleg.cache import PodStatusCache
 from pleg.clock import Clock, wall_seconds
 from pleg.events import PodLifecycleEvent, PodLifecycleEventType, send
 from pleg.health import GENERIC_RELIST, RelistDuration, relist_health
-from pleg.inspect import RuntimePod, inspect_pod, list_pods
+from pleg.inspect import RuntimePod, inspect_pod, list_pod, list_pods
 from pleg.metrics import PLEGMetrics
 from pleg.status import preserve_ips
 
@@ -237,7 +237,13 @@ class GenericPLEG:
         async with self._lock:
             timestamp = wall_seconds(self._clock)
             try:
-                pods = await list_pods(self._runtime, timeout=self._timeout)
+                if len(uids) == 1:
+                    # One pod (a pod worker's sync asks for its own): its objects by label, not every pod's. Listing
+                    # them all made the periodic resyncs quadratic in the pods of a node (py-spy, 2026-11-30).
+                    one = await list_pod(self._runtime, uids[0], timeout=self._timeout)
+                    pods = {} if one is None else {uids[0]: one}
+                else:
+                    pods = await list_pods(self._runtime, timeout=self._timeout)
             except CRIError as exc:
                 log.warning("pleg pod relist failed pods=%d error=%s", len(uids), exc)
                 return

@@ -61,6 +61,7 @@ class FakeRuntime:
         self.hold: dict[str, asyncio.Event] = {}
         self.calls: list[str] = []
         self.timeouts: list[float | None] = []
+        self.selectors: list[dict[str, str]] = []  # the label selector of every list call, in order
         # The event stream: one subscriber at a time, as containerd 1.7.
         self.unimplemented = False
         self.open_failures: list[CRIError] = []  # each stream opened pops one and fails with it
@@ -138,6 +139,7 @@ class FakeRuntime:
     ) -> list[api_pb2.PodSandbox]:
         await self._enter("ListPodSandbox", "", timeout)
         selector = dict(filter.label_selector) if filter is not None else {}
+        self.selectors.append(selector)
         return [
             api_pb2.PodSandbox(
                 id=s.id,
@@ -155,6 +157,7 @@ class FakeRuntime:
     ) -> list[api_pb2.Container]:
         await self._enter("ListContainers", "", timeout)
         selector = dict(filter.label_selector) if filter is not None else {}
+        self.selectors.append(selector)
         return [
             api_pb2.Container(
                 id=c.id,

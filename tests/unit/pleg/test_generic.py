@@ -267,9 +267,12 @@ async def test_relist_pods_updates_those_pods_and_marks_them_observed(
     c1, c2 = runtime.run_container(sb1, "main"), runtime.run_container(sb2, "main")
     runtime.calls.clear()
     reader = asyncio.create_task(cache.get_newer_than("u1", clock.wall().timestamp() - 1))
+    runtime.selectors.clear()
     await generic.relist_pods(["u1"])
     assert drain(channel) == [E("u1", T.CONTAINER_STARTED, c1)]
     assert "ListPodSandbox" in runtime.calls and (await reader).containers[0].status.id == c1
+    # One pod: its objects listed by its UID label, not every pod's.
+    assert runtime.selectors == [{"io.kubernetes.pod.uid": "u1"}] * 2
     # An unchanged pod is marked observed, so a worker waiting on it is answered.
     await clock.advance(1)
     unchanged = asyncio.create_task(cache.get_newer_than("u1", clock.wall().timestamp() - 0.5))
