@@ -272,6 +272,12 @@ def _object_fetcher(client: KubeClient | None) -> ObjectFetcher | None:
     return fetch
 
 
+def _stored_status(pod: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """A pod's status as the pod config keeps it (the apiserver's, as the sources last saw it), not copied."""
+    status = pod.get("status") if pod is not None else None
+    return status if isinstance(status, Mapping) else None
+
+
 async def _runtime_health(cri: RuntimeServices, runtime_state: RuntimeState) -> tuple[bool, str]:
     try:
         status = await cri.runtime.status(timeout=10)
@@ -829,7 +835,10 @@ async def _run(
             node=node_view if node_view is not None else lambda: None,
         )
     status_manager = StatusManager(
-        client, clock=clock, pod_api_uid=mirror_pods.api_uid if mirror_pods is not None else None
+        client,
+        clock=clock,
+        pod_api_uid=mirror_pods.api_uid if mirror_pods is not None else None,
+        pod_api_status=lambda uid: _stored_status(pod_config.pod_view(uid)),
     )
     try:
         # The safe sysctls of this kernel plus allowedUnsafeSysctls (which config validation has checked).

@@ -3,7 +3,7 @@
 `needs_update` ignores the times the kubelet stamps (as isPodStatusByKubeletEqual does), `merge_pod_status` puts
 the conditions the kubelet does not own back as the apiserver has them (upstream mergePodStatus), `status_patch`
 builds a strategic merge patch carrying only what changed, and `is_stale` refuses a status that would move the pod
-backwards: out of a terminal phase, or to a lower restart count.
+backwards: out of a terminal phase, or a terminated container running again against its restart policy.
 
 The patch is a strategic merge patch, as upstream's statusutil.PatchPodStatus sends: the lists v1.PodStatus merges
 by key (conditions by type, podIPs and hostIPs by ip) carry only the elements that changed, `$patch: delete` for
@@ -181,14 +181,6 @@ def status_patch(old: Mapping[str, Any], new: Mapping[str, Any], *, uid: str | N
     return patch
 
 
-def _restart_counts(status: Mapping[str, Any]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for key in ("initContainerStatuses", "containerStatuses", "ephemeralContainerStatuses"):
-        for container in status.get(key) or ():
-            counts[f"{key}/{container.get('name')}"] = int(container.get("restartCount", 0))
-    return counts
-
-
 def _illegal_restart(old: Mapping[str, Any], new: Mapping[str, Any], pod_spec: Mapping[str, Any]) -> bool:
     """A terminated container coming back though the restart policy forbids it (checkContainerStateTransition)."""
     policy = pod_spec.get("restartPolicy") or "Always"
@@ -218,19 +210,19 @@ def is_stale(
 ) -> bool:
     """True when `new` would move the pod backwards from `old`, and must not be sent.
 
-    A terminal phase (Succeeded, Failed) is never left for a running one and a container's restartCount never
-    decreases. A terminal phase the apiserver does not show yet (`old_sent` False: a kill's Failed held back while
-    containers ran) may still become the other terminal phase, as upstream's status after the kill is computed
-    from how the containers ended (all exited 0: Succeeded); once sent it never changes (upstream refuses a
-    transition out of the API's terminal phase). With `pod_spec`, a terminated container may not leave that state
-    unless the restart policy lets it restart.
+    A terminal phase (Succeeded, Failed) is never left for a running one. A container's restartCount may decrease,
+    as upstream lets it (its status manager checks phases and terminated containers only): after the runtime lost
+    its containers (a node's reboot, an emulated node's restart) the count comes from the container's log directory
+    (calcRestartCountByLogDir), which may be below the count shown meanwhile; refusing it would strand the pod in
+    its interim status (waiting) for good. A terminal phase the apiserver does not show yet (`old_sent` False: a
+    kill's Failed held back while containers ran) may still become the other terminal phase, as upstream's status
+    after the kill is computed from how the containers ended (all exited 0: Succeeded); once sent it never changes
+    (upstream refuses a transition out of the API's terminal phase). With `pod_spec`, a terminated container may
+    not leave that state unless the restart policy lets it restart.
     """
     if old is None:
         return False
     old_phase, new_phase = old.get("phase"), new.get("phase")
     if old_phase in TERMINAL_PHASES and new_phase != old_phase and (old_sent or new_phase not in TERMINAL_PHASES):
-        return True
-    new_counts = _restart_counts(new)
-    if any(name in new_counts and new_counts[name] < count for name, count in _restart_counts(old).items()):
         return True
     return pod_spec is not None and _illegal_restart(old, new, pod_spec)

@@ -31,6 +31,12 @@ A static pod's status goes to its mirror pod (upstream: TranslatePodUID). `pod_a
 carries a pod's status: the pod itself, a static pod's current mirror, or none yet. The patch's UID precondition is
 that object's UID; a status waits while there is none; and when the object changes (a mirror deleted and created
 again) the new one is read and the status sent to it, even if the status itself did not change.
+
+Reconcile (upstream's needsReconcile, every `sync_period`): `pod_api_status` is the pod's status as the pod sources
+last saw it in the apiserver. When it no longer agrees with the status kept here (someone else wrote it: the node
+lifecycle controller marks every pod of a node it has not heard from not Ready), the pod is read and the kept status
+sent again, though it did not change here: the kubelet is the source of truth of the pod's status. Each status the
+sources hand over is compared once (kept by identity: the pod config hands out a new object for a new status).
 """
 
 from __future__ import annotations
@@ -69,6 +75,7 @@ class _Entry:
     gone: bool = False  # the pod with this UID no longer exists in the apiserver: never send again
     api_uid: str = ""  # the UID of the API object the status goes to (a static pod's mirror; else `uid`)
     waiting: bool = False  # no API object carries this pod's status yet (a static pod without its mirror)
+    compared: object = None  # the sources' API status last compared with ours (reconcile), kept by identity
 
     @property
     def ref(self) -> str:
@@ -114,6 +121,7 @@ class StatusManager:
         sync_period: float = DEFAULT_SYNC_PERIOD,
         pod_api_uid: Callable[[str], str | None] | None = None,
         could_have_running_containers: Callable[[str], bool] | None = None,
+        pod_api_status: Callable[[str], Mapping[str, Any] | None] | None = None,
     ) -> None:
         self._client = client
         self._clock = clock
@@ -121,6 +129,10 @@ class StatusManager:
         self._pod_api_uid = pod_api_uid
         # By pod UID: whether its containers may still run (set once the pod workers exist); None: never.
         self.could_have_running_containers = could_have_running_containers
+        # By the UID of the API object: its status as the pod sources last saw it; None: no reconcile.
+        self._pod_api_status = pod_api_status
+        self._next_reconcile = 0.0
+        self.reconciled = 0  # statuses sent again because the apiserver's differed (someone else wrote it)
         self._entries: dict[str, _Entry] = {}
         self._wake = asyncio.Event()
         self.patches_sent = 0  # status patches sent to the apiserver, whatever their outcome
@@ -247,11 +259,32 @@ class StatusManager:
             return
         for entry in list(self._entries.values()):
             self._retarget(entry)
+        if self._pod_api_status is not None and self._clock.monotonic() >= self._next_reconcile:
+            self._next_reconcile = self._clock.monotonic() + self._sync_period
+            for entry in self._entries.values():
+                self._reconcile(entry)
         for entry in [e for e in self._entries.values() if e.dirty]:
             try:
                 await self._sync_pod(self._client, entry)
             except Exception:
                 log.exception("pod status sync failed pod=%s uid=%s", entry.ref, entry.uid)
+
+    def _reconcile(self, entry: _Entry) -> None:
+        """Upstream's needsReconcile: a status the apiserver shows that differs from ours is sent again."""
+        if self._pod_api_status is None or entry.dirty or entry.gone or entry.waiting:
+            return
+        seen = self._pod_api_status(entry.api_uid)
+        if seen is None or seen is entry.compared:
+            return
+        entry.compared = seen
+        could_run = self.could_have_running_containers is not None and self.could_have_running_containers(entry.uid)
+        ours = merge_pod_status(seen, entry.status, could_have_running_containers=could_run, now=self._clock.wall())
+        if not needs_update(seen, ours):
+            return
+        log.info("pod status differs from the apiserver's, sending it again pod=%s uid=%s", entry.ref, entry.uid)
+        self.reconciled += 1
+        entry.refresh = True  # the apiserver's status is the base of the patch
+        entry.synced_version = 0
 
     def _retarget(self, entry: _Entry) -> None:
         """Follow the API object that carries the pod's status (a static pod's mirror comes and goes)."""
