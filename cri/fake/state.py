@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import itertools
+import secrets
 from dataclasses import dataclass, field
 
 from cri.v1 import api_pb2
@@ -44,10 +45,12 @@ class Container:
 
 
 class Ids:
-    """64-hex ids as containerd's, unique within one fake (seeded by its name so two fakes never share one)."""
+    """64-hex ids as containerd's: seeded by the fake's name and a random nonce, so that two fakes never share one,
+    and neither do two lives of one (a fleet process started again after a crash makes new containers for the same
+    pods, and the API must not see the old containers' ids come back, as it would not from containerd)."""
 
     def __init__(self, seed: str) -> None:
-        self._seed = seed
+        self._seed = f"{seed}/{secrets.token_hex(8)}"
         self._count = itertools.count(1)
 
     def next(self) -> str:

@@ -167,6 +167,10 @@ async def test_ids_differ_between_fakes_and_create_needs_the_image(logs: str) ->
     one, two = FakeCRI("n1"), FakeCRI("n2")
     config = sandbox_config("a", logs)
     assert await one.runtime.run_pod_sandbox(config) != await two.runtime.run_pod_sandbox(config)
+    # Nor between two lives of one node's fake (a fleet started again after a crash): the API would see the old
+    # containers' ids come back.
+    again = FakeCRI("n1")
+    assert await again.runtime.run_pod_sandbox(config) != (await one.runtime.list_pod_sandbox())[0].id
     sandbox = await one.runtime.run_pod_sandbox(config)
     with pytest.raises(NotFoundError):
         await one.runtime.create_container(sandbox, container_config("c", IMAGE, ["x"]), config)
