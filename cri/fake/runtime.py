@@ -286,7 +286,9 @@ class FakeRuntimeService:
                 raise _unknown("StartContainer", f"container {container.id!r} was stopped or removed while starting")
         argv = [*container.config.command, *container.config.args]
         now = self._now_ns()
-        if container.log_path:
+        # Without a sandbox log directory the path would be relative to the process (containerd's cwd): nothing is
+        # written then (the kubelet always gives one).
+        if container.log_path and self.sandboxes[container.sandbox_id].config.log_directory:
             # On the loop's default executor: making the directory and the file costs the kernel 0.5-1 ms on an
             # ext4 disk (docs/fleet.md, "Container logs on emulated nodes"), which the event loop of a fleet does
             # not wait for; it pays about 0.13 ms to hand the write over.

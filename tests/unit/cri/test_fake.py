@@ -239,6 +239,10 @@ async def _pod(fake: FakeCRI, logs: str, annotations: dict[str, str]) -> tuple[s
     return await fake.runtime.run_pod_sandbox(config), config
 
 
+def _exists(path: str) -> bool:
+    return Path(path).exists()
+
+
 def _bytes(path: str) -> bytes:
     return Path(path).read_bytes()
 
@@ -310,6 +314,21 @@ async def test_no_log_path_no_file(logs: str) -> None:
     container.log_path = ""
     await fake.runtime.start_container(await fake.runtime.create_container(sandbox, container, config))
     assert os.listdir(logs) == []
+
+
+async def test_no_log_directory_no_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    fake = FakeCRI("n1")
+    config = sandbox_config("p", str(tmp_path / "unused"))
+    config.log_directory = ""
+    await fake.image.pull_image(api_pb2.ImageSpec(image=IMAGE))
+    sandbox = await fake.runtime.run_pod_sandbox(config)
+    cid = await fake.runtime.create_container(sandbox, container_config("c", IMAGE, ["echo", "x"]), config)
+    await fake.runtime.start_container(cid)
+    assert sorted(os.listdir(tmp_path)) == ["unused"] and not os.listdir(tmp_path / "unused")
+    # (the path the status reports, the empty directory joined to the file's name)
+    assert (await fake.runtime.container_status(cid)).status.log_path == "/c_0.log"
+    assert not _exists("/c_0.log")
 
 
 async def test_a_log_file_that_cannot_be_opened_fails_the_start_as_containerd(
