@@ -778,7 +778,8 @@ async def _run(
         if config.cgroups_per_qos and host
         else None
     )
-    # An emulated node's runtime writes no logs, and its pod log directories are its own, not the host's.
+    # An emulated node's pod log directories are its own, not the host's: its fake runtime writes the containers'
+    # log files there (cri/fake/logs.py), and the kubelet API's containerLogs reads them.
     pod_log_dir_root = config.pod_logs_dir if host else str(options.root_dir / "pod-logs")
     runtime = RuntimeManager(
         runtime_service,

@@ -20,6 +20,7 @@ from typing import Any
 from cri.errors import CRIError
 from cri.service import ImageService, RuntimeService
 from cri.v1 import api_pb2
+from nodeagent.server import logs as reader
 from tests.integration import crifixtures as fixtures
 
 Transcript = list[tuple[Any, ...]]
@@ -279,3 +280,105 @@ async def run_events_scenario(
     finally:
         follower.cancel()
         await asyncio.gather(follower, return_exceptions=True)
+
+
+# --- container log files ---------------------------------------------------------------------------------------
+
+# name, command, log path (relative to the sandbox's log directory: a nested one makes the runtime create its
+# directory, as the agent's `<container>/<restartCount>.log` does), started?
+LOG_CONTAINERS: list[tuple[str, list[str], str, bool]] = [
+    ("echo", ["echo", "hello", "world"], "echo/0.log", True),
+    ("shecho", ["sh", "-c", "echo hi   there"], "shecho_0.log", True),
+    ("partial", ["echo", "-n", "no newline"], "partial_0.log", True),
+    ("empty", ["echo"], "empty_0.log", True),
+    ("silent", ["true"], "silent_0.log", True),
+    ("never", ["echo", "unseen"], "never/0.log", False),
+]
+
+
+async def read_log_file(path: Path) -> dict[str, Any]:
+    """A log file as records (stream, tag, content), whether every timestamp parses (RFC3339 with a zone), its
+    mode, and what the agent's own reader (`nodeagent/server/logs.py`) serves from it: plain, and with timestamps
+    (each line's time checked to parse, then cut off)."""
+    data, mode = _contents(path)
+    records = [reader.parse_record(line) for line in data.split(b"\n")[:-1]]
+    served: dict[str, str] = {}
+    for kind, options in (("plain", reader.LogOptions()), ("timestamps", reader.LogOptions(timestamps=True))):
+        out = bytearray()
+
+        async def emit(chunk: bytes, out: bytearray = out) -> None:
+            out.extend(chunk)
+
+        await reader.read_logs(str(path), options, emit)
+        served[kind] = out.decode()
+    stamped = served["timestamps"].splitlines(keepends=True)
+    for line in stamped:
+        reader.parse_cri_time(line.split(" ", 1)[0])
+    served["timestamps"] = "".join(line.split(" ", 1)[1] for line in stamped)
+    for record in records:
+        reader.parse_cri_time(record.raw_time.decode())
+    return {
+        "mode": oct(mode),
+        "records": [(r.stream, "P" if r.partial else "F", r.content.decode()) for r in records],
+        "served": served,
+    }
+
+
+def _contents(path: Path) -> tuple[bytes, int]:
+    return path.read_bytes(), path.stat().st_mode & 0o777
+
+
+def _written(path: Path, want_bytes: bool) -> bool:
+    return path.exists() and (not want_bytes or path.stat().st_size > 0)
+
+
+def _dir_mode(path: Path) -> int:
+    return path.parent.stat().st_mode & 0o777
+
+
+def _existing(paths: dict[str, Path]) -> list[str]:
+    return sorted(name for name, path in paths.items() if path.exists())
+
+
+async def _wait_written(path: Path, want_bytes: bool) -> None:
+    """containerd writes a process's output after the exit is reported, a moment later: wait for it (the fake has
+    written it at start)."""
+    for _ in range(100):
+        if _written(path, want_bytes):
+            return
+        await asyncio.sleep(0.05)
+
+
+async def run_log_scenario(runtime: RuntimeService, image_name: str, log_dir: str) -> Transcript:
+    """The log files of LOG_CONTAINERS: none before StartContainer, then each one's records and what the agent's
+    reader serves, the exit, and the file kept after RemoveContainer (the kubelet removes it, not the runtime).
+    The image must be pulled already."""
+    out: Transcript = []
+    config = sandbox_config(f"logs-{uuid.uuid4().hex[:6]}", log_dir)
+    sandbox_id = await runtime.run_pod_sandbox(config)
+    try:
+        ids: dict[str, str] = {}
+        for name, command, log_path, _ in LOG_CONTAINERS:
+            container = container_config(name, image_name, command)
+            container.log_path = log_path
+            ids[name] = await runtime.create_container(sandbox_id, container, config)
+        paths = {name: Path(log_dir) / log_path for name, _, log_path, _ in LOG_CONTAINERS}
+        out.append(("files_after_create", _existing(paths)))
+        for name, _, _, started in LOG_CONTAINERS:
+            if started:
+                await runtime.start_container(ids[name])
+        for name, _, _, started in LOG_CONTAINERS:
+            if not started:
+                continue
+            status = await _wait_exit(runtime, ids[name])
+            await _wait_written(paths[name], name != "silent")
+            out.append(("exited", name, status.exit_code, status.reason, await read_log_file(paths[name])))
+        out.append(("dir_mode", oct(_dir_mode(paths["echo"]))))
+        out.append(("never_started_file", _existing({"never": paths["never"]}) == ["never"]))
+        await runtime.remove_container(ids["echo"])
+        out.append(("file_after_remove", _existing({"echo": paths["echo"]}) == ["echo"]))
+    finally:
+        with contextlib.suppress(CRIError):
+            await runtime.stop_pod_sandbox(sandbox_id)
+            await runtime.remove_pod_sandbox(sandbox_id)
+    return out

@@ -36,6 +36,7 @@ class Container:
     finished_at: int = 0
     exit_code: int = 0
     reason: str = ""
+    message: str = ""
     # Usage, from the pod's behaviour at start.
     cpu_millicores: int = 0
     memory_bytes: int = 0
@@ -138,6 +139,7 @@ def container_status(c: Container) -> api_pb2.ContainerStatus:
         image=c.config.image,
         image_ref=c.image_ref,
         reason=c.reason,
+        message=c.message,
         labels=c.config.labels,
         annotations=c.config.annotations,
         mounts=c.config.mounts,

@@ -10,7 +10,7 @@ from cri.fake import FakeCRI
 from cri.v1 import api_pb2
 from nodeagent.testbed import configs
 from nodeagent.testbed.layout import Settings
-from tests.cricontract import run_events_scenario, run_scenario
+from tests.cricontract import run_events_scenario, run_log_scenario, run_scenario
 
 
 async def test_fake_runtime_transcript_matches_containerd(
@@ -37,3 +37,20 @@ async def test_fake_runtime_events_match_containerd(cri_client: CRIClient, setti
     fake = await run_events_scenario(fake_cri.runtime, image, str(tmp_path / "fake"))
     assert real, "containerd sent no event"
     assert fake == real
+
+
+async def test_fake_runtime_log_files_match_containerd(
+    cri_client: CRIClient, settings: Settings, tmp_path: Path
+) -> None:
+    """The same containers (echo, `sh -c "echo ..."`, `echo -n`, a bare echo, a silent one, one never started) leave
+    the same log files on both runtimes: the same records, the same modes and directories, the same answer from the
+    agent's log reader; none before StartContainer, and the file kept by RemoveContainer."""
+    image = configs.busybox_image(settings)
+    await cri_client.image.pull_image(api_pb2.ImageSpec(image=image))
+    real = await run_log_scenario(cri_client.runtime, image, str(tmp_path / "real"))
+    fake_cri = FakeCRI("contract")
+    await fake_cri.image.pull_image(api_pb2.ImageSpec(image=image))
+    fake = await run_log_scenario(fake_cri.runtime, image, str(tmp_path / "fake"))
+    assert real[1][:4] == ("exited", "echo", 0, "Completed"), real
+    for got, want in zip(fake, real, strict=True):
+        assert got == want, f"fake: {got}\ncontainerd: {want}"

@@ -1,25 +1,37 @@
 """The fake runtime alone: the contract scenario's outcomes (compared with containerd's in
-tests/integration/test_fake_cri_contract.py) and the configurable behaviour (exits, OOM, latency, usage)."""
+tests/integration/test_fake_cri_contract.py), the configurable behaviour (exits, OOM, latency, usage) and the
+container log files (their records, read back by the agent's own log reader)."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
 from pathlib import Path
 
 import pytest
 
-from cri.errors import NotFoundError
+from cri.errors import NotFoundError, UnknownCRIError
 from cri.fake import Behaviour, FakeCRI
 from cri.fake import behaviour as behaviours
+from cri.fake import logs as fakelogs
 from cri.v1 import api_pb2
-from tests.cricontract import container_config, run_events_scenario, run_scenario, sandbox_config
+from nodeagent.server import logs as reader
+from tests.cricontract import (
+    container_config,
+    read_log_file,
+    run_events_scenario,
+    run_log_scenario,
+    run_scenario,
+    sandbox_config,
+)
 
 IMAGE = "registry.test/busybox:1.35"
 
 
 @pytest.fixture
 def logs(tmp_path: Path) -> str:
-    """The pods' log directory (the request builders make it; the fake writes nothing there)."""
+    """The pods' log directory (the request builders make it; the fake writes its containers' log files there)."""
     return str(tmp_path / "logs")
 
 
@@ -197,3 +209,224 @@ async def test_list_views_are_fresh_messages_that_follow_the_state(logs: str) ->
     await fake.runtime.stop_pod_sandbox(sandbox.id)
     (sandbox_stopped,) = await fake.runtime.list_pod_sandbox()
     assert sandbox_stopped.state == api_pb2.SANDBOX_NOTREADY
+
+
+# --- container log files ------------------------------------------------------------------------------------------
+
+
+async def test_log_files_as_containerd_leaves_them(logs: str) -> None:
+    # What test_fake_cri_contract.py compares with containerd's, pinned for the fake alone.
+    fake = FakeCRI("n1")
+    await fake.image.pull_image(api_pb2.ImageSpec(image=IMAGE))
+    transcript = await run_log_scenario(fake.runtime, IMAGE, logs)
+
+    def served(records: list[tuple[str, str, str]], text: str) -> dict[str, object]:
+        return {"mode": "0o640", "records": records, "served": {"plain": text, "timestamps": text}}
+
+    assert transcript == [
+        ("files_after_create", []),
+        ("exited", "echo", 0, "Completed", served([("stdout", "F", "hello world")], "hello world\n")),
+        ("exited", "shecho", 0, "Completed", served([("stdout", "F", "hi there")], "hi there\n")),
+        ("exited", "partial", 0, "Completed", served([("stdout", "P", "no newline")], "no newline")),
+        ("exited", "empty", 0, "Completed", served([("stdout", "F", "")], "\n")),
+        ("exited", "silent", 0, "Completed", served([], "")),
+        ("dir_mode", "0o755"),
+        ("never_started_file", False),
+        ("file_after_remove", True),
+    ]
+
+
+async def _pod(fake: FakeCRI, logs: str, annotations: dict[str, str]) -> tuple[str, api_pb2.PodSandboxConfig]:
+    config = sandbox_config("p", logs)
+    config.annotations.update(annotations)
+    await fake.image.pull_image(api_pb2.ImageSpec(image=IMAGE))
+    return await fake.runtime.run_pod_sandbox(config), config
+
+
+def _exists(path: str) -> bool:
+    return Path(path).exists()
+
+
+def _bytes(path: str) -> bytes:
+    return Path(path).read_bytes()
+
+
+async def _serve(path: str, options: reader.LogOptions) -> bytes:
+    out = bytearray()
+
+    async def emit(chunk: bytes) -> None:
+        out.extend(chunk)
+
+    await reader.read_logs(path, options, emit)
+    return bytes(out)
+
+
+async def test_log_annotation_lines_are_read_back_by_the_agents_reader(logs: str) -> None:
+    clock = [1_764_508_800_250_000_000]  # 2025-11-30T13:20:00.25Z
+    fake = FakeCRI("n1", now_ns=lambda: clock[0])
+    cid = await _started(fake, logs, {behaviours.LOG: "first line\nsecond  line"}, ["server"])
+    status = (await fake.runtime.container_status(cid)).status
+    assert status.state == api_pb2.CONTAINER_RUNNING  # the text changes what it writes, not its fate
+    assert _bytes(status.log_path) == (
+        b"2025-11-30T13:20:00.25Z stdout F first line\n2025-11-30T13:20:00.25Z stdout F second  line\n"
+    )
+    assert await _serve(status.log_path, reader.LogOptions()) == b"first line\nsecond  line\n"
+    assert await _serve(status.log_path, reader.LogOptions(tail=1)) == b"second  line\n"
+    assert await _serve(status.log_path, reader.LogOptions(tail=1, timestamps=True)) == (
+        b"2025-11-30T13:20:00.25Z second  line\n"
+    )
+
+
+async def test_the_annotation_wins_over_echo_and_applies_to_every_container_of_the_pod(logs: str) -> None:
+    fake = FakeCRI("n1")
+    sandbox, config = await _pod(fake, logs, {behaviours.LOG: "from the annotation\n"})
+    files = []
+    for name, command in (("init", ["echo", "ignored"]), ("main", ["serve"])):
+        cid = await fake.runtime.create_container(sandbox, container_config(name, IMAGE, command), config)
+        await fake.runtime.start_container(cid)
+        files.append((await read_log_file(Path(logs) / f"{name}_0.log"))["records"])
+    assert files == [[("stdout", "F", "from the annotation")]] * 2
+
+
+async def test_an_empty_annotation_writes_an_empty_file_and_a_server_writes_nothing(logs: str) -> None:
+    fake = FakeCRI("n1")
+    sandbox, config = await _pod(fake, logs, {behaviours.LOG: ""})
+    quiet = await fake.runtime.create_container(sandbox, container_config("quiet", IMAGE, ["echo", "x"]), config)
+    await fake.runtime.start_container(quiet)
+    assert _bytes(f"{logs}/quiet_0.log") == b""
+    server = await _started(fake, logs, {}, ["nginx", "-g", "daemon off;"])
+    assert _bytes((await fake.runtime.container_status(server)).status.log_path) == b""
+
+
+async def test_each_attempt_has_its_own_file_so_previous_logs_stay(logs: str) -> None:
+    # The agent gives each restart its own path (<container>/<restartCount>.log): the attempts' files sit side by side.
+    fake = FakeCRI("n1")
+    sandbox, config = await _pod(fake, logs, {})
+    for attempt in (0, 1):
+        container = container_config("c", IMAGE, ["echo", f"attempt {attempt}"])
+        container.log_path = f"c/{attempt}.log"
+        await fake.runtime.start_container(await fake.runtime.create_container(sandbox, container, config))
+    assert sorted(os.listdir(Path(logs) / "c")) == ["0.log", "1.log"]
+    assert await _serve(str(Path(logs) / "c" / "0.log"), reader.LogOptions()) == b"attempt 0\n"
+    assert await _serve(str(Path(logs) / "c" / "1.log"), reader.LogOptions()) == b"attempt 1\n"
+
+
+async def test_no_log_path_no_file(logs: str) -> None:
+    fake = FakeCRI("n1")
+    sandbox, config = await _pod(fake, logs, {})
+    container = container_config("c", IMAGE, ["echo", "x"])
+    container.log_path = ""
+    await fake.runtime.start_container(await fake.runtime.create_container(sandbox, container, config))
+    assert os.listdir(logs) == []
+
+
+async def test_no_log_directory_no_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    fake = FakeCRI("n1")
+    config = sandbox_config("p", str(tmp_path / "unused"))
+    config.log_directory = ""
+    await fake.image.pull_image(api_pb2.ImageSpec(image=IMAGE))
+    sandbox = await fake.runtime.run_pod_sandbox(config)
+    cid = await fake.runtime.create_container(sandbox, container_config("c", IMAGE, ["echo", "x"]), config)
+    await fake.runtime.start_container(cid)
+    assert sorted(os.listdir(tmp_path)) == ["unused"] and not os.listdir(tmp_path / "unused")
+    # (the path the status reports, the empty directory joined to the file's name)
+    assert (await fake.runtime.container_status(cid)).status.log_path == "/c_0.log"
+    assert not _exists("/c_0.log")
+
+
+async def test_a_log_file_that_cannot_be_opened_fails_the_start_as_containerd(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The pod's log directory's parent is a regular file: the directory cannot be made.
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    fake = FakeCRI("n1")
+    sandbox, config = await _pod(fake, str(tmp_path / "logs"), {})
+    config.log_directory = str(blocker / "pod")
+    fake.runtime.sandboxes[sandbox].config.log_directory = str(blocker / "pod")
+    cid = await fake.runtime.create_container(sandbox, container_config("c", IMAGE, ["echo", "x"]), config)
+    with caplog.at_level(logging.WARNING, logger="cri.fake.runtime"), pytest.raises(UnknownCRIError) as failed:
+        await fake.runtime.start_container(cid)
+    assert "failed to create container loggers: failed to create and open log file: mkdir" in failed.value.message
+    status = (await fake.runtime.container_status(cid)).status
+    assert (api_pb2.ContainerState.Name(status.state), status.exit_code, status.reason) == (
+        "CONTAINER_EXITED",
+        128,
+        "StartError",
+    )
+    assert status.message == failed.value.message and status.started_at == 0 and status.finished_at > 0
+    assert f"fake container start failed id={cid[:12]} reason=StartError" in caplog.text
+    # The node goes on: the next container, with a log directory it can make, starts.
+    running = await _started(fake, str(tmp_path / "logs"), {}, ["serve"])
+    assert (await fake.runtime.container_status(running)).status.state == api_pb2.CONTAINER_RUNNING
+
+
+async def test_a_full_disk_loses_the_output_and_the_container_runs(logs: str, caplog: pytest.LogCaptureFixture) -> None:
+    # /dev/full opens and refuses every write with ENOSPC, as a full disk does.
+    fake = FakeCRI("n1")
+    sandbox, config = await _pod(fake, logs, {})
+    config.log_directory = "/dev"
+    fake.runtime.sandboxes[sandbox].config.log_directory = "/dev"
+    container = container_config("c", IMAGE, ["sleep", "3600"])
+    container.log_path = "full"
+    fake.runtime.behaviour = Behaviour(log="lost\n")
+    cid = await fake.runtime.create_container(sandbox, container, config)
+    with caplog.at_level(logging.WARNING, logger="cri.fake.logs"):
+        await fake.runtime.start_container(cid)
+    assert (await fake.runtime.container_status(cid)).status.state == api_pb2.CONTAINER_RUNNING
+    assert f"fake container log write failed id={cid[:12]} path=/dev/full bytes=" in caplog.text
+    assert "error=No space left on device" in caplog.text
+
+
+async def test_reopen_after_a_rotation_starts_a_new_file(logs: str) -> None:
+    fake = FakeCRI("n1")
+    cid = await _started(fake, logs, {behaviours.LOG: "before"}, ["serve"])
+    path = (await fake.runtime.container_status(cid)).status.log_path
+    os.rename(path, path + ".20251130-132000")
+    await fake.runtime.reopen_container_log(cid)
+    assert _bytes(path) == b"" and _bytes(path + ".20251130-132000").endswith(b" stdout F before\n")
+
+
+@pytest.mark.parametrize(
+    ("argv", "printed"),
+    [
+        (["echo", "hello", "world"], "hello world\n"),
+        (["/bin/echo", "a"], "a\n"),
+        (["echo"], "\n"),
+        (["echo", "-n", "x", "y"], "x y"),
+        (["echo", "-e", "a\\tb"], None),
+        (["sh", "-c", "echo  one   two "], "one two\n"),
+        (["sh", "-c", "echo -n part"], "part"),
+        (["sh", "-c", "echo $HOME"], None),
+        (["sh", "-c", "echo a; sleep 1"], None),
+        (["sh", "-c", "echo 'quoted words'"], None),
+        (["sh", "-c", "echo a > /tmp/x"], None),
+        (["printf", "x"], None),
+        ([], None),
+    ],
+)
+def test_echo_output(argv: list[str], printed: str | None) -> None:
+    assert behaviours.echo_output(argv) == printed
+    assert (behaviours.command_fate(argv) == behaviours.Fate(0.0, 0)) == (printed is not None)
+
+
+@pytest.mark.parametrize(
+    ("now_ns", "stamp"),
+    [
+        (1_764_508_800_000_000_000, "2025-11-30T13:20:00Z"),
+        (1_764_508_800_000_000_001, "2025-11-30T13:20:00.000000001Z"),
+        (1_764_508_800_120_000_000, "2025-11-30T13:20:00.12Z"),
+    ],
+)
+def test_timestamps_are_gos_rfc3339nano(now_ns: int, stamp: str) -> None:
+    assert fakelogs.timestamp(now_ns) == stamp
+    assert reader.format_go_rfc3339nano(stamp.encode()) == stamp.encode()
+
+
+def test_records_split_long_lines_as_containerd() -> None:
+    long = "x" * (fakelogs.MAX_LINE_BYTES + 5)
+    data = fakelogs.records(f"{long}\nend", 1_764_508_800_000_000_000)
+    assert [line.split(b" ", 3)[2] for line in data.splitlines()] == [b"P", b"F", b"P"]
+    assert data.splitlines()[1].endswith(b" F xxxxx")
+    assert fakelogs.records("", 0) == b""
