@@ -10,7 +10,10 @@ a testbed (an existing one with `--testbed DIR`, or one brought up and down here
   and the intervals between two renewTimes of one lease give p50/p99/max. RSS and PSS of the process, and the load
   average, are read at the end of the window (the load average at the start too), and the apiserver's watches
   of pods, Services and RuntimeClasses from its /metrics (apiserver_longrunning_requests{verb="WATCH",resource=...},
-  all clients included: the scheduler's, the controllers', the fleet's).
+  all clients included: the scheduler's, the controllers', the fleet's). The apiserver's request mix over the window
+  is the difference of its apiserver_request_total between the window's start and end, by verb and resource
+  (subresource after a slash), per second, every client included (the lease poller's LIST of leases is the
+  benchmark's own).
 From all Ready to the end of the window a watch of the nodes counts every Ready -> not Ready change (NotReady
 flaps). Then the Deployment is deleted (the nodes delete their pods), the fleet is stopped (SIGTERM) and its Nodes
 are deleted.
@@ -216,12 +219,47 @@ def _watches(metrics: str, resource: str) -> int | None:
     return total if seen else None
 
 
-async def _apiserver_watches(admin: KubeClient) -> dict[str, int | None]:
+def _label(labels: str, name: str) -> str:
+    start = labels.find(f'{name}="')
+    if start < 0:
+        return ""
+    start += len(name) + 2
+    return labels[start : labels.index('"', start)]
+
+
+def request_counts(metrics: str) -> dict[str, float]:
+    """apiserver_request_total summed by "VERB resource[/subresource]" (codes, scopes and versions together)."""
+    counts: dict[str, float] = {}
+    for line in metrics.splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        labels, _, value = line.rpartition(" ")
+        resource, sub = _label(labels, "resource"), _label(labels, "subresource")
+        key = f"{_label(labels, 'verb')} {resource}{'/' + sub if sub else ''}"
+        counts[key] = counts.get(key, 0.0) + float(value)
+    return counts
+
+
+def request_mix(before: dict[str, float], after: dict[str, float], seconds: float, top: int = 10) -> dict[str, float]:
+    """The `top` busiest "VERB resource" by requests per second between two `request_counts`, and "total"."""
+    rates = {key: (n - before.get(key, 0.0)) / seconds for key, n in after.items()}
+    busiest = sorted(((r, k) for k, r in rates.items() if r > 0), reverse=True)[:top]
+    mix = {key: round(rate, 2) for rate, key in busiest}
+    mix["total"] = round(sum(r for r in rates.values() if r > 0), 2)
+    return mix
+
+
+async def _apiserver_metrics(admin: KubeClient) -> str | None:
     credentials = admin.credentials
     headers = {"Authorization": f"Bearer {credentials.token}"} if credentials.token else {}
     async with httpx.AsyncClient(base_url=credentials.server, verify=ssl_context(credentials), headers=headers) as http:
         answer = await http.get("/metrics", timeout=30)
-    return {r: _watches(answer.text, r) if answer.status_code == 200 else None for r in WATCHED}
+    return answer.text if answer.status_code == 200 else None
+
+
+async def _apiserver_watches(admin: KubeClient) -> dict[str, int | None]:
+    metrics = await _apiserver_metrics(admin)
+    return {r: _watches(metrics, r) if metrics is not None else None for r in WATCHED}
 
 
 def _cpu_seconds(proc: psutil.Process | None) -> float:
@@ -295,10 +333,13 @@ async def _scenario(
             )
         apiserver, etcd = _testbed_process(bed, "kube-apiserver"), _testbed_process(bed, "etcd")
         result["cpu_s_before_steady"] = round(_cpu_seconds(proc), 2)
+        requests_before = request_counts(await _apiserver_metrics(admin) or "")
         before = _cpu_seconds(proc), _cpu_seconds(apiserver), _cpu_seconds(etcd)
         began = time.monotonic()
         intervals, latencies = await _lease_intervals(admin, prefix, steady)
         elapsed = time.monotonic() - began
+        requests_after = request_counts(await _apiserver_metrics(admin) or "")
+        result["apiserver_requests_per_s"] = request_mix(requests_before, requests_after, time.monotonic() - began)
         cpu, apiserver_cpu, etcd_cpu = (
             after - first
             for after, first in zip(
@@ -500,6 +541,13 @@ def summary_line(r: dict[str, Any], name: str = "fleet") -> str:
         + (
             f", {r['apiserver_service_watches']} Service / {r['apiserver_runtimeclass_watches']} RuntimeClass watches"
             if r.get("apiserver_service_watches") is not None
+            else ""
+        )
+        + (
+            f" ({r['apiserver_requests_per_s'].get('total')} requests/s, the most: "
+            + ", ".join(f"{k} {v}" for k, v in list(r["apiserver_requests_per_s"].items())[:3] if k != "total")
+            + ")"
+            if r.get("apiserver_requests_per_s")
             else ""
         )
         + f", etcd {r['etcd_cpu_cores']}; "

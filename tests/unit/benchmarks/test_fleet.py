@@ -114,3 +114,22 @@ async def test_full_nodes_with_latency_pods_are_refused_before_anything_starts(
         await fleet.main(["--nodes", "100", "--pods-per-node", "30", "--max-pods", "30", "--latency-pods", "100"])
     assert exit_.value.code == 2
     assert "leaves no room for --latency-pods 100 on 100 nodes of 30 pods" in capsys.readouterr().err
+
+
+def test_the_request_mix_is_the_difference_of_the_apiservers_counters_per_second() -> None:
+    before = fleet.request_counts(
+        'apiserver_request_total{code="200",component="apiserver",group="coordination.k8s.io",resource="leases",'
+        'scope="resource",subresource="",verb="PUT",version="v1"} 100\n'
+        'apiserver_request_total{code="409",component="apiserver",group="coordination.k8s.io",resource="leases",'
+        'scope="resource",subresource="",verb="PUT",version="v1"} 4\n'
+        'apiserver_request_total{code="200",component="apiserver",group="",resource="nodes",scope="resource",'
+        'subresource="status",verb="PATCH",version="v1"} 10\n'
+        "apiserver_request_duration_seconds_count 7\n"
+    )
+    assert before == {"PUT leases": 104.0, "PATCH nodes/status": 10.0}
+    after = {"PUT leases": 164.0, "PATCH nodes/status": 10.0, "LIST pods": 6.0}
+    mix = fleet.request_mix(before, after, 30.0)
+    assert mix == {"PUT leases": 2.0, "LIST pods": 0.2, "total": 2.2}
+    assert next(iter(mix)) == "PUT leases"  # the busiest first
+    line = fleet.summary_line({**result(), "apiserver_requests_per_s": mix})
+    assert "2.2 requests/s, the most: PUT leases 2.0, LIST pods 0.2" in line
