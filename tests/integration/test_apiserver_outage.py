@@ -6,8 +6,9 @@ made to exit (code 3, restartPolicy Never). When the apiserver returns it writes
 watch requests (nodeagent/testbed/audit.py; the flags stay for later restarts). The apiserver's watch cache starts
 afresh, so the agent's watches are answered 410 Gone and its informers list again once each, after their back-off
 (as client-go's reflectors do); a client that re-lists in a loop, or per pod, fails here. The node's conditions are
-then set Unknown, as the node lifecycle controller does after missed heartbeats, and the agent must put Ready back
-at its next status tick.
+then set Unknown, and the running pod's Ready False, as the node lifecycle controller does after missed heartbeats,
+and the agent must put both back: the node's Ready at its next status tick, the pod's at its status manager's next
+reconcile (every 10 s, as upstream's needsReconcile).
 """
 
 from __future__ import annotations
@@ -110,6 +111,18 @@ async def test_pods_undisturbed_and_api_caught_up_after_an_apiserver_outage(
         paths.node(settings.node_name), {"status": {"conditions": [{"type": "Ready", **unknown}]}}, subresource="status"
     )
 
+    # And what it writes to the node's pods: Ready False. The agent must put it back though nothing changed on the
+    # node (upstream's status manager reconciles every 10 s against the apiserver's status, needsReconcile).
+    await admin.patch(
+        paths.pod(NS, steady),
+        {"status": {"conditions": [{"type": "Ready", "status": "False", "reason": "NodeNotReady"}]}},
+        subresource="status",
+    )
+
+    async def pod_ready_again() -> bool:
+        pod: dict[str, Any] = await admin.get(paths.pod(NS, steady))
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions") or [])
+
     async def ready_again() -> bool:
         node: dict[str, Any] = await admin.get(paths.node(settings.node_name))
         return any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"]["conditions"])
@@ -118,6 +131,7 @@ async def test_pods_undisturbed_and_api_caught_up_after_an_apiserver_outage(
         await eventually(lease_renewed, timeout=15, what="the lease renewed after the return", agent=agent)
         await eventually(ready_again, timeout=20, what="the node Ready again after the outage", agent=agent)
         await eventually(exit_reported, timeout=20, what="the exit during the outage reported", agent=agent)
+        await eventually(pod_ready_again, timeout=30, what="the pod's Ready put back by the node", agent=agent)
         # The running pod was left alone: the same container, never restarted, still running in containerd.
         after = cstatus(await admin.get(paths.pod(NS, steady)), "main")
         assert after["containerID"] == before["containerID"]

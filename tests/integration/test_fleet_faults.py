@@ -349,6 +349,9 @@ async def test_fleet_sigkilled_under_pods_comes_back_with_the_same_nodes(
                     assert container_id != before[pod_name][1] and container_id.startswith("fakeRuntime://")
                 for pod in pods:
                     assert container(pod)["image"] == IMAGE and "running" in container(pod)["state"], pod["status"]
+                    # As upstream after a reboot: the lost container counts as a restart, the new one's count comes
+                    # from the log directory that survived (its first run's 0.log: 1).
+                    assert container(pod)["restartCount"] == 1, pod["status"]
             finally:
                 with contextlib.suppress(NotFound):
                     await admin.delete(f"{DEPLOYMENTS}/{name}")
