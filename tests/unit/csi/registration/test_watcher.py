@@ -23,7 +23,7 @@ from csi.registration.handler import CSI_PLUGIN, HandlerError
 from csi.registration.watcher import PluginWatcher, scan_sockets
 from tests.unit.csi.registration.registrar import Registrar
 
-TIMEOUT = 10.0
+TIMEOUT = 30.0  # a ceiling on each wait, not a timing: the CI run of 2026-11-30 14:57 timed out at 10 s under load
 
 
 class RecordingHandler:
