@@ -50,11 +50,20 @@ def _name(prefix: str) -> str:
     return f"hostnet-{prefix}-{uuid.uuid4().hex[:5]}"
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def _free_port(node_ip: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((node_ip, 0))
-        port: int = s.getsockname()[1]
-        return port
+    """A port free on the node, and never handed out before in this module: an earlier test's pod still holds its
+    hostPort in the API though nothing listens on it, so the kernel may offer it again, and the scheduler's
+    NodePorts filter then keeps the new pod Pending (seen in a CI run on 2026-11-30: "didn't have free ports")."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((node_ip, 0))
+            port: int = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def host_network_pod(name: str, image: str, ports: list[Obj], **spec: Any) -> Obj:
