@@ -77,7 +77,10 @@ async def register(
     notify_timeout: float = NOTIFY_TIMEOUT,
 ) -> RegisteredPlugin:
     socket_path = plugin.socket_path
-    async with grpc.aio.insecure_channel(f"unix://{socket_path}") as channel:
+    # A connection of its own, as Go's dial: from grpc's shared subchannel pool, a socket replaced in place (renamed
+    # over) while another channel still held the old one was reached through the old connection, its old server.
+    options = [("grpc.use_local_subchannel_pool", 1)]
+    async with grpc.aio.insecure_channel(f"unix://{socket_path}", options=options) as channel:
         try:
             async with asyncio.timeout(dial_timeout):
                 await channel.channel_ready()

@@ -16,10 +16,13 @@ import tempfile
 from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 
+import grpc
 import pytest
 import pytest_asyncio
 
 from csi.registration.handler import CSI_PLUGIN, HandlerError
+from csi.registration.v1.api_pb2 import InfoRequest
+from csi.registration.v1.api_pb2_grpc import RegistrationStub
 from csi.registration.watcher import PluginWatcher, scan_sockets
 from tests.unit.csi.registration.registrar import Registrar
 
@@ -165,15 +168,21 @@ async def test_a_socket_replaced_in_place_registers_again(
 ) -> None:
     # A socket replaced without ever being missing (bound elsewhere, renamed over the old one): a new inode.
     old = await _registrar(registrars, registry / "drv.sock", name="drv.csi")
-    async with _running(_watcher(registry, handler, clock, resync=0.2)):
-        assert [(await handler.next())[0] for _ in range(2)] == ["validate", "register"]
-        assert (await old.status()).plugin_registered
-        staging = registry / ".staging.sock"  # hidden: ignored until renamed
-        new = await _registrar(registrars, staging, name="drv.csi")
-        staging.rename(registry / "drv.sock")
-        new.socket = registry / "drv.sock"
-        assert [(await handler.next())[0] for _ in range(3)] == ["deregister", "validate", "register"]
-        assert (await new.status()).plugin_registered
+    # Another client still connected to the old socket (in a CI run, a channel not yet torn down): grpc's shared
+    # subchannel pool then sent the new registration to the old server, and the new one never heard.
+    async with grpc.aio.insecure_channel(f"unix://{registry / 'drv.sock'}") as other:
+        assert (await RegistrationStub(other).GetInfo(InfoRequest())).name == "drv.csi"
+        async with _running(_watcher(registry, handler, clock, resync=0.2)):
+            assert [(await handler.next())[0] for _ in range(2)] == ["validate", "register"]
+            assert (await old.status()).plugin_registered
+            staging = registry / ".staging.sock"  # hidden: ignored until renamed
+            new = await _registrar(registrars, staging, name="drv.csi")
+            staging.rename(registry / "drv.sock")
+            new.socket = registry / "drv.sock"
+            assert [(await handler.next())[0] for _ in range(3)] == ["deregister", "validate", "register"]
+            assert (await new.status()).plugin_registered
+            assert new.get_info_calls == 1 and old.get_info_calls == 2  # the other client's, and the first register
+            assert old.statuses.empty()
 
 
 async def test_a_refused_validation_is_sent_to_the_plugin_and_retried_after_the_backoff(
