@@ -112,11 +112,16 @@ async def running_fleet(options: FleetOptions, admin: KubeClient, log: Path) -> 
         except subprocess.TimeoutExpired:
             fleet.kill()
             fleet.wait()
-        for ordinal in range(options.nodes):
-            with contextlib.suppress(NotFound):
-                await admin.delete(paths.node(f"{options.prefix}-{ordinal}"))
-            with contextlib.suppress(NotFound):
-                await admin.delete(paths.lease("kube-node-lease", f"{options.prefix}-{ordinal}"))
+        await forget_nodes(admin, options)
+
+
+async def forget_nodes(admin: KubeClient, options: FleetOptions) -> None:
+    """The fleet's Nodes and Leases deleted (a stopped or killed fleet leaves them behind)."""
+    for ordinal in range(options.nodes):
+        with contextlib.suppress(NotFound):
+            await admin.delete(paths.node(f"{options.prefix}-{ordinal}"))
+        with contextlib.suppress(NotFound):
+            await admin.delete(paths.lease("kube-node-lease", f"{options.prefix}-{ordinal}"))
 
 
 def deployment(name: str, prefix: str, replicas: int = PODS) -> dict[str, Any]:

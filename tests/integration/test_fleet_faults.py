@@ -46,6 +46,7 @@ from tests.integration.test_fleet import (
     deployment,
     first_traceback,
     fleet_argv,
+    forget_nodes,
     ready,
     running_fleet,
     spawn,
@@ -251,15 +252,6 @@ async def test_fleet_lives_through_an_apiserver_outage_of_60_seconds(
     assert "Traceback" not in text, first_traceback(text)
 
 
-async def forget(admin: KubeClient, options: FleetOptions) -> None:
-    """The fleet's Nodes and Leases deleted (a killed fleet leaves them behind)."""
-    for ordinal in range(options.nodes):
-        with contextlib.suppress(NotFound):
-            await admin.delete(paths.node(f"{options.prefix}-{ordinal}"))
-        with contextlib.suppress(NotFound):
-            await admin.delete(paths.lease("kube-node-lease", f"{options.prefix}-{ordinal}"))
-
-
 async def test_fleet_sigkilled_under_pods_comes_back_with_the_same_nodes(
     admin: KubeClient, testbed: Testbed, settings: Settings, tmp_path: Path
 ) -> None:
@@ -316,7 +308,7 @@ async def test_fleet_sigkilled_under_pods_comes_back_with_the_same_nodes(
         except BaseException:
             with contextlib.suppress(NotFound):
                 await admin.delete(f"{DEPLOYMENTS}/{name}")
-            await forget(admin, options)
+            await forget_nodes(admin, options)
             raise
         finally:
             if first.poll() is None:
