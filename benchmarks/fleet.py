@@ -2,7 +2,9 @@
 with `--peer kwok` the same figures for KWOK's controller in the same run, on the same apiserver and etcd.
 
 The fleet runs as its own process (`python -m nodeagent fleet`, the admin credential shared by every node) against
-a testbed (an existing one with `--testbed DIR`, or one brought up and down here). Phases:
+a testbed (an existing one with `--testbed DIR`, or one brought up and down here); with `--processes P`, as P
+processes of --nodes / P nodes each (`--first` apart, as a shard's processes), one per core, whose CPU and memory are
+summed (and also given per process). Phases:
 - start: from launch until every node is Ready (registration staggered by --stagger);
 - pods: a Deployment of --pods-per-node times --nodes pods onto the fleet until every pod is Running (skipped at 0);
 - steady: --steady seconds with nothing changing, over which the fleet's CPU is measured, and the apiserver's and
@@ -24,7 +26,7 @@ duration, and its stages bring them and the same Deployment's pods to Ready and 
 "kwok" in the same JSON line. The two run one after the other, not together, so that neither takes CPU from the other.
 
 Prints one JSON line and one summary line per emulator. Run: `python -m benchmarks.fleet [--nodes 100]
-[--pods-per-node 0] [--steady 60] [--testbed DIR] [--peer kwok] [--pod-watch per-node|shared]`.
+[--pods-per-node 0] [--steady 60] [--testbed DIR] [--peer kwok] [--pod-watch per-node|shared] [--processes 1]`.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,11 +81,15 @@ def _time(text: str) -> float:
     return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
-async def _until(what: str, check: Any, timeout: float, fleet: asyncio.subprocess.Process) -> float:
+Emulator = Sequence[asyncio.subprocess.Process]  # the emulator's processes (KWOK's controller: one)
+
+
+async def _until(what: str, check: Any, timeout: float, emulator: Emulator) -> float:
     began = time.monotonic()
     while time.monotonic() - began < timeout:
-        if fleet.returncode is not None:
-            raise RuntimeError(f"the fleet exited with {fleet.returncode} while waiting for {what}")
+        for process in emulator:
+            if process.returncode is not None:
+                raise RuntimeError(f"the emulator exited with {process.returncode} while waiting for {what}")
         if await check():
             return time.monotonic() - began
         await asyncio.sleep(1)
@@ -114,7 +121,7 @@ def _deployment(name: str, prefix: str, replicas: int) -> dict[str, Any]:
 
 
 async def _startup_latency(
-    admin: KubeClient, emulator: asyncio.subprocess.Process, prefix: str, pods: int, rate: float
+    admin: KubeClient, emulator: Emulator, prefix: str, pods: int, rate: float
 ) -> dict[str, Any]:
     """`pods` bare pods created at `rate` per second onto the emulator's nodes, timed as clusterloader2 times them
     (benchmarks/podlatency.py) until all are Running, then deleted (the nodes delete them, as kubelets do)."""
@@ -262,6 +269,16 @@ async def _apiserver_watches(admin: KubeClient) -> dict[str, int | None]:
     return {r: _watches(metrics, r) if metrics is not None else None for r in WATCHED}
 
 
+def _processes_cpu_seconds(procs: Sequence[psutil.Process]) -> float:
+    return sum(_cpu_seconds(proc) for proc in procs)
+
+
+def memory_totals(infos: Sequence[Any]) -> tuple[float, float]:
+    """RSS and PSS in bytes summed over processes (`memory_full_info()` of each): PSS adds up to the memory they
+    use together, RSS counts the pages they share once per process."""
+    return float(sum(info.rss for info in infos)), float(sum(info.pss for info in infos))
+
+
 def _cpu_seconds(proc: psutil.Process | None) -> float:
     if proc is None:
         return 0.0
@@ -294,7 +311,7 @@ class Scenario:
 async def _scenario(
     admin: KubeClient,
     bed: Testbed,
-    emulator: asyncio.subprocess.Process,
+    emulator: Emulator,
     prefix: str,
     scenario: Scenario,
     *,
@@ -305,7 +322,7 @@ async def _scenario(
     emulator is left running."""
     nodes, pods_per_node, steady = scenario.nodes, scenario.pods_per_node, scenario.steady
     result: dict[str, Any] = {"loadavg_start": [round(x, 2) for x in os.getloadavg()]}
-    proc = psutil.Process(emulator.pid)
+    procs = [psutil.Process(process.pid) for process in emulator]
     selector = f"{FLEET_LABEL}={prefix}"
     deployment = f"{prefix}-pods"
     flaps = ReadyFlaps()
@@ -332,9 +349,10 @@ async def _scenario(
                 await _until("all pods Running", all_running, 120 + pods_per_node * nodes / 5, emulator), 1
             )
         apiserver, etcd = _testbed_process(bed, "kube-apiserver"), _testbed_process(bed, "etcd")
-        result["cpu_s_before_steady"] = round(_cpu_seconds(proc), 2)
+        result["cpu_s_before_steady"] = round(_processes_cpu_seconds(procs), 2)
         requests_before = request_counts(await _apiserver_metrics(admin) or "")
-        before = _cpu_seconds(proc), _cpu_seconds(apiserver), _cpu_seconds(etcd)
+        each_before = [_cpu_seconds(proc) for proc in procs]
+        before = sum(each_before), _cpu_seconds(apiserver), _cpu_seconds(etcd)
         began = time.monotonic()
         intervals, latencies = await _lease_intervals(admin, prefix, steady)
         elapsed = time.monotonic() - began
@@ -343,10 +361,14 @@ async def _scenario(
         cpu, apiserver_cpu, etcd_cpu = (
             after - first
             for after, first in zip(
-                (_cpu_seconds(proc), _cpu_seconds(apiserver), _cpu_seconds(etcd)), before, strict=True
+                (_processes_cpu_seconds(procs), _cpu_seconds(apiserver), _cpu_seconds(etcd)), before, strict=True
             )
         )
-        memory = proc.memory_full_info()
+        if len(procs) > 1:
+            result["cpu_cores_per_process"] = [
+                round((_cpu_seconds(proc) - first) / elapsed, 3) for proc, first in zip(procs, each_before, strict=True)
+            ]
+        rss, pss = memory_totals([proc.memory_full_info() for proc in procs])
         watches = await _apiserver_watches(admin)
         result["apiserver_pod_watches"] = watches["pods"]
         result["apiserver_service_watches"] = watches["services"]
@@ -363,10 +385,10 @@ async def _scenario(
                 "cpu_cores": round(cpu / elapsed, 3),
                 "cpu_s_per_node_minute": round(cpu / nodes / (elapsed / 60), 4),
                 "nodes_per_core": round(nodes / (cpu / elapsed), 1) if cpu else None,
-                "rss_mib": round(memory.rss / 2**20, 1),
-                "pss_mib": round(memory.pss / 2**20, 1),
-                "rss_per_node_mib": round(memory.rss / 2**20 / nodes, 2),
-                "pss_per_node_mib": round(memory.pss / 2**20 / nodes, 2),
+                "rss_mib": round(rss / 2**20, 1),
+                "pss_mib": round(pss / 2**20, 1),
+                "rss_per_node_mib": round(rss / 2**20 / nodes, 2),
+                "pss_per_node_mib": round(pss / 2**20 / nodes, 2),
                 "lease_renewals": len(intervals),
                 "lease_interval_p50_s": round(percentile(intervals, 0.5), 2) if intervals else None,
                 "lease_interval_p99_s": round(percentile(intervals, 0.99), 2) if intervals else None,
@@ -389,7 +411,7 @@ async def _scenario(
         result["nodes_flapped"] = len(flaps.flaps)
         with contextlib.suppress(NotFound):
             await admin.delete(f"{DEPLOYMENTS}/{deployment}")
-        if pods_per_node and emulator.returncode is None:
+        if pods_per_node and all(process.returncode is None for process in emulator):
             # The nodes delete their pods (as kubelets do); stopped before, the pods would stay Terminating.
 
             async def all_gone() -> bool:
@@ -403,14 +425,16 @@ async def _scenario(
     return result
 
 
-async def _stop(emulator: asyncio.subprocess.Process) -> None:
-    if emulator.returncode is None:
-        emulator.send_signal(signal.SIGTERM)
+async def _stop(emulator: Emulator) -> None:
+    for process in emulator:
+        if process.returncode is None:
+            process.send_signal(signal.SIGTERM)
+    for process in emulator:
         try:
-            await asyncio.wait_for(emulator.wait(), 60)
+            await asyncio.wait_for(process.wait(), 60)
         except TimeoutError:
-            emulator.kill()
-            await emulator.wait()
+            process.kill()
+            await process.wait()
 
 
 async def _delete_nodes(admin: KubeClient, names: list[str]) -> None:
@@ -433,14 +457,15 @@ async def run(
     latency_rates: tuple[float, ...] = (10.0, 50.0),
     max_pods: int | None = None,
     pod_watch: str = POD_WATCH_PER_NODE,
+    processes: int = 1,
 ) -> dict[str, Any]:
     """The fleet's figures at the top level of the result; with `peer` "kwok", KWOK's under "kwok", from the same
     scenario run after the fleet's on the same testbed, its nodes made from one of the fleet's."""
     prefix = f"bench-{uuid.uuid4().hex[:5]}"
     workdir = Path(tempfile.mkdtemp(prefix="nodeagent-bench-fleet-"))
-    log = workdir / "fleet.log"
+    logs = [workdir / "fleet.log"] if processes == 1 else [workdir / f"fleet-{i}.log" for i in range(processes)]
     argv = [
-        sys.executable, "-m", "nodeagent", "fleet", "--nodes", str(nodes), "--prefix", prefix,
+        sys.executable, "-m", "nodeagent", "fleet", "--prefix", prefix,
         "--kubeconfig", str(bed.layout.admin_kubeconfig), "--dir", str(workdir / "fleet"), "--stagger", str(stagger),
     ]  # fmt: skip
     if switch_interval is not None:
@@ -457,6 +482,7 @@ async def run(
         "pods_per_node": pods_per_node,
         "steady_s": steady,
         "pod_watch": pod_watch,
+        "processes": processes,
     }
     if switch_interval is not None:
         result["switch_interval_s"] = switch_interval
@@ -465,11 +491,22 @@ async def run(
         raise RuntimeError(f"{kwok.kwok_path()} is missing: `nodeagent testbed install --with-kwok` builds it")
     async with KubeClient.from_kubeconfig(bed.layout.admin_kubeconfig) as admin:
         started = time.monotonic()
-        with log.open("wb") as out:
-            fleet = await asyncio.create_subprocess_exec(
-                *argv, stdout=out, stderr=asyncio.subprocess.STDOUT, env=dict(os.environ)
-            )
+        fleet: list[asyncio.subprocess.Process] = []
         try:
+            for (first, count), log in zip(split_nodes(nodes, processes), logs, strict=True):
+                with log.open("wb") as out:
+                    fleet.append(
+                        await asyncio.create_subprocess_exec(
+                            *argv,
+                            "--nodes",
+                            str(count),
+                            "--first",
+                            str(first),
+                            stdout=out,
+                            stderr=asyncio.subprocess.STDOUT,
+                            env=dict(os.environ),
+                        )
+                    )
             result.update(await _scenario(admin, bed, fleet, prefix, scenario, started=started))
             # The node every KWOK node is made from: as a fleet node registered it and keeps it, Ready.
             template = await admin.get(paths.node(f"{prefix}-0")) if peer == "kwok" else None
@@ -479,7 +516,7 @@ async def run(
         if template is not None:
             result["kwok"] = await _run_kwok(admin, bed, template, scenario, workdir)
     if keep:
-        result["fleet_log"] = str(log)
+        result["fleet_log"] = str(logs[0]) if processes == 1 else [str(log) for log in logs]
     else:
         result.get("kwok", {}).pop("kwok_log", None)
         shutil.rmtree(workdir, ignore_errors=True)
@@ -521,16 +558,27 @@ async def _run_kwok(
             )
             await admin.create(paths.nodes(), body)
         result["nodes_created_s"] = round(time.monotonic() - started, 1)
-        result.update(await _scenario(admin, bed, process, prefix, scenario, started=started))
+        result.update(await _scenario(admin, bed, [process], prefix, scenario, started=started))
     finally:
-        await _stop(process)
+        await _stop([process])
         await _delete_nodes(admin, [plan.name for plan in plans])
     return result
 
 
+def split_nodes(nodes: int, processes: int) -> list[tuple[int, int]]:
+    """(first ordinal, how many) for each of `processes` fleet processes sharing `nodes`, as even as it goes."""
+    if not 1 <= processes <= nodes:
+        raise ValueError(f"--processes {processes} must be between 1 and --nodes {nodes}")
+    share, rest = divmod(nodes, processes)
+    counts = [share + (1 if i < rest else 0) for i in range(processes)]
+    return [(sum(counts[:i]), count) for i, count in enumerate(counts)]
+
+
 def summary_line(r: dict[str, Any], name: str = "fleet") -> str:
+    processes = r.get("processes", 1) if name == "fleet" else 1
     return (
-        f"{name}{' (pod watch ' + r['pod_watch'] + ')' if name == 'fleet' and 'pod_watch' in r else ''}: "
+        f"{name}{' (pod watch ' + r['pod_watch'] + ')' if name == 'fleet' and 'pod_watch' in r else ''}"
+        f"{f' in {processes} processes' if processes > 1 else ''}: "
         f"{r.get('nodes')} nodes ({r.get('pods_per_node')} pods each) Ready in {r['start_to_all_ready_s']} s; "
         f"steady {r.get('steady_s', 0):.0f} s: {r['cpu_s_per_node_minute']} CPU s per node-minute "
         f"({r['cpu_cores']} cores, {r['nodes_per_core']} nodes/core), RSS {r['rss_per_node_mib']} MiB/node "
@@ -587,7 +635,17 @@ async def main(argv: list[str]) -> int:
     parser.add_argument("--latency-rates", default="10,50", help="pods per second, comma-separated")
     parser.add_argument("--max-pods", type=int, default=None, help="each node's pod capacity (the fleet's default)")
     parser.add_argument("--pod-watch", choices=POD_WATCHES, default=POD_WATCH_PER_NODE, help="the fleet's --pod-watch")
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        help="fleet processes sharing --nodes (--first apart, as a shard's processes; one per core)",
+    )
     args = parser.parse_args(argv)
+    try:
+        split_nodes(args.nodes, args.processes)
+    except ValueError as exc:
+        parser.error(str(exc))
     capacity = args.max_pods if args.max_pods is not None else DEFAULT_MAX_PODS
     if args.latency_pods and args.pods_per_node + args.latency_pods / args.nodes > capacity:
         # The latency pods are created beside the Deployment's: with every node full they never schedule.
@@ -610,6 +668,7 @@ async def main(argv: list[str]) -> int:
             latency_rates=tuple(float(rate) for rate in args.latency_rates.split(",") if rate),
             max_pods=args.max_pods,
             pod_watch=args.pod_watch,
+            processes=args.processes,
         )
 
     if args.testbed is not None:

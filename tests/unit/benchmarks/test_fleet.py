@@ -133,3 +133,35 @@ def test_the_request_mix_is_the_difference_of_the_apiservers_counters_per_second
     assert next(iter(mix)) == "PUT leases"  # the busiest first
     line = fleet.summary_line({**result(), "apiserver_requests_per_s": mix})
     assert "2.2 requests/s, the most: PUT leases 2.0, LIST pods 0.2" in line
+
+
+def test_processes_share_the_nodes_as_evenly_as_it_goes() -> None:
+    assert fleet.split_nodes(500, 2) == [(0, 250), (250, 250)]
+    assert fleet.split_nodes(7, 3) == [(0, 3), (3, 2), (5, 2)]
+    assert fleet.split_nodes(5, 1) == [(0, 5)]
+    with pytest.raises(ValueError, match="--processes 4 must be between 1 and --nodes 3"):
+        fleet.split_nodes(3, 4)
+    with pytest.raises(ValueError):
+        fleet.split_nodes(3, 0)
+
+
+async def test_more_processes_than_nodes_are_refused_before_anything_starts(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        await fleet.main(["--nodes", "2", "--processes", "3", "--latency-pods", "0"])
+    assert exit_.value.code == 2
+    assert "--processes 3 must be between 1 and --nodes 2" in capsys.readouterr().err
+
+
+def test_memory_is_summed_over_the_processes() -> None:
+    class Info:
+        def __init__(self, rss: int, pss: int) -> None:
+            self.rss, self.pss = rss, pss
+
+    assert fleet.memory_totals([Info(300, 200), Info(100, 50)]) == (400.0, 250.0)
+
+
+def test_the_summary_says_how_many_processes_the_fleet_ran() -> None:
+    assert fleet.summary_line({**result(), "processes": 2}).startswith("fleet in 2 processes: 100 nodes")
+    assert fleet.summary_line({**result(), "processes": 1}).startswith("fleet: 100 nodes")
+    # KWOK is one controller, whatever the fleet ran.
+    assert fleet.summary_line({**result(), "processes": 2}, "kwok").startswith("kwok: 100 nodes")
