@@ -497,9 +497,9 @@ class Kubelet:
 
     async def _remove_unknown_runtime_pods(self, wanted: set[str]) -> None:
         for uid, status in (await self.runtime.list_pods(skip=wanted)).items():
-            # `wanted` is the snapshot housekeeping began with; a pod added since (its sandbox may be in the list)
-            # is known now.
-            if uid in wanted or self.pod_config.pod_view(uid) is not None or self.workers.state(uid) is not None:
+            # The list leaves out `wanted`, the snapshot housekeeping began with; a pod added since (its sandbox may
+            # be in the list) is known now.
+            if self.pod_config.pod_view(uid) is not None or self.workers.state(uid) is not None:
                 continue
             if not any(c.state is acts.ContainerState.RUNNING for c in status.containers) and not any(
                 s.state is acts.SandboxState.READY for s in status.sandboxes
