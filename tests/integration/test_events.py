@@ -49,3 +49,28 @@ async def test_a_full_queue_drops_and_counts_without_blocking(testbed: Testbed, 
         assert recorder.dropped == 3
         await asyncio.wait_for(recorder.flush(), 10)
         assert recorder.sent == 2
+
+
+async def test_an_object_gets_25_events_and_similar_ones_are_combined(testbed: Testbed, settings: Settings) -> None:
+    # client-go's correlator, as the kubelet's: at most 25 events per object (then one every 5 minutes), and the
+    # tenth different message of one reason becomes "(combined from similar events): ..." counted up.
+    noisy, similar = (f"ev-{uuid.uuid4().hex[:6]}" for _ in range(2))
+    noisy_ref = ObjectRef("Pod", "default", noisy, str(uuid.uuid4()))
+    similar_ref = ObjectRef("Pod", "default", similar, str(uuid.uuid4()))
+    async with KubeClient.from_kubeconfig(testbed.layout.node_kubeconfig) as node_client:
+        recorder = EventRecorder(node_client, settings.node_name)
+        for i in range(30):
+            recorder.record(noisy_ref, "Normal", f"Reason{i}", "m")
+        for i in range(12):
+            recorder.record(similar_ref, "Warning", "Failed", f"error {i}")
+        await recorder.flush()
+        assert (recorder.sent, recorder.filtered, recorder.failed) == (25 + 12, 5, 0)
+    async with KubeClient.from_kubeconfig(testbed.layout.admin_kubeconfig) as admin:
+        listed = await admin.list(paths.events("default"), field_selector=f"involvedObject.name={noisy}")
+        assert sorted(e["reason"] for e in listed["items"]) == sorted(f"Reason{i}" for i in range(25))
+        listed = await admin.list(paths.events("default"), field_selector=f"involvedObject.name={similar}")
+    by_message = {e["message"]: e["count"] for e in listed["items"]}
+    assert by_message == {
+        **{f"error {i}": 1 for i in range(9)},
+        "(combined from similar events): error 11": 3,
+    }
