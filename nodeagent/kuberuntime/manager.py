@@ -1122,6 +1122,20 @@ class RuntimeManager:
             await asyncio.sleep(0.1)
         raise refused
 
+    async def destroy_pod_cgroup(self, uid: str) -> None:
+        """The pod's cgroup removed, whatever its QoS tier (upstream's pod container manager Destroy, which
+        SyncTerminatedPod calls once the pod's containers are stopped and its volumes unmounted)."""
+        for qos in QOSClass:
+            cgroup = self._pod_cgroup(uid, qos)
+            if self._pod_cgroups is not None:
+                # With systemd the pod slice is stopped, which removes its cgroup.
+                try:
+                    await asyncio.to_thread(self._pod_cgroups.destroy, cgroup)
+                except PodCgroupError as exc:
+                    log.warning("pod cgroup not removed uid=%s cgroup=%s error=%s", uid, cgroup, exc)
+            else:
+                await asyncio.to_thread(remove_cgroup_tree, cgroup)
+
     async def remove_pod(self, status: acts.RuntimePodStatus) -> None:
         """Remove every container and sandbox of a terminated pod (after kill_pod)."""
         for c in status.containers:
@@ -1138,17 +1152,9 @@ class RuntimeManager:
                 if sandbox.id not in self._kept_sandboxes:
                     self._kept_sandboxes.add(sandbox.id)
                     log.warning("sandbox kept for an unremovable container sandbox=%s error=%s", sandbox.id[:12], exc)
-        # As the kubelet's pod cleanup: the pod cgroup (whatever its QoS tier) and the log directory go with it.
-        for qos in QOSClass:
-            cgroup = self._pod_cgroup(status.uid, qos)
-            if self._pod_cgroups is not None:
-                # Upstream's Destroy: with systemd the pod slice is stopped, which removes its cgroup.
-                try:
-                    await asyncio.to_thread(self._pod_cgroups.destroy, cgroup)
-                except PodCgroupError as exc:
-                    log.warning("pod cgroup not removed uid=%s cgroup=%s error=%s", status.uid, cgroup, exc)
-            else:
-                await asyncio.to_thread(remove_cgroup_tree, cgroup)
+        # As the kubelet's pod cleanup: the pod cgroup (gone already unless the pod ended without a terminated
+        # sync) and the log directory go with it.
+        await self.destroy_pod_cgroup(status.uid)
         if status.name and status.namespace:
             log_dir = pod_log_directory(status.namespace, status.name, status.uid, root=self._node.pod_log_dir_root)
             await asyncio.to_thread(shutil.rmtree, log_dir, True)

@@ -12,6 +12,12 @@ apiserver's watch cache starts afresh, so each watch is answered 410 Gone and li
 reflectors); the 60 pods are undisturbed (the same containers, never restarted, Ready) and the exit during the
 outage reaches the API (Failed, exit code 3).
 
+The throttle: 10 nodes run 20 pods; then, for THROTTLE seconds, API priority and fairness sends every request of
+the group `system:nodes` to a priority level that seats one request at a time and rejects the rest (429 with a
+Retry-After), and the Deployment is scaled up meanwhile. The fleet must live through it; the apiserver counts its
+rejections (the nodes were throttled); once the level is gone, every node is Ready with its lease renewed, none
+registered again (no POST of a Node by anyone, the uids unchanged), and the 30 pods are Running and Ready.
+
 The crash: a fleet of 4 nodes runs a Deployment of 8 pods, and is SIGKILLed. The node lifecycle controller marks
 the nodes' conditions Unknown and the pods not Ready. The same fleet (the same `--dir`, so the same names and
 credentials) is started again: it comes back with the same Node objects and no others, and every pod (the same pods:
@@ -37,6 +43,7 @@ from nodeagent.kube import paths
 from nodeagent.kube.client import KubeClient
 from nodeagent.kube.errors import NotFound
 from nodeagent.testbed import audit
+from nodeagent.testbed.kubectl import kubectl
 from nodeagent.testbed.layout import Settings
 from nodeagent.testbed.testbed import Testbed
 from tests.integration.test_fleet import (
@@ -52,11 +59,16 @@ from tests.integration.test_fleet import (
     spawn,
     until,
 )
+from tests.integration.test_kube_throttled import FLOWCONTROL, rejecting
 from tests.integration.test_tls_bootstrap import KUBEADM_BINDINGS, bootstrap_kubeconfig, bootstrap_token
 
 OUTAGE = 60.0  # seconds the apiserver is down (the issue's figure)
 OUTAGE_NODES = 20
 OUTAGE_PODS = 60
+THROTTLE = 60.0  # seconds the nodes are throttled
+THROTTLE_NODES = 10
+THROTTLE_PODS = 20  # then scaled up by half during the throttle
+NODE_POSTS = ("apiserver_request_total", 'resource="nodes"', 'verb="POST"')  # every create of a Node, any answer
 CRASH_NODES = 4
 CRASH_PODS = 8
 EXIT_AFTER = 20  # seconds after its start that the exiting pod's container exits: inside the outage
@@ -249,6 +261,109 @@ async def test_fleet_lives_through_an_apiserver_outage_of_60_seconds(
     assert fleet.returncode == 0, f"the fleet exited with {fleet.returncode}:\n{tail()}"
     text = log.read_text()
     assert f"fleet stopped nodes={OUTAGE_NODES} failed=0" in text, tail()
+    assert "Traceback" not in text, first_traceback(text)
+
+
+async def apiserver_counter(testbed: Testbed, name: str, *selectors: str) -> float:
+    """The sum of the apiserver's metric `name` over the series whose labels contain every selector."""
+    metrics = await kubectl(testbed.layout.admin_kubeconfig, "get", "--raw", "/metrics")
+    total = 0.0
+    for line in metrics.splitlines():
+        if line.startswith(name + "{") and all(selector in line for selector in selectors):
+            total += float(line.rpartition(" ")[2])
+    return total
+
+
+async def test_fleet_lives_through_a_minute_of_429s_and_catches_up(
+    admin: KubeClient, testbed: Testbed, settings: Settings, tmp_path: Path
+) -> None:
+    prefix = f"fleet429-{uuid.uuid4().hex[:6]}"
+    name, level_name = f"{prefix}-web", f"{prefix}-throttle"
+    log = tmp_path / "fleet.log"
+    scaled = THROTTLE_PODS + THROTTLE_PODS // 2
+    async with bootstrapped(admin, testbed, settings, tmp_path) as boot:
+        options = FleetOptions(
+            nodes=THROTTLE_NODES, prefix=prefix, directory=tmp_path / "fleet", bootstrap_kubeconfig=boot
+        )
+        async with running_fleet(options, admin, log) as fleet:
+
+            def tail() -> str:
+                return "\n".join(log.read_text(errors="replace").splitlines()[-30:])
+
+            async def all_ready() -> list[dict[str, Any]] | None:
+                assert fleet.poll() is None, f"the fleet exited with {fleet.returncode}:\n{tail()}"
+                nodes = await fleet_nodes(admin, prefix)
+                return nodes if len(nodes) == THROTTLE_NODES and all(ready(n) for n in nodes) else None
+
+            def running_and_ready(count: int) -> Any:
+                async def check() -> list[dict[str, Any]] | None:
+                    assert fleet.poll() is None, f"the fleet exited with {fleet.returncode}:\n{tail()}"
+                    pods = (await admin.list(paths.pods(NS), label_selector=f"app={name}"))["items"]
+                    good = [p for p in pods if (p.get("status") or {}).get("phase") == "Running" and pod_ready(p)]
+                    return good if len(pods) == len(good) == count else None
+
+                return check
+
+            nodes = await until(all_ready, timeout=180, what=f"{THROTTLE_NODES} fleet nodes Ready")
+            uids = {n["metadata"]["name"]: n["metadata"]["uid"] for n in nodes}
+            await admin.create(DEPLOYMENTS, deployment(name, prefix, THROTTLE_PODS))
+            level, schema = rejecting(level_name, {"kind": "Group", "group": {"name": "system:nodes"}})
+            try:
+                await until(running_and_ready(THROTTLE_PODS), timeout=180, what=f"{THROTTLE_PODS} pods Running")
+                node_posts = await apiserver_counter(
+                    testbed, "apiserver_request_total", 'resource="nodes"', 'verb="POST"'
+                )
+                await admin.create(f"{FLOWCONTROL}/prioritylevelconfigurations", level)
+                await admin.create(f"{FLOWCONTROL}/flowschemas", schema)
+                began = time.time()
+                try:
+                    await admin.patch(f"{DEPLOYMENTS}/{name}", {"spec": {"replicas": scaled}}, patch_type="merge")
+                    while time.time() < began + THROTTLE:
+                        assert fleet.poll() is None, f"the fleet exited while throttled:\n{tail()}"
+                        await asyncio.sleep(1.0)
+                    rejected = await apiserver_counter(
+                        testbed, "apiserver_flowcontrol_rejected_requests_total", f'priority_level="{level_name}"'
+                    )
+                finally:
+                    for path in (f"{FLOWCONTROL}/flowschemas/{level_name}",
+                                 f"{FLOWCONTROL}/prioritylevelconfigurations/{level_name}"):  # fmt: skip
+                        with contextlib.suppress(NotFound):
+                            await admin.delete(path)
+                returned = time.time()
+                assert rejected > 0, "the apiserver rejected no request of the nodes: nothing was throttled"
+
+                async def recovered() -> list[dict[str, Any]] | None:
+                    nodes = await all_ready()
+                    if nodes is None or any(unreachable_taints(n) for n in nodes):
+                        return None
+                    for node in nodes:
+                        lease = await admin.get(paths.lease("kube-node-lease", node["metadata"]["name"]))
+                        if wall(lease["spec"]["renewTime"]) < returned:
+                            return None
+                    return nodes
+
+                nodes = await until(recovered, timeout=120, what="every node Ready, untainted and its lease renewed")
+                recovered_after = time.time() - returned
+                assert {n["metadata"]["name"]: n["metadata"]["uid"] for n in nodes} == uids  # none registered anew
+                await until(running_and_ready(scaled), timeout=180, what=f"{scaled} pods Running and Ready")
+                caught_up = time.time() - returned
+                posts = await apiserver_counter(testbed, *NODE_POSTS)
+                assert posts == node_posts, "a Node was created (or tried) during or after the throttle"
+                print(
+                    f"throttled {returned - began:.1f} s: {rejected:.0f} requests of the nodes rejected (429); "
+                    f"nodes back {recovered_after:.1f} s and {scaled} pods Running {caught_up:.1f} s after"
+                )
+            finally:
+                with contextlib.suppress(NotFound):
+                    await admin.delete(f"{DEPLOYMENTS}/{name}")
+
+            async def all_gone() -> bool:
+                return not (await admin.list(paths.pods(NS), label_selector=f"app={name}"))["items"]
+
+            await until(all_gone, timeout=180, what="the Deployment's pods deleted")
+    assert fleet.returncode == 0, f"the fleet exited with {fleet.returncode}:\n{tail()}"
+    text = log.read_text()
+    assert f"fleet stopped nodes={THROTTLE_NODES} failed=0" in text, tail()
     assert "Traceback" not in text, first_traceback(text)
 
 

@@ -45,9 +45,9 @@ class RecordingClock(SystemClock):
         await asyncio.sleep(seconds)
 
 
-def _rejecting(name: str, user: str) -> tuple[dict[str, Any], dict[str, Any]]:
+def rejecting(name: str, subject: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """A priority level with no seats of its own and none to borrow, rejecting what it cannot seat, and a flow
-    schema sending every request of `user` to it."""
+    schema sending every request of `subject` (a FlowSchema subject: a user, a group) to it."""
     level = {
         "apiVersion": "flowcontrol.apiserver.k8s.io/v1",
         "kind": "PriorityLevelConfiguration",
@@ -72,7 +72,7 @@ def _rejecting(name: str, user: str) -> tuple[dict[str, Any], dict[str, Any]]:
             "distinguisherMethod": {"type": "ByUser"},
             "rules": [
                 {
-                    "subjects": [{"kind": "User", "user": {"name": user}}],
+                    "subjects": [subject],
                     "resourceRules": [
                         {
                             "verbs": ["*"],
@@ -138,7 +138,7 @@ async def test_a_throttled_burst_is_retried_after_retry_after_and_all_of_it_gets
     write_kubeconfig(
         config, server=testbed.settings.apiserver_url, ca=testbed.layout.pki / "ca.crt", client=pair, user=name
     )
-    level, schema = _rejecting(name, name)
+    level, schema = rejecting(name, {"kind": "User", "user": {"name": name}})
     role, binding = _configmaps_role(name, name)
     host = load_kubeconfig(config).server.split("://", 1)[1]
     created: list[str] = []
@@ -159,7 +159,10 @@ async def test_a_throttled_burst_is_retried_after_retry_after_and_all_of_it_gets
                     if rejected:
                         break
                 assert rejected, f"no request of {ROUNDS} bursts of {BURST} was throttled"
-                assert all(r.retry_after is not None and r.retry_after >= 1.0 for r in rejected)
+                assert all(
+                    isinstance(r, TooManyRequests) and r.retry_after is not None and r.retry_after >= 1.0
+                    for r in rejected
+                )
 
             # With client-go's retries: every create of a throttled burst succeeds, once, with its own body.
             registry, clock = CollectorRegistry(), RecordingClock()

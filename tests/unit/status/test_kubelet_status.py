@@ -62,8 +62,13 @@ def cached(*containers: ContainerRecord) -> PodStatus:
 
 @dataclass
 class FakeRuntime:
+    destroyed_cgroups: list[str] = field(default_factory=list)
+
     async def sync_pod(self, pod: dict[str, Any], status: RuntimePodStatus, **_: Any) -> SyncResult:
         return SyncResult({}, ("198.18.0.9",))
+
+    async def destroy_pod_cgroup(self, uid: str) -> None:
+        self.destroyed_cgroups.append(uid)
 
     def runtime_status(self, status: PodStatus) -> RuntimePodStatus:
         return from_pod_status(status)
@@ -221,6 +226,8 @@ async def test_a_terminated_pod_marks_containers_without_an_end() -> None:
     await k.sync_terminated_pod(pod(), cached())
     published = statuses.published["u1"]
     assert published["phase"] == "Failed"
+    # As upstream's SyncTerminatedPod: the pod cgroup goes, though the pod (not deleted) keeps its containers.
+    assert k.runtime.destroyed_cgroups == ["u1"]  # type: ignore[attr-defined]
     assert published["containerStatuses"][0]["state"] == {
         "terminated": {
             "exitCode": 137,
