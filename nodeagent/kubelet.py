@@ -710,8 +710,6 @@ class Kubelet:
         if self.volumes is not None:
             # As upstream's SyncTerminatedPod (WaitForUnmount): the containers are gone, so are the volumes.
             await self.volumes.unmount_pod(_uid(pod))
-        # Then, as upstream, the pod cgroup: a finished pod kept for its logs (a completed Job's) keeps none.
-        await self.runtime.destroy_pod_cgroup(_uid(pod))
         wakeup = self._wakeups.pop(_uid(pod), None)
         if wakeup is not None:
             wakeup.cancel()
