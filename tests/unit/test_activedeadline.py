@@ -90,9 +90,6 @@ class FakeRuntime:
     async def get_pod_status(self, uid: str) -> RuntimePodStatus:
         return from_pod_status(cached(uid))
 
-    async def destroy_pod_cgroup(self, uid: str) -> None:
-        del uid
-
     def runtime_status(self, status: PodStatus) -> RuntimePodStatus:
         return from_pod_status(status)
 

@@ -236,9 +236,6 @@ class FakeRuntime:
 
     calls: list[str] = field(default_factory=list)
 
-    async def destroy_pod_cgroup(self, uid: str) -> None:
-        del uid
-
     def runtime_status(self, status: PodStatus) -> RuntimePodStatus:
         return from_pod_status(status)
 

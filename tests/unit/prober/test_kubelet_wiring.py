@@ -124,9 +124,6 @@ class FakeRuntime:
     async def get_pod_status(self, uid: str) -> RuntimePodStatus:
         return self.status
 
-    async def destroy_pod_cgroup(self, uid: str) -> None:
-        del uid
-
     def runtime_status(self, status: PodStatus) -> RuntimePodStatus:
         return from_pod_status(status)  # no exited containers here: no termination message to read
 

@@ -62,13 +62,8 @@ def cached(*containers: ContainerRecord) -> PodStatus:
 
 @dataclass
 class FakeRuntime:
-    destroyed_cgroups: list[str] = field(default_factory=list)
-
     async def sync_pod(self, pod: dict[str, Any], status: RuntimePodStatus, **_: Any) -> SyncResult:
         return SyncResult({}, ("198.18.0.9",))
-
-    async def destroy_pod_cgroup(self, uid: str) -> None:
-        self.destroyed_cgroups.append(uid)
 
     def runtime_status(self, status: PodStatus) -> RuntimePodStatus:
         return from_pod_status(status)
