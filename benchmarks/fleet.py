@@ -17,8 +17,12 @@ summed (and also given per process). Phases:
   (subresource after a slash), per second, every client included (the lease poller's LIST of leases is the
   benchmark's own).
 From all Ready to the end of the window a watch of the nodes counts every Ready -> not Ready change (NotReady
-flaps). Then the Deployment is deleted (the nodes delete their pods), the fleet is stopped (SIGTERM) and its Nodes
-are deleted.
+flaps). Then the Deployment is deleted (the nodes delete their pods; `pods_deleted_s` until none is left), the fleet
+is stopped (SIGTERM; `stop_s` until every process exited, SIGKILLed after 60 s: `stop_killed`) and its Nodes are
+deleted. Every two seconds from launch the emulator's TCP connections to the apiserver are counted (psutil): the most
+while the pods start (`apiserver_connections_max_pods`) and while they are deleted (`..._max_deleting`), and the
+count at the end of the steady window (`apiserver_connections_steady`); `log_connect_timeouts` counts the fleet log's
+lines that name a ConnectTimeout.
 
 With `--peer kwok`, KWOK's controller (testbed/kwok.py, built by `nodeagent testbed install --with-kwok`) goes
 through the same phases next: its nodes are created here from one of the fleet's Nodes, with the fleet's lease
@@ -82,6 +86,35 @@ def _time(text: str) -> float:
 
 
 Emulator = Sequence[asyncio.subprocess.Process]  # the emulator's processes (KWOK's controller: one)
+
+
+class ConnectionCounter:
+    """Counts the emulator's established TCP connections to the apiserver's port every `interval` seconds, keeping
+    the most seen in each phase (a name the scenario sets as it goes)."""
+
+    def __init__(self, emulator: Emulator, port: int, interval: float = 2.0) -> None:
+        self._procs = [psutil.Process(process.pid) for process in emulator]
+        self._port = port
+        self._interval = interval
+        self.phase = "start"
+        self.most: dict[str, int] = {}
+
+    def count(self) -> int:
+        total = 0
+        for proc in self._procs:
+            with contextlib.suppress(psutil.Error):
+                total += sum(
+                    1
+                    for c in proc.net_connections(kind="tcp")
+                    if c.status == psutil.CONN_ESTABLISHED and c.raddr and c.raddr.port == self._port
+                )
+        return total
+
+    async def run(self) -> None:
+        while True:
+            seen = await asyncio.to_thread(self.count)
+            self.most[self.phase] = max(self.most.get(self.phase, 0), seen)
+            await asyncio.sleep(self._interval)
 
 
 async def _until(what: str, check: Any, timeout: float, emulator: Emulator) -> float:
@@ -316,6 +349,7 @@ async def _scenario(
     scenario: Scenario,
     *,
     started: float,
+    connections: ConnectionCounter | None = None,
 ) -> dict[str, Any]:
     """The phases every emulator goes through (the module docstring), on nodes labelled FLEET_LABEL=prefix, from
     `started` (monotonic: the emulator's launch, or the first node created). The pods are deleted at the end; the
@@ -338,6 +372,8 @@ async def _scenario(
         # From here on every node is Ready: an independent watch counts each Ready -> not Ready change.
         watcher = asyncio.create_task(watch_objects(admin, paths.nodes(), flaps.record, selector), name="flaps")
         if pods_per_node:
+            if connections is not None:
+                connections.phase = "pods"
             await admin.create(DEPLOYMENTS, _deployment(deployment, prefix, pods_per_node * nodes))
 
             async def all_running() -> bool:
@@ -369,6 +405,9 @@ async def _scenario(
                 round((_cpu_seconds(proc) - first) / elapsed, 3) for proc, first in zip(procs, each_before, strict=True)
             ]
         rss, pss = memory_totals([proc.memory_full_info() for proc in procs])
+        if connections is not None:
+            connections.phase = "steady"
+            result["apiserver_connections_steady"] = await asyncio.to_thread(connections.count)
         watches = await _apiserver_watches(admin)
         result["apiserver_pod_watches"] = watches["pods"]
         result["apiserver_service_watches"] = watches["services"]
@@ -409,6 +448,8 @@ async def _scenario(
         # Every flap from all Ready to the end of the steady window (the pod burst included).
         result["ready_flaps"] = sum(flaps.flaps.values())
         result["nodes_flapped"] = len(flaps.flaps)
+        if connections is not None:
+            connections.phase = "deleting"
         with contextlib.suppress(NotFound):
             await admin.delete(f"{DEPLOYMENTS}/{deployment}")
         if pods_per_node and all(process.returncode is None for process in emulator):
@@ -422,19 +463,38 @@ async def _scenario(
                 result["pods_deleted_s"] = round(
                     await _until("pods deleted", all_gone, 60 + pods_per_node * nodes / 5, emulator), 1
                 )
+        if connections is not None:
+            for phase in ("pods", "deleting"):
+                if phase in connections.most:
+                    result[f"apiserver_connections_max_{phase}"] = connections.most[phase]
     return result
 
 
-async def _stop(emulator: Emulator) -> None:
+async def _stop(emulator: Emulator, grace: float = 60.0) -> tuple[float, bool]:
+    """SIGTERM every process, SIGKILL those still running after `grace`: seconds until all exited, and whether any
+    had to be killed."""
+    began = time.monotonic()
+    killed = False
     for process in emulator:
         if process.returncode is None:
             process.send_signal(signal.SIGTERM)
     for process in emulator:
         try:
-            await asyncio.wait_for(process.wait(), 60)
+            await asyncio.wait_for(process.wait(), max(grace - (time.monotonic() - began), 0.1))
         except TimeoutError:
+            killed = True
             process.kill()
             await process.wait()
+    return time.monotonic() - began, killed
+
+
+def connect_timeouts(logs: Sequence[Path]) -> int:
+    """Lines of the fleet's logs that name a ConnectTimeout (a connection to the apiserver not made in time)."""
+    total = 0
+    for log in logs:
+        with contextlib.suppress(OSError), log.open("rb") as lines:
+            total += sum(1 for line in lines if b"ConnectTimeout" in line)
+    return total
 
 
 async def _delete_nodes(admin: KubeClient, names: list[str]) -> None:
@@ -458,6 +518,7 @@ async def run(
     max_pods: int | None = None,
     pod_watch: str = POD_WATCH_PER_NODE,
     processes: int = 1,
+    max_requests: int | None = None,
 ) -> dict[str, Any]:
     """The fleet's figures at the top level of the result; with `peer` "kwok", KWOK's under "kwok", from the same
     scenario run after the fleet's on the same testbed, its nodes made from one of the fleet's."""
@@ -476,6 +537,8 @@ async def run(
         # default /27 of pod addresses holds).
         argv += ["--max-pods", str(max_pods)]
     argv += ["--pod-watch", pod_watch]
+    if max_requests is not None:
+        argv += ["--max-requests", str(max_requests)]
     result: dict[str, Any] = {
         "bench": "fleet",
         "nodes": nodes,
@@ -483,6 +546,7 @@ async def run(
         "steady_s": steady,
         "pod_watch": pod_watch,
         "processes": processes,
+        "max_requests": max_requests,
     }
     if switch_interval is not None:
         result["switch_interval_s"] = switch_interval
@@ -507,11 +571,22 @@ async def run(
                             env=dict(os.environ),
                         )
                     )
-            result.update(await _scenario(admin, bed, fleet, prefix, scenario, started=started))
+            counter = ConnectionCounter(fleet, httpx.URL(admin.credentials.server).port or 443)
+            counting = asyncio.create_task(counter.run(), name="connections")
+            try:
+                result.update(
+                    await _scenario(admin, bed, fleet, prefix, scenario, started=started, connections=counter)
+                )
+            finally:
+                counting.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await counting
             # The node every KWOK node is made from: as a fleet node registered it and keeps it, Ready.
             template = await admin.get(paths.node(f"{prefix}-0")) if peer == "kwok" else None
         finally:
-            await _stop(fleet)
+            stop_s, killed = await _stop(fleet)
+            result["stop_s"], result["stop_killed"] = round(stop_s, 1), killed
+            result["log_connect_timeouts"] = connect_timeouts(logs)
             await _delete_nodes(admin, [f"{prefix}-{ordinal}" for ordinal in range(nodes)])
         if template is not None:
             result["kwok"] = await _run_kwok(admin, bed, template, scenario, workdir)
@@ -585,6 +660,14 @@ def summary_line(r: dict[str, Any], name: str = "fleet") -> str:
         f"(PSS {r['pss_per_node_mib']}), lease renew p50/p99/max {r['lease_interval_p50_s']}/"
         f"{r['lease_interval_p99_s']}/{r['lease_interval_max_s']} s ({r['lease_intervals_over_15s']} over 15 s), "
         f"{r['ready_flaps']} NotReady flaps; apiserver {r['apiserver_cpu_cores']} cores"
+        + (
+            f"; apiserver connections {r['apiserver_connections_steady']} steady, most "
+            f"{r.get('apiserver_connections_max_pods')} starting pods, {r.get('apiserver_connections_max_deleting')} "
+            f"deleting; pods deleted in {r.get('pods_deleted_s')} s ({r.get('log_connect_timeouts')} ConnectTimeout "
+            f"lines); stopped in {r.get('stop_s')} s{' (killed)' if r.get('stop_killed') else ''}"
+            if name == "fleet" and "apiserver_connections_steady" in r
+            else ""
+        )
         + (f", {r['apiserver_pod_watches']} pod watches" if r.get("apiserver_pod_watches") is not None else "")
         + (
             f", {r['apiserver_service_watches']} Service / {r['apiserver_runtimeclass_watches']} RuntimeClass watches"
@@ -636,6 +719,9 @@ async def main(argv: list[str]) -> int:
     parser.add_argument("--max-pods", type=int, default=None, help="each node's pod capacity (the fleet's default)")
     parser.add_argument("--pod-watch", choices=POD_WATCHES, default=POD_WATCH_PER_NODE, help="the fleet's --pod-watch")
     parser.add_argument(
+        "--max-requests", type=int, default=None, help="the fleet's --max-requests (default: the fleet's default)"
+    )
+    parser.add_argument(
         "--processes",
         type=int,
         default=1,
@@ -669,6 +755,7 @@ async def main(argv: list[str]) -> int:
             max_pods=args.max_pods,
             pod_watch=args.pod_watch,
             processes=args.processes,
+            max_requests=args.max_requests,
         )
 
     if args.testbed is not None:

@@ -232,6 +232,8 @@ class Emulation:
     # node's), and a cycle over every pod every 10 s was a third of the CPU of a node with 25 pods (py-spy,
     # 2026-11-30). Off, the node's pressure conditions stay False and admission is the same.
     eviction: bool = False
+    # Requests the node's client sends at once, watches apart (`KubeClient(max_requests=)`; None: no bound).
+    max_requests: int | None = None
 
 
 def read_resolv_conf(path: str) -> ResolvConf:
@@ -485,7 +487,11 @@ async def _start(options: AgentOptions, stop: asyncio.Event, emulation: Emulatio
             client = (
                 None
                 if options.standalone
-                else KubeClient.from_kubeconfig(options.kubeconfig, direct=emulation is not None)  # type: ignore[arg-type]
+                else KubeClient.from_kubeconfig(
+                    options.kubeconfig,  # type: ignore[arg-type]
+                    direct=emulation is not None,
+                    max_requests=emulation.max_requests if emulation is not None else None,
+                )
             )
         except KubeconfigError as exc:
             raise AgentError(f"the kubeconfig {options.kubeconfig} cannot be used: {exc}") from exc

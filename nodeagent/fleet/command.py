@@ -17,6 +17,7 @@ from nodeagent.fleet.capacity import check_capacity, estimate, raise_nofile, rea
 from nodeagent.fleet.fleet import run_fleet
 from nodeagent.fleet.plan import (
     DEFAULT_MAX_PODS,
+    DEFAULT_MAX_REQUESTS,
     DEFAULT_NODE_NETWORK,
     DEFAULT_POD_NETWORK,
     DEFAULT_PODS_PER_NODE_PREFIX,
@@ -131,6 +132,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     fleet.add_argument(
         "--client-ca-file", type=Path, default=None, help="the CA of the apiserver's kubelet client certificate"
     )
+    fleet.add_argument(
+        "--max-requests",
+        type=int,
+        default=DEFAULT_MAX_REQUESTS,
+        help="requests each node sends to the apiserver at once, watches apart (each holds a connection while under "
+        "way; more wait their turn); 0: no bound, a connection per concurrent request as a single agent",
+    )
     fleet.add_argument("--pull-latency", type=float, default=0.0, help="seconds per image pull")
     fleet.add_argument("--start-latency", type=float, default=0.0, help="seconds per container start")
     fleet.add_argument("--cpu-millicores", type=int, default=1, help="each container's reported CPU use")
@@ -199,6 +207,7 @@ def options_from(
         node_network=args.node_network,
         pleg=args.pleg,
         eviction=args.eviction,
+        max_requests=args.max_requests,
         kubelet_port=args.kubelet_port,
         tls_cert_file=args.tls_cert_file,
         tls_private_key_file=args.tls_private_key_file,

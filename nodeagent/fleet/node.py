@@ -96,6 +96,7 @@ async def run_node(
         pod_source=pod_source,
         informers=informers,
         eviction=options.eviction,
+        max_requests=options.max_requests or None,
     )
     async with runtime:
         await run_emulated_agent(agent_options(plan, options), emulation)

@@ -12,6 +12,8 @@ from pathlib import Path
 
 from nodeagent.config import KubeletConfiguration
 from nodeagent.config.loading import parse_config
+from nodeagent.kube.client import MAX_WATCHES
+from nodeagent.kube.transport import MAX_KEEPALIVE_CONNECTIONS
 
 # Pod and node addresses of emulated nodes come from the network-testing range (RFC 2544), away from the /24s the
 # testbeds take for themselves (198.18.N.0/24 with small N) and their services (198.19.0.0/24).
@@ -20,6 +22,9 @@ DEFAULT_NODE_NETWORK = "198.19.128.0/17"
 # 30 addresses per node, 1,024 nodes in the default pod network: a density test's 30 pods per node.
 DEFAULT_PODS_PER_NODE_PREFIX = 27
 DEFAULT_MAX_PODS = 30
+# Requests one node sends at once, watches apart (`KubeClient(max_requests=)`; 0: no bound): each holds a connection
+# to the apiserver while under way (docs/fleet.md, "Connections per node").
+DEFAULT_MAX_REQUESTS = 4
 FLEET_LABEL = "node.nodeagent.io/fleet"
 # How the nodes' pods are watched: each node its own list+watch (spec.nodeName=<node>), as real kubelets load the
 # apiserver; or one list+watch of every bound pod for the whole process, demultiplexed by node (cheaper).
@@ -57,6 +62,7 @@ class FleetOptions:
     client_ca_file: Path | None = None  # the CA of client certificates (the apiserver's kubelet client)
     pod_watch: str = POD_WATCH_PER_NODE  # POD_WATCHES; shared watches with `kubeconfig`
     eviction: bool = False  # every node runs the eviction manager's cycle (`Emulation.eviction`)
+    max_requests: int = DEFAULT_MAX_REQUESTS  # each node's requests under way at once (0: no bound)
 
 
 @dataclass(frozen=True)
@@ -141,6 +147,11 @@ def plan_nodes(options: FleetOptions) -> list[NodePlan]:
             "--pod-watch shared lists every pod bound to a node: it needs --kubeconfig, a credential that may list "
             "every pod (the admin's); a node's own credential (--bootstrap-kubeconfig) may list only the pods bound "
             "to it"
+        )
+    if not 0 <= options.max_requests <= MAX_KEEPALIVE_CONNECTIONS - MAX_WATCHES:
+        raise FleetError(
+            f"--max-requests {options.max_requests}: want 0 (no bound) to {MAX_KEEPALIVE_CONNECTIONS - MAX_WATCHES} "
+            f"(the client keeps {MAX_KEEPALIVE_CONNECTIONS} connections, {MAX_WATCHES} of them for watches)"
         )
     if not options.prefix or not options.prefix.replace("-", "").isalnum() or options.prefix != options.prefix.lower():
         raise FleetError(f"--prefix {options.prefix!r}: want lower-case letters, digits and dashes")

@@ -48,7 +48,7 @@ from nodeagent.kube.request import (
     watch_request,
 )
 from nodeagent.kube.retry import MAX_RETRIES, Retries
-from nodeagent.kube.transport import ApiTransport
+from nodeagent.kube.transport import MAX_KEEPALIVE_CONNECTIONS, ApiTransport
 from nodeagent.kube.watch import WatchDecoder, WatchEvent
 
 log = logging.getLogger(__name__)
@@ -60,6 +60,9 @@ WATCH_READ_GRACE = 30.0
 TOKEN_FILE_REFRESH = 60.0
 # How often a direct request also closes httpx's expired idle connections (`send_direct`).
 SWEEP_INTERVAL = 30.0
+# The watches an agent keeps open, each on a connection of its own (its pods, its Node, Services, RuntimeClasses):
+# `max_requests` leaves them room among the kept connections.
+MAX_WATCHES = 4
 
 
 class BearerToken(httpx.Auth):
@@ -138,8 +141,18 @@ class KubeClient:
         direct: bool = False,
         max_retries: int = MAX_RETRIES,
         clock: Clock | None = None,
+        max_requests: int | None = None,
     ) -> None:
         self.credentials = credentials
+        # At most this many requests through httpx at once, watches apart (None: no bound). Over HTTP/1.1 each
+        # request under way holds a connection of its own: a fleet node's burst (its pods' status patches, events and
+        # deletions together) opened as many, and past the pool's 20 kept ones each was a new TCP connection and TLS
+        # handshake, closed after one use (docs/fleet.md, "Connections per node"). Bounded below the kept ones, the
+        # node's requests reuse the same few connections and wait their turn instead, within their own timeout.
+        if max_requests is not None and not 0 < max_requests <= MAX_KEEPALIVE_CONNECTIONS - MAX_WATCHES:
+            raise ValueError(f"max_requests {max_requests}: want 1..{MAX_KEEPALIVE_CONNECTIONS - MAX_WATCHES}")
+        self._slots = asyncio.Semaphore(max_requests) if max_requests is not None else None
+        self.max_requests = max_requests
         self._timeout = timeout
         # How many times a request answered 429 or 5xx with a Retry-After is sent again (`retry`); the clock times
         # the waits and the request's deadline.
@@ -209,8 +222,15 @@ class KubeClient:
         transport: httpx.AsyncBaseTransport | None = None,
         timeout: float = DEFAULT_TIMEOUT,
         direct: bool = False,
+        max_requests: int | None = None,
     ) -> KubeClient:
-        return cls(load_kubeconfig(path, context=context), transport=transport, timeout=timeout, direct=direct)
+        return cls(
+            load_kubeconfig(path, context=context),
+            transport=transport,
+            timeout=timeout,
+            direct=direct,
+            max_requests=max_requests,
+        )
 
     async def __aenter__(self) -> Self:
         return self
@@ -243,7 +263,26 @@ class KubeClient:
         return await self._retrying(request, request_timeout or self._timeout, self._attempt)
 
     async def _attempt(self, request: ApiRequest, timeout: float, retry: bool) -> _Answer:
-        """One attempt through httpx."""
+        """One attempt through httpx; with `max_requests`, once a slot is free, the wait counted in `timeout`."""
+        if self._slots is None:
+            return await self._send_http(request, timeout, retry)
+        loop = asyncio.get_running_loop()
+        started = loop.time()  # the loop's clock, which times asyncio.timeout
+        try:
+            async with asyncio.timeout(timeout):
+                await self._slots.acquire()
+        except TimeoutError:
+            self._count(request.method, "<error>", retry)
+            raise ApiUnavailable(
+                f"{request.method} {request.path}: no request slot free within {timeout:.1f}s "
+                f"({self.max_requests} requests under way)"
+            ) from None
+        try:
+            return await self._send_http(request, max(timeout - (loop.time() - started), 0.001), retry)
+        finally:
+            self._slots.release()
+
+    async def _send_http(self, request: ApiRequest, timeout: float, retry: bool) -> _Answer:
         try:
             response = await self._http.send(self._build(request, httpx.Timeout(timeout)))
         except httpx.RequestError as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -165,3 +166,28 @@ def test_the_summary_says_how_many_processes_the_fleet_ran() -> None:
     assert fleet.summary_line({**result(), "processes": 1}).startswith("fleet: 100 nodes")
     # KWOK is one controller, whatever the fleet ran.
     assert fleet.summary_line({**result(), "processes": 2}, "kwok").startswith("kwok: 100 nodes")
+
+
+def test_the_summary_gives_connections_deletion_and_stop_when_measured() -> None:
+    assert "apiserver connections" not in fleet.summary_line(result())
+    measured = {
+        **result(),
+        "apiserver_connections_steady": 212,
+        "apiserver_connections_max_pods": 480,
+        "apiserver_connections_max_deleting": 530,
+        "pods_deleted_s": 95.5,
+        "log_connect_timeouts": 3,
+        "stop_s": 61.0,
+        "stop_killed": True,
+    }
+    line = fleet.summary_line(measured)
+    assert "apiserver connections 212 steady, most 480 starting pods, 530 deleting" in line
+    assert "pods deleted in 95.5 s (3 ConnectTimeout lines); stopped in 61.0 s (killed)" in line
+    assert "apiserver connections" not in fleet.summary_line({**measured, **result()}, "kwok")
+
+
+def test_connect_timeouts_are_counted_over_every_log(tmp_path: Path) -> None:
+    first, second = tmp_path / "fleet-0.log", tmp_path / "fleet-1.log"
+    first.write_bytes(b"ok\nerror=ApiUnavailable: ConnectTimeout: \nConnectTimeout again\n")
+    second.write_bytes(b"ReadTimeout\n")
+    assert fleet.connect_timeouts([first, second, tmp_path / "missing.log"]) == 2

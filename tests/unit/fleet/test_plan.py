@@ -68,6 +68,8 @@ def test_bootstrap_gives_every_node_its_own_kubeconfig() -> None:
         ({"max_pods": 31}, "--max-pods 31 does not fit a /27"),
         ({"pod_prefix_length": 16}, "larger than"),
         ({"pod_watch": "sometimes"}, "want one of per-node, shared"),
+        ({"max_requests": -1}, "--max-requests -1: want 0"),
+        ({"max_requests": 17}, r"--max-requests 17: want 0 \(no bound\) to 16"),
         # Per-node credentials may list only their own pods: the shared watch needs the admin's.
         ({"kubeconfig": None, "bootstrap_kubeconfig": Path("/boot"), "pod_watch": "shared"}, "needs --kubeconfig"),
     ],

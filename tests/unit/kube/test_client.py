@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator
@@ -326,3 +327,75 @@ async def test_rest_client_metrics_count_answers_and_failures() -> None:
         )
         == 3.0
     )
+
+
+class _Gate(httpx.AsyncBaseTransport):
+    """Holds every GET of a configmap until released, and counts how many are under way at once; a watch (the
+    `watch=true` query) answers at once with an endless stream, held open by the test."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.under_way = 0
+        self.most = 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.params.get("watch") == "true":
+
+            async def endless() -> AsyncIterator[bytes]:
+                await asyncio.Event().wait()
+                yield b""
+
+            return httpx.Response(200, content=endless())
+        self.under_way += 1
+        self.most = max(self.most, self.under_way)
+        try:
+            await self.release.wait()
+        finally:
+            self.under_way -= 1
+        return httpx.Response(200, json=obj("a", "1"))
+
+
+async def test_max_requests_bounds_the_requests_under_way_and_not_the_watches() -> None:
+    gate = _Gate()
+    client = KubeClient(ClusterCredentials(server=SERVER), transport=gate, max_requests=2)
+    async with client:
+        # Two watches open first: they take no slot.
+        watches = [client.watch(CM, resource_version="1") for _ in range(2)]
+        pending_watches = [asyncio.create_task(anext(w)) for w in watches]
+        gets = [asyncio.create_task(client.get(f"{CM}/a")) for _ in range(5)]
+        for _ in range(20):
+            await asyncio.sleep(0)
+        under_way = gate.under_way
+        gate.release.set()
+        answers = await asyncio.gather(*gets)
+        assert under_way == 2
+        for task in pending_watches:
+            task.cancel()
+        await asyncio.gather(*pending_watches, return_exceptions=True)
+        for w in watches:
+            await w.aclose()
+    assert [a["metadata"]["name"] for a in answers] == ["a"] * 5
+    assert gate.most == 2
+
+
+async def test_a_request_waiting_for_a_slot_past_its_timeout_is_unavailable() -> None:
+    gate = _Gate()
+    client = KubeClient(ClusterCredentials(server=SERVER), transport=gate, max_requests=1)
+    async with client:
+        held = asyncio.create_task(client.get(f"{CM}/a"))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        try:
+            with pytest.raises(ApiUnavailable, match=r"no request slot free within 0\.1s"):
+                async with asyncio.timeout(5):  # the mock transport has no timeouts of its own
+                    await client.get(f"{CM}/a", request_timeout=0.1)
+        finally:
+            gate.release.set()
+        assert (await held)["metadata"]["name"] == "a"
+    assert gate.most == 1
+
+
+@pytest.mark.parametrize("bad", [0, 17])
+def test_max_requests_out_of_range_is_refused(bad: int) -> None:
+    with pytest.raises(ValueError, match=f"max_requests {bad}: want 1..16"):
+        KubeClient(ClusterCredentials(server=SERVER), max_requests=bad)
