@@ -24,10 +24,13 @@ async def test_nodes_that_do_not_end_when_stopped_are_cancelled_after_the_grace(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     started: list[str] = []
+    all_started = asyncio.Event()
     cancelled: list[str] = []
 
     async def run_node(plan: Any, options: Any, config: Any, behaviour: Any, stop: asyncio.Event, **_: Any) -> None:
         started.append(plan.name)
+        if len(started) == 3:
+            all_started.set()
         await stop.wait()
         if plan.ordinal == 0:
             return  # ends when stopped
@@ -41,8 +44,7 @@ async def test_nodes_that_do_not_end_when_stopped_are_cancelled_after_the_grace(
     caplog.set_level(logging.INFO, logger="nodeagent.fleet")
     stop = asyncio.Event()
     task = asyncio.create_task(fleet_module.run_fleet(options(tmp_path), Behaviour(), stop, stop_grace=0.2))
-    while len(started) < 3:
-        await asyncio.sleep(0.01)
+    await asyncio.wait_for(all_started.wait(), 5)
     stop.set()
     result = await asyncio.wait_for(task, 5)
     assert not result.failed
