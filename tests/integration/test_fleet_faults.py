@@ -126,6 +126,22 @@ def unreachable_taints(node: dict[str, Any]) -> list[str]:
     ]
 
 
+async def nodes_back(
+    admin: KubeClient, prefix: str, count: int, *, renewed_since: float | None = None
+) -> list[dict[str, Any]] | None:
+    """The fleet's `count` nodes when every one is Ready and untainted and, with `renewed_since` (wall time), has
+    renewed its Lease since then; None until then."""
+    nodes = await fleet_nodes(admin, prefix)
+    if len(nodes) != count or not all(ready(n) and not unreachable_taints(n) for n in nodes):
+        return None
+    if renewed_since is not None:
+        for node in nodes:
+            lease = await admin.get(paths.lease("kube-node-lease", node["metadata"]["name"]))
+            if wall(lease["spec"]["renewTime"]) < renewed_since:
+                return None
+    return nodes
+
+
 async def test_fleet_lives_through_an_apiserver_outage_of_60_seconds(
     admin: KubeClient, testbed: Testbed, settings: Settings, tmp_path: Path
 ) -> None:
@@ -197,14 +213,7 @@ async def test_fleet_lives_through_an_apiserver_outage_of_60_seconds(
 
                 async def recovered() -> list[dict[str, Any]] | None:
                     assert fleet.poll() is None, f"the fleet exited after the outage:\n{tail()}"
-                    nodes = await fleet_nodes(admin, prefix)
-                    if len(nodes) != OUTAGE_NODES or not all(ready(n) and not unreachable_taints(n) for n in nodes):
-                        return None
-                    for node in nodes:
-                        lease = await admin.get(paths.lease("kube-node-lease", node["metadata"]["name"]))
-                        if wall(lease["spec"]["renewTime"]) < returned:
-                            return None
-                    return nodes
+                    return await nodes_back(admin, prefix, OUTAGE_NODES, renewed_since=returned)
 
                 nodes = await until(recovered, timeout=120, what="every node Ready, untainted and its lease renewed")
                 recovered_after = time.time() - returned
@@ -333,14 +342,8 @@ async def test_fleet_lives_through_a_minute_of_429s_and_catches_up(
                 assert rejected > 0, "the apiserver rejected no request of the nodes: nothing was throttled"
 
                 async def recovered() -> list[dict[str, Any]] | None:
-                    nodes = await all_ready()
-                    if nodes is None or any(unreachable_taints(n) for n in nodes):
-                        return None
-                    for node in nodes:
-                        lease = await admin.get(paths.lease("kube-node-lease", node["metadata"]["name"]))
-                        if wall(lease["spec"]["renewTime"]) < returned:
-                            return None
-                    return nodes
+                    assert fleet.poll() is None, f"the fleet exited with {fleet.returncode}:\n{tail()}"
+                    return await nodes_back(admin, prefix, THROTTLE_NODES, renewed_since=returned)
 
                 nodes = await until(recovered, timeout=120, what="every node Ready, untainted and its lease renewed")
                 recovered_after = time.time() - returned
@@ -436,10 +439,7 @@ async def test_fleet_sigkilled_under_pods_comes_back_with_the_same_nodes(
 
                 async def back() -> list[dict[str, Any]] | None:
                     assert second.poll() is None, second_log.read_text(errors="replace")[-3000:]
-                    nodes = await fleet_nodes(admin, prefix)
-                    if len(nodes) != CRASH_NODES or not all(ready(n) and not unreachable_taints(n) for n in nodes):
-                        return None
-                    return nodes
+                    return await nodes_back(admin, prefix, CRASH_NODES)
 
                 restarted = time.time()
                 nodes = await until(back, timeout=120, what="the same nodes Ready again")
