@@ -37,6 +37,16 @@ READY_TIMEOUT = 60.0
 REGISTERED = "registration status registered=True"
 
 
+def device_names(kinds: tuple[str, ...]) -> dict[str, str]:
+    """The names a scenario's devices put in a container that may differ between two agents, by placeholder: which
+    of the sample plugin's free devices a container gets is not defined. Upstream's device manager takes the first
+    of a set it ranges over (devicesToAllocate: Go map order, so either device); nodeagent takes them in order.
+    Seen in a full corpus run (2026-11-30): the kubelet mounted /tmp/Dev-2 where every earlier run had /tmp/Dev-1."""
+    if DEVICE_PLUGIN not in kinds:
+        return {}
+    return {f"/tmp/{device}": "device-plugin device" for device in plugin.DEVICES}
+
+
 @dataclass
 class Devices:
     """The processes started for one scenario on one agent."""

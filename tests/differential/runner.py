@@ -207,6 +207,7 @@ class Player:
                     label,
                     plugin_dir=Path(sampledeviceplugin.UPSTREAM_PLUGIN_DIR) if kubelet else None,
                 )
+                ctx.names.update(scenario_devices.device_names(scenario.devices))
             for obj in scenario.objects:
                 body = _body(substitute(obj, self.images), namespace)
                 with contextlib.suppress(AlreadyExists):  # a RuntimeClass left by an interrupted run

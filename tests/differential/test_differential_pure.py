@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from tests.differential.compare import COALESCED, LOST, Recording, compare, distinct, render
+from tests.differential.devices import device_names
 from tests.differential.normalise import Context, event_line, pod_state, scrub
 from tests.differential.scenario import KnownDifference, ScenarioError, load_all, parse
 from tests.differential.waits import satisfied
@@ -275,6 +276,14 @@ def test_scrub_names_a_generated_claim_by_what_it_stands_for() -> None:
     assert (
         scrub("fetch ResourceClaim p-accel-x7k2q: forbidden", ctx) == "fetch ResourceClaim <claim:p/accel>: forbidden"
     )
+
+
+def test_either_sample_plugin_device_reads_the_same_and_only_with_the_plugin() -> None:
+    names = device_names(("device-plugin",))
+    ctx = Context(namespace="d-na-x-abcde", uids={}, names=names)
+    one, two = (scrub(f"mounts./tmp/Dev-{n}.host_path = /tmp/Dev-{n}", ctx) for n in (1, 2))
+    assert one == two == "mounts.<device-plugin device>.host_path = <device-plugin device>"
+    assert device_names(("dra-driver",)) == {}
 
 
 def test_the_device_scenarios_name_what_they_run() -> None:
