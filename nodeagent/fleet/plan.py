@@ -12,7 +12,7 @@ from pathlib import Path
 
 from nodeagent.config import KubeletConfiguration
 from nodeagent.config.loading import parse_config
-from nodeagent.kube.client import MAX_WATCHES
+from nodeagent.kube.client import MAX_REQUESTS_BOUND, MAX_WATCHES
 from nodeagent.kube.transport import MAX_KEEPALIVE_CONNECTIONS
 
 # Pod and node addresses of emulated nodes come from the network-testing range (RFC 2544), away from the /24s the
@@ -148,9 +148,9 @@ def plan_nodes(options: FleetOptions) -> list[NodePlan]:
             "every pod (the admin's); a node's own credential (--bootstrap-kubeconfig) may list only the pods bound "
             "to it"
         )
-    if not 0 <= options.max_requests <= MAX_KEEPALIVE_CONNECTIONS - MAX_WATCHES:
+    if not 0 <= options.max_requests <= MAX_REQUESTS_BOUND:
         raise FleetError(
-            f"--max-requests {options.max_requests}: want 0 (no bound) to {MAX_KEEPALIVE_CONNECTIONS - MAX_WATCHES} "
+            f"--max-requests {options.max_requests}: want 0 (no bound) to {MAX_REQUESTS_BOUND} "
             f"(the client keeps {MAX_KEEPALIVE_CONNECTIONS} connections, {MAX_WATCHES} of them for watches)"
         )
     if not options.prefix or not options.prefix.replace("-", "").isalnum() or options.prefix != options.prefix.lower():

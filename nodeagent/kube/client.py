@@ -63,6 +63,8 @@ SWEEP_INTERVAL = 30.0
 # The watches an agent keeps open, each on a connection of its own (its pods, its Node, Services, RuntimeClasses):
 # `max_requests` leaves them room among the kept connections.
 MAX_WATCHES = 4
+# The most `max_requests` may be: the pool's kept connections less the watches'.
+MAX_REQUESTS_BOUND = MAX_KEEPALIVE_CONNECTIONS - MAX_WATCHES
 
 
 class BearerToken(httpx.Auth):
@@ -149,8 +151,8 @@ class KubeClient:
         # deletions together) opened as many, and past the pool's 20 kept ones each was a new TCP connection and TLS
         # handshake, closed after one use (docs/fleet.md, "Connections per node"). Bounded below the kept ones, the
         # node's requests reuse the same few connections and wait their turn instead, within their own timeout.
-        if max_requests is not None and not 0 < max_requests <= MAX_KEEPALIVE_CONNECTIONS - MAX_WATCHES:
-            raise ValueError(f"max_requests {max_requests}: want 1..{MAX_KEEPALIVE_CONNECTIONS - MAX_WATCHES}")
+        if max_requests is not None and not 0 < max_requests <= MAX_REQUESTS_BOUND:
+            raise ValueError(f"max_requests {max_requests}: want 1..{MAX_REQUESTS_BOUND}")
         self._slots = asyncio.Semaphore(max_requests) if max_requests is not None else None
         self.max_requests = max_requests
         self._timeout = timeout
