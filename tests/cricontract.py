@@ -21,6 +21,7 @@ from cri.errors import CRIError
 from cri.service import ImageService, RuntimeService
 from cri.v1 import api_pb2
 from nodeagent.server import logs as reader
+from tests import remotecommand
 from tests.integration import crifixtures as fixtures
 
 Transcript = list[tuple[Any, ...]]
@@ -377,6 +378,84 @@ async def run_log_scenario(runtime: RuntimeService, image_name: str, log_dir: st
         out.append(("never_started_file", _existing({"never": paths["never"]}) == ["never"]))
         await runtime.remove_container(ids["echo"])
         out.append(("file_after_remove", _existing({"echo": paths["echo"]}) == ["echo"]))
+    finally:
+        with contextlib.suppress(CRIError):
+            await runtime.stop_pod_sandbox(sandbox_id)
+            await runtime.remove_pod_sandbox(sandbox_id)
+    return out
+
+
+# Exec cases: name, command, stdin, channels (stdout, stderr, tty), the protocols offered.
+EXEC_CASES: list[tuple[str, list[str], bytes | None, tuple[bool, bool, bool], tuple[str, ...]]] = [
+    ("echo", ["echo", "hello", "exec"], None, (True, False, False), remotecommand.PROTOCOLS),
+    ("exit_3", ["sh", "-c", "exit 3"], None, (True, True, False), remotecommand.PROTOCOLS),
+    ("false", ["false"], None, (True, True, False), remotecommand.PROTOCOLS),
+    ("cat_stdin", ["cat"], b"line one\nline two\n", (True, False, False), remotecommand.PROTOCOLS),
+    ("tty", ["echo", "on", "a", "tty"], None, (True, False, True), remotecommand.PROTOCOLS),
+    ("v3_exit_2", ["sh", "-c", "exit 2"], None, (True, True, False), ("v3.channel.k8s.io",)),
+    ("v3_echo", ["echo", "v3"], None, (True, False, False), ("v3.channel.k8s.io",)),
+    ("v2_exit_4", ["sh", "-c", "exit 4"], None, (True, True, False), ("v2.channel.k8s.io",)),
+    ("v1_echo", ["echo", "v1"], None, (True, False, False), ("channel.k8s.io",)),
+    ("no_protocol_in_common", ["true"], None, (True, False, False), ("v9.channel.k8s.io",)),
+]
+
+
+def _exec_request(container_id: str, cmd: list[str], stdin: bool, channels: tuple[bool, bool, bool]) -> Any:
+    stdout, stderr, tty = channels
+    return api_pb2.ExecRequest(container_id=container_id, cmd=cmd, stdin=stdin, stdout=stdout, stderr=stderr, tty=tty)
+
+
+async def run_exec_scenario(runtime: RuntimeService, image_name: str, log_dir: str) -> Transcript:
+    """CRI Exec and the streaming session at its URL, spoken to as client-go's remotecommand does
+    (`tests/remotecommand.py`): the output, the error stream's Status, the negotiated protocol, a refused one, a
+    URL used twice, and Exec's own refusals (no command, tty with stderr, no stream, an exited container). The image
+    must be pulled already."""
+    out: Transcript = []
+    config = sandbox_config(f"exec-{uuid.uuid4().hex[:6]}", log_dir)
+    sandbox_id = await runtime.run_pod_sandbox(config)
+    try:
+        running = await runtime.create_container(
+            sandbox_id, container_config("sleeper", image_name, ["sleep", "600"]), config
+        )
+        await runtime.start_container(running)
+        exited = await runtime.create_container(sandbox_id, container_config("done", image_name, ["true"]), config)
+        await runtime.start_container(exited)
+        await _wait_exit(runtime, exited)
+        for name, cmd, stdin, channels, protocols in EXEC_CASES:
+            url = (await runtime.exec(_exec_request(running, cmd, stdin is not None, channels))).url
+            result = await remotecommand.exec_stream(
+                url, stdin=stdin, stdout=channels[0], stderr=channels[1], tty=channels[2], protocols=protocols
+            )
+            out.append(
+                (
+                    "exec",
+                    name,
+                    result.status_code,
+                    result.protocol,
+                    result.stdout,
+                    result.stderr,
+                    result.status() if result.protocol.startswith("v4") else result.error,
+                    result.refusal,
+                    result.headers.get("x-accepted-stream-protocol-versions"),
+                )
+            )
+        url = (await runtime.exec(_exec_request(running, ["true"], False, (True, False, False)))).url
+        first = await remotecommand.exec_stream(url)
+        again = await remotecommand.exec_stream(url)
+        out.append(("exec_url_twice", first.status_code, again.status_code))
+        refusals = {
+            "no_command": _exec_request(running, [], False, (True, False, False)),
+            "tty_and_stderr": _exec_request(running, ["true"], False, (True, True, True)),
+            "no_stream": _exec_request(running, ["true"], False, (False, False, False)),
+            "exited_container": _exec_request(exited, ["true"], False, (True, False, False)),
+            "unknown_container": _exec_request("0" * 64, ["true"], False, (True, False, False)),
+        }
+        for name, request in refusals.items():
+            try:
+                await runtime.exec(request)
+                out.append(("exec_refused", name, "ok"))
+            except CRIError as exc:
+                out.append(("exec_refused", name, type(exc).__name__, exc.code.name if exc.code else None))
     finally:
         with contextlib.suppress(CRIError):
             await runtime.stop_pod_sandbox(sandbox_id)

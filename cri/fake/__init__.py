@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Self
 from cri.fake.behaviour import DEFAULT_BEHAVIOUR, Behaviour
 from cri.fake.images import FakeImageService
 from cri.fake.runtime import FakeRuntimeService
+from cri.fake.streaming import StreamingServer
 
-__all__ = ["Behaviour", "FakeCRI", "FakeImageService", "FakeRuntimeService"]
+__all__ = ["Behaviour", "FakeCRI", "FakeImageService", "FakeRuntimeService", "StreamingServer"]
 
 
 class FakeCRI:
@@ -28,10 +29,18 @@ class FakeCRI:
         behaviour: Behaviour = DEFAULT_BEHAVIOUR,
         pod_network: str = "198.18.0.0/24",
         now_ns: Callable[[], int] = time.time_ns,
+        streaming: StreamingServer | None = None,
     ) -> None:
+        """`streaming`: the server exec URLs are on (shared by the runtimes of a process); None, Exec is
+        Unimplemented."""
         self.image = FakeImageService(behaviour=behaviour, now_ns=now_ns)
         self.runtime = FakeRuntimeService(
-            name, images=self.image, behaviour=behaviour, pod_network=pod_network, now_ns=now_ns
+            name,
+            images=self.image,
+            behaviour=behaviour,
+            pod_network=pod_network,
+            now_ns=now_ns,
+            streaming=streaming,
         )
 
     async def close(self) -> None:

@@ -11,8 +11,9 @@ The state machine, ids, list filters, error classes and event shapes follow cont
 - List filters: id (or a unique prefix of it), state, pod sandbox id and label selector.
 What a started container does (exit, crash, OOM, after how long), what it writes to its log file (`cri.fake.logs`,
 once, at StartContainer) and how long the calls take come from `cri.fake.behaviour`. A log file that cannot be
-opened fails StartContainer as containerd does (the container exited with 128, reason StartError). Streaming
-(exec, attach, port-forward) and checkpointing answer Unimplemented.
+opened fails StartContainer as containerd does (the container exited with 128, reason StartError). Exec gives a
+URL on the fake's streaming server (`cri.fake.streaming`) when it has one, else Unimplemented; attach, port-forward
+and checkpointing answer Unimplemented.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from cri.fake.state import (
     sandbox_view,
 )
 from cri.fake.stats import container_stats, sandbox_stats
+from cri.fake.streaming import ExecCall, StreamingError, StreamingServer
 from cri.v1 import api_pb2
 
 log = logging.getLogger(__name__)
@@ -69,6 +71,10 @@ def _unimplemented(method: str) -> UnimplementedError:
     return UnimplementedError(SERVICE + method, grpc.StatusCode.UNIMPLEMENTED, "not implemented by the fake runtime")
 
 
+def _invalid(method: str, message: str) -> UnknownCRIError:
+    return UnknownCRIError(SERVICE + method, grpc.StatusCode.INVALID_ARGUMENT, message)
+
+
 def _selected(labels: Mapping[str, str], selector: dict[str, str]) -> bool:
     return all(labels.get(k) == v for k, v in selector.items())
 
@@ -85,8 +91,10 @@ class FakeRuntimeService:
         behaviour: Behaviour = DEFAULT_BEHAVIOUR,
         pod_network: str = "198.18.0.0/24",
         now_ns: Callable[[], int] = time.time_ns,
+        streaming: StreamingServer | None = None,
     ) -> None:
         self.name = name
+        self.streaming = streaming
         self.behaviour = behaviour
         self.images = images
         self._now_ns = now_ns
@@ -389,7 +397,32 @@ class FakeRuntimeService:
         return api_pb2.ExecSyncResponse(exit_code=known.exit_code if known is not None else 0)
 
     async def exec(self, request: api_pb2.ExecRequest, *, timeout: float | None = None) -> api_pb2.ExecResponse:
-        raise _unimplemented("Exec")
+        """containerd's Exec: the container must be running, then the streaming server's checks of the request
+        (InvalidArgument; an empty command passes, as on containerd 1.7), then a one-time URL on the fake's
+        streaming server (Unimplemented without one)."""
+        container = self._container("Exec", request.container_id)
+        if container.state != api_pb2.CONTAINER_RUNNING:
+            state = api_pb2.ContainerState.Name(container.state)  # type: ignore[arg-type]
+            raise _unknown("Exec", f"container is in {state} state")
+        if request.tty and request.stderr:
+            raise _invalid("Exec", "tty and stderr cannot both be true")
+        if not (request.stdin or request.stdout or request.stderr):
+            raise _invalid("Exec", "one of stdin, stdout, or stderr must be set")
+        if self.streaming is None:
+            raise _unimplemented("Exec")
+        call = ExecCall(
+            container_id=container.id,
+            cmd=tuple(request.cmd),
+            stdin=request.stdin,
+            stdout=request.stdout,
+            stderr=request.stderr,
+            tty=request.tty,
+            running=lambda: container.state == api_pb2.CONTAINER_RUNNING,
+        )
+        try:
+            return api_pb2.ExecResponse(url=self.streaming.exec_url(call))
+        except StreamingError as exc:
+            raise _unknown("Exec", str(exc)) from exc
 
     async def attach(self, request: api_pb2.AttachRequest, *, timeout: float | None = None) -> api_pb2.AttachResponse:
         raise _unimplemented("Attach")

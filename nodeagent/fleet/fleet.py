@@ -20,7 +20,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from cri.fake import Behaviour
+from cri.fake import Behaviour, StreamingServer
 from nodeagent.agent import KubeletAPIRoute, PodSourceRunner, SharedInformers
 from nodeagent.fleet import kubeletapi
 from nodeagent.fleet.heartbeat import LeaseHeartbeats
@@ -65,7 +65,11 @@ async def run_fleet(
     )
     route: KubeletAPIRoute | None = None
     http = None
+    # Exec URLs of every node's fake runtime, on loopback; the kubelet API proxies to them.
+    streaming: StreamingServer | None = None
     if options.kubelet_port:
+        streaming = StreamingServer()
+        await streaming.start()
         router = kubeletapi.KubeletRouter()
         addresses = [p.internal_ip for p in plans]
         tls = kubeletapi.fleet_tls(
@@ -106,6 +110,7 @@ async def run_fleet(
                 kubelet_api=route,
                 pod_source=pod_source,
                 informers=informers,
+                streaming=streaming,
             ),
             name=f"fleet-node-{plan.name}",
         ): plan.name
@@ -159,5 +164,7 @@ async def run_fleet(
         await asyncio.to_thread(heartbeats.stop)
         if http is not None:
             await http.close()
+        if streaming is not None:
+            await streaming.close()
     log.info("fleet stopped nodes=%d failed=%d", len(plans), len(result.failed))
     return result

@@ -7,7 +7,7 @@ import logging
 import os
 import uuid
 
-from cri.fake import Behaviour, FakeCRI
+from cri.fake import Behaviour, FakeCRI, StreamingServer
 from cri.fake.runtime import RUNTIME_NAME, RUNTIME_VERSION
 from nodeagent.agent import (
     AgentOptions,
@@ -72,13 +72,14 @@ async def run_node(
     kubelet_api: KubeletAPIRoute | None = None,
     pod_source: PodSourceRunner | None = None,
     informers: SharedInformers | None = None,
+    streaming: StreamingServer | None = None,
 ) -> FakeCRI:
     """Run the node until `stop`; waits its turn first (the fleet's stagger). Returns its runtime (for reports).
     `lease_renewer`: who renews the node's Lease (the fleet's heartbeat thread); None, the agent's own loop.
     `kubelet_api`: the fleet's router of kubelet API requests, when the fleet serves it. `pod_source`: the fleet's
     shared pod watch; None, the node's own list+watch. `informers`: the fleet's Services and RuntimeClasses; None,
-    the node's own list+watch of each."""
-    runtime = FakeCRI(plan.name, behaviour=behaviour, pod_network=plan.pod_network)
+    the node's own list+watch of each. `streaming`: the fleet's server of exec URLs; None, exec is Unimplemented."""
+    runtime = FakeCRI(plan.name, behaviour=behaviour, pod_network=plan.pod_network, streaming=streaming)
     try:
         await asyncio.wait_for(stop.wait(), plan.start_after)
         return runtime  # stopped before its turn

@@ -1,12 +1,16 @@
-"""`kubectl logs` of pods on emulated nodes: three fleet nodes serve their kubelet API on the fleet's one port (their
-addresses made local by a route, as test_fleet.py does, whose helpers this reuses), and the apiserver's
-`pods/<name>/log` reaches them. One pod's container prints its `fake.cri.nodeagent.io/log` text; another runs
-`echo`, exits and is restarted, so its previous attempt's log is served too."""
+"""`kubectl logs` and `kubectl exec` of pods on emulated nodes: three fleet nodes serve their kubelet API on the
+fleet's one port (their addresses made local by a route, as test_fleet.py does, whose helpers this reuses), and the
+apiserver's `pods/<name>/log` and `pods/<name>/exec` reach them. One pod's container prints its
+`fake.cri.nodeagent.io/log` text; another runs `echo`, exits and is restarted, so its previous attempt's log is
+served too. Exec goes kubectl -> apiserver -> the node's kubelet API -> the fake runtime's streaming server (SPDY/3.1),
+with kubectl's WebSocket (the apiserver translating it to SPDY) and with kubectl's SPDY passed through."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime
+import os
 import uuid
 from pathlib import Path
 from typing import Any
@@ -20,6 +24,7 @@ from nodeagent.server.logs import parse_cri_time
 from nodeagent.testbed.kubectl import kubectl
 from nodeagent.testbed.pki import CertificateAuthority
 from nodeagent.testbed.testbed import Testbed
+from nodeagent.testbed.versions import kubernetes_bin_dir
 from tests.integration.test_fleet import (
     IMAGE,
     NS,
@@ -33,6 +38,31 @@ from tests.integration.test_fleet import (
 
 NODES = 3
 TEXT = "line one\nline two\nline three"
+
+
+async def kubectl_exec(
+    kubeconfig: Path, pod_name: str, command: list[str], *, stdin: bytes | None = None, websocket: bool = True
+) -> tuple[int | None, bytes, bytes]:
+    """`kubectl exec` of the pod's container: its exit code, stdout and stderr. `websocket=False`: kubectl speaks
+    SPDY to the apiserver, which passes the upgrade through to the kubelet as it is."""
+    env = dict(os.environ, KUBECTL_REMOTE_COMMAND_WEBSOCKETS="true" if websocket else "false")
+    args = ["exec", "-n", NS, pod_name, "-c", "main", *(["-i"] if stdin is not None else []), "--", *command]
+    proc = await asyncio.create_subprocess_exec(
+        str(kubernetes_bin_dir() / "kubectl"),
+        f"--kubeconfig={kubeconfig}",
+        *args,
+        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(stdin), 60)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    return proc.returncode, out, err
 
 
 def pod(name: str, node: str, command: list[str], annotations: dict[str, str] | None = None) -> dict[str, Any]:
@@ -113,6 +143,16 @@ async def test_pod_logs_of_emulated_nodes_through_the_apiserver(
                 for line in stamped:
                     written = parse_cri_time(line.split(" ", 1)[0])
                     assert now - datetime.timedelta(seconds=120) < written <= now, line
+
+                kubeconfig = testbed.layout.admin_kubeconfig
+                for websocket in (True, False):
+                    result = await kubectl_exec(kubeconfig, annotated, ["echo", "hello", "exec"], websocket=websocket)
+                    assert result == (0, b"hello exec\n", b""), (websocket, result)
+                code, out, err = await kubectl_exec(kubeconfig, annotated, ["sh", "-c", "exit 3"])
+                assert (code, out) == (3, b""), (code, out, err)
+                assert b"command terminated with exit code 3" in err, err
+                piped = b"through the apiserver\nand back\n"
+                assert await kubectl_exec(kubeconfig, annotated, ["cat"], stdin=piped) == (0, piped, b"")
 
                 # echo exits 0 at once; restartPolicy Always starts it again, in a new log file of its own.
                 await until(restarted, timeout=30, what=f"{echoer} restarted")
