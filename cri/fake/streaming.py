@@ -208,6 +208,9 @@ class ExecSession:
             if not self.expected <= self.streams.keys():
                 return  # the client left before opening its streams
             status = await self._execute()
+            if status is None:
+                log.info("fake exec: the client left, command ended container=%s", self.call.container_id[:12])
+                return
             self._report(status)
             for name in ("stdout", "stderr", "error"):
                 if name in self.streams:
@@ -256,7 +259,8 @@ class ExecSession:
         if self.expected <= self.streams.keys():
             self.ready.set()
 
-    async def _execute(self) -> dict[str, object]:
+    async def _execute(self) -> dict[str, object] | None:
+        """The command's outcome as the error stream's Status; None when the client left before it ended."""
         call = self.call
         if not call.running():
             return _internal_error(f"container {call.container_id} is not running")
@@ -269,7 +273,20 @@ class ExecSession:
                 self.framer.data(out_stream, data)
                 await self.framer.drain()
 
-        exit_code = await run_command(call.cmd, self.stdin if "stdin" in self.streams else None, write)
+        command = asyncio.create_task(run_command(call.cmd, self.stdin if "stdin" in self.streams else None, write))
+        gone = asyncio.create_task(self.closed.wait())
+        try:
+            await asyncio.wait({command, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+            if not command.done():
+                # The client left (an interrupted `kubectl exec -- sleep 3600`): the command ends with it.
+                command.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await command
+        if command.cancelled():
+            return None
+        exit_code = command.result()
         if exit_code == 0:
             return {"metadata": {}, "status": "Success"}
         message = f"error executing command {_go_list(call.cmd)}, exit code {exit_code}"

@@ -200,3 +200,31 @@ def test_status_json_is_gos_field_order() -> None:
     """kubectl decodes the error stream's Status; the order is Go's (metadata, status, message, reason, details)."""
     assert list(_internal_error("x")) == ["metadata", "status", "message", "reason", "details", "code"]
     assert json.loads(json.dumps(_internal_error("x")))["code"] == 500
+
+
+async def test_a_command_ends_when_the_client_leaves(streaming: StreamingServer) -> None:
+    """An interrupted `kubectl exec -- sleep 3600`: once the client's connection is gone, the session and its
+    command end at once, not when the sleep would have."""
+    url = streaming.exec_url(
+        ExecCall("c", ("sleep", "3600"), stdin=False, stdout=True, stderr=False, tty=False, running=lambda: True)
+    )
+    host, port = url.split("/")[2].split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    path = "/" + url.split("/", 3)[3]
+    writer.write(
+        f"POST {path} HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n"
+        "X-Stream-Protocol-Version: v4.channel.k8s.io\r\n\r\n".encode()
+    )
+    await writer.drain()
+    assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 101")
+    framer = spdy.Framer(reader, writer)
+    framer.syn_stream(1, {"streamtype": ["error"]})
+    framer.syn_stream(3, {"streamtype": ["stdout"]})
+    await framer.drain()
+    for _ in range(2):
+        assert isinstance(await asyncio.wait_for(framer.read(), 5), spdy.SynReply)
+    sessions = set(streaming._sessions)
+    assert len(sessions) == 1
+    writer.close()
+    _, running = await asyncio.wait(sessions, timeout=5)
+    assert not running, "the session still runs its command after the client left"
