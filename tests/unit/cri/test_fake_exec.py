@@ -104,12 +104,8 @@ async def test_a_url_expires_after_a_minute() -> None:
         await server.close()
 
 
-async def test_the_command_does_not_start_until_every_stream_is_open(streaming: StreamingServer) -> None:
-    """A client that opens only some of its streams gets no output and no status: the session waits for the rest
-    (upstream waits up to its stream creation timeout), and ends when the client leaves."""
-    url = streaming.exec_url(
-        ExecCall("c", ("echo", "x"), stdin=False, stdout=True, stderr=False, tty=False, running=lambda: True)
-    )
+async def _upgraded(url: str) -> tuple[spdy.Framer, asyncio.StreamWriter]:
+    """A raw v4 upgrade to `url`, answered 101: the framer on it, and its writer (to close it)."""
     host, port = url.split("/")[2].split(":")
     reader, writer = await asyncio.open_connection(host, int(port))
     path = "/" + url.split("/", 3)[3]
@@ -118,9 +114,17 @@ async def test_the_command_does_not_start_until_every_stream_is_open(streaming: 
         "X-Stream-Protocol-Version: v4.channel.k8s.io\r\n\r\n".encode()
     )
     await writer.drain()
-    head = await reader.readuntil(b"\r\n\r\n")
-    assert head.startswith(b"HTTP/1.1 101")
-    framer = spdy.Framer(reader, writer)
+    assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 101")
+    return spdy.Framer(reader, writer), writer
+
+
+async def test_the_command_does_not_start_until_every_stream_is_open(streaming: StreamingServer) -> None:
+    """A client that opens only some of its streams gets no output and no status: the session waits for the rest
+    (upstream waits up to its stream creation timeout), and ends when the client leaves."""
+    url = streaming.exec_url(
+        ExecCall("c", ("echo", "x"), stdin=False, stdout=True, stderr=False, tty=False, running=lambda: True)
+    )
+    framer, writer = await _upgraded(url)
     framer.syn_stream(1, {"streamtype": ["error"]})  # stdout never opened
     await framer.drain()
     first = await asyncio.wait_for(framer.read(), 5)
@@ -208,16 +212,7 @@ async def test_a_command_ends_when_the_client_leaves(streaming: StreamingServer)
     url = streaming.exec_url(
         ExecCall("c", ("sleep", "3600"), stdin=False, stdout=True, stderr=False, tty=False, running=lambda: True)
     )
-    host, port = url.split("/")[2].split(":")
-    reader, writer = await asyncio.open_connection(host, int(port))
-    path = "/" + url.split("/", 3)[3]
-    writer.write(
-        f"POST {path} HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n"
-        "X-Stream-Protocol-Version: v4.channel.k8s.io\r\n\r\n".encode()
-    )
-    await writer.drain()
-    assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 101")
-    framer = spdy.Framer(reader, writer)
+    framer, writer = await _upgraded(url)
     framer.syn_stream(1, {"streamtype": ["error"]})
     framer.syn_stream(3, {"streamtype": ["stdout"]})
     await framer.drain()
